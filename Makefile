@@ -1,0 +1,36 @@
+# Every target works on a fresh machine: it makes .venv and installs what it needs.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck contracts crds bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,sim]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/vllm-operator demo
+
+test: $(STAMP) lint contracts
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check operator tests benchmarks
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+crds: $(STAMP)
+	$(BIN)/python -m vllm_operator.api.crd --write crds/
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/planner_accuracy.py
+	$(BIN)/python benchmarks/planner_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
