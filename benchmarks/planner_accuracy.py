@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Planner accuracy against real vLLM startup logs (../shared/data/vllm-startup-logs.jsonl).
+
+For every record, the planner is run with the record's flags pinned (tensor/pipeline parallel size, utilization,
+max-model-len, batch limits, KV dtype, quantization, eager, block size), its vLLM version and GPU. The model comes
+from the record's repository files in ../shared/data/models/. Nothing else of the record is read: weights,
+activation, non-torch memory and the KV figure are all predicted.
+
+One environment fact is passed where the log shows it: when a log says another process held GPU memory ("Free
+memory on device … (F/T GiB)"), the planner is told that the GPU has F GiB free — as a user would with
+`vllm-operator plan --gpu-free-gib F`.
+
+Reports: per record, predicted vs logged "GPU KV cache size" tokens; median |error|, share within 10%; whether
+every logged startup failure is predicted with its class; a table by model family and GPU.
+
+Usage: python benchmarks/planner_accuracy.py [--data DIR] [--json OUT] [-v]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from vllm_operator.planner import PinnedFlags, PlanRequest, plan, with_vllm_defaults
+from vllm_operator.planner.arch import ModelArch, arch_from_config
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.planner.gpus import load_gpu_catalog
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DATA = HERE.parent.parent / "shared" / "data"
+
+_FREE_RE = re.compile(r"Free memory on device(?: cuda:\d+)? \(([\d.]+)/([\d.]+) GiB\)")
+_MIN_RE = re.compile(r"min (\d+)")
+
+
+def logged_tokens(record: dict[str, Any]) -> int | None:
+    value = record.get("gpu_kv_cache_tokens")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):  # "per worker: … (engine uses min 237344)"
+        match = _MIN_RE.search(value)
+        return int(match.group(1)) if match else None
+    return None
+
+
+def expected_failure(record: dict[str, Any]) -> FailureKind | None:
+    error = record.get("error") or ""
+    if not error:
+        return None
+    if "Free memory on device" in error:
+        return FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    if "not divisible" in error or "must be divisible" in error:
+        return FailureKind.INVALID_PARALLELISM
+    if "max seq len" in error:
+        return FailureKind.KV_CACHE_TOO_SMALL
+    if "No available memory for the cache blocks" in error:
+        return FailureKind.NO_KV_CACHE_MEMORY
+    if "CUDA out of memory" in error:
+        # the records say where it happened; a KV figure logged before it means after weights were loaded
+        return FailureKind.CUDA_OOM_STARTUP if record.get("gpu_kv_cache_tokens") else FailureKind.WEIGHTS_DO_NOT_FIT
+    return FailureKind.UNKNOWN
+
+
+def load_model(data: Path, model_id: str) -> ModelArch:
+    folder = data / "models" / model_id.replace("/", "__")
+    config = json.loads((folder / "config.json").read_text())
+    index_path = folder / "model.safetensors.index.json"
+    total = None
+    estimated = False
+    if index_path.exists():
+        index = json.loads(index_path.read_text())
+        total = index.get("metadata", {}).get("total_size")
+        estimated = bool(index.get("estimated"))
+    return arch_from_config(config, model_id=model_id, total_size=total, total_size_estimated=estimated)
+
+
+def gpu_name(record: dict[str, Any]) -> tuple[str, int]:
+    """'4x NVIDIA A100 40GB' → ('NVIDIA A100 40GB', 4)."""
+    text = str(record.get("gpu") or "")
+    match = re.match(r"\s*(\d+)\s*x\s*(.*)", text)
+    if match:
+        return match.group(2).strip(), int(match.group(1))
+    return text.strip(), 1
+
+
+def _num(value: Any) -> Any:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def request_for(record: dict[str, Any], data: Path) -> PlanRequest:
+    arch = load_model(data, record["model_id"])
+    name, count = gpu_name(record)
+    catalog = load_gpu_catalog()
+    gpu = catalog.get(_catalog_query(name))
+    kv = record.get("kv_cache_dtype")
+    quant = record.get("quantization")
+    pinned = PinnedFlags(
+        tensor_parallel_size=_num(record.get("tensor_parallel_size")),
+        pipeline_parallel_size=_num(record.get("pipeline_parallel_size")),
+        gpu_memory_utilization=_num(record.get("gpu_memory_utilization")),
+        max_model_len=_num(record.get("max_model_len")),
+        max_num_seqs=_num(record.get("max_num_seqs")),
+        max_num_batched_tokens=_num(record.get("max_num_batched_tokens")),
+        kv_cache_dtype=kv if isinstance(kv, str) and kv != "auto" else None,
+        enforce_eager=record.get("enforce_eager") or None,
+        block_size=_num(record.get("block_size")),
+        dtype="float32" if str(record.get("dtype")) in ("torch.float32", "float32") else None,
+        quantization=quant if quant in ("fp8", "bitsandbytes") and arch.quantization is None else None,
+    )
+    free = None
+    match = _FREE_RE.search(record.get("error") or "")
+    if match:
+        free = float(match.group(1))
+    version = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", str(record.get("vllm_version") or ""))
+    version_text = version.group(1) if version else ("0.6.5" if record.get("engine") == "V0" else None)
+    request = PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, 1), pinned=pinned, vllm_version=version_text,
+                          gpu_free_gib=free)
+    # what the record did not set, vLLM chose with its own defaults: replay those, not our choices
+    return with_vllm_defaults(request)
+
+
+def _catalog_query(name: str) -> str:
+    """Map the free-text GPU of a log to a catalog query (the catalog accepts names, aliases and GFD labels)."""
+    text = name.replace("(", " ").replace(")", " ")
+    text = re.sub(r"\b(implied|not stated|WSL2|unified memory|GB10,)\b", " ", text)
+    text = re.sub(r"\s+", " ", text).strip()
+    lowered = text.lower()
+    if "dgx spark" in lowered or "gb10" in lowered:
+        return "GB10"
+    if "a100" in lowered:
+        return "A100-40GB" if "40" in lowered else "A100-80GB"
+    if "h100" in lowered:
+        return "H100-SXM-80GB"
+    for token in ("a5000", "a6000", "4080", "4090", "3090", "l40s", "l4", "t4", "a10g", "a10", "h200"):
+        if token in lowered.replace(" ", ""):
+            return token
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--json", type=Path, help="write per-record results here")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    records = [json.loads(line) for line in (args.data / "vllm-startup-logs.jsonl").read_text().splitlines() if line]
+
+    rows, errors, failures_ok, failures_total = [], [], 0, 0
+    by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for i, record in enumerate(records):
+        logged = logged_tokens(record)
+        expected = expected_failure(record)
+        if logged is None and expected is None:
+            continue
+        request = request_for(record, args.data)
+        result = plan(request)
+        pred = result.prediction
+        row: dict[str, Any] = {
+            "i": i, "model": record["model_id"], "gpu": record.get("gpu"), "version": record.get("vllm_version"),
+            "tp": request.pinned.tensor_parallel_size, "logged_tokens": logged, "predicted_tokens": pred.kv_cache_tokens,
+            "logged_avail": record.get("available_kv_cache_gib"), "predicted_avail": pred.memory.kv_cache_gib,
+            "expected_failure": expected, "predicted_failure": result.failure.kind if result.failure else None,
+            "weights": (record.get("model_loading_gib"), pred.memory.weights_gib),
+            "activation": (record.get("torch_peak_activation_gib"), pred.memory.activation_gib),
+        }
+        if logged:
+            err = (pred.kv_cache_tokens - logged) / logged
+            row["error"] = err
+            errors.append(abs(err))
+            by_group[(request.arch.family, _catalog_query(gpu_name(record)[0]))].append(abs(err))
+        if expected is not None:
+            failures_total += 1
+            row["failure_ok"] = result.failure is not None and result.failure.kind == expected
+            failures_ok += bool(row["failure_ok"])
+        rows.append(row)
+
+    print(f"{'#':>3} {'model':42} {'tp':>2} {'version':10} {'logged':>9} {'predicted':>9} {'error':>7}  "
+          "avail(log/pred)  weights(log/pred)  act(log/pred)  failure")
+    for row in rows:
+        err = f"{row['error'] * 100:+6.2f}%" if "error" in row else "      -"
+        fail = ""
+        if row["expected_failure"]:
+            mark = "ok" if row["failure_ok"] else "MISSED"
+            fail = f"{row['expected_failure']} → {row['predicted_failure']} [{mark}]"
+        elif row["predicted_failure"]:
+            fail = f"(predicted {row['predicted_failure']})"
+        print(f"{row['i']:>3} {row['model'][:42]:42} {row['tp'] or 1:>2} {str(row['version'])[:10]:10} "
+              f"{row['logged_tokens'] or '-':>9} {row['predicted_tokens']:>9} {err}  "
+              f"{_fmt(row['logged_avail'])}/{row['predicted_avail']:<6}  "
+              f"{_fmt(row['weights'][0])}/{row['weights'][1]:<6}  {_fmt(row['activation'][0])}/{row['activation'][1]:<5}  {fail}")
+
+    median = statistics.median(errors) if errors else float("nan")
+    within = sum(e <= 0.10 for e in errors) / len(errors) if errors else 0.0
+    print()
+    print("By model family and GPU (median |error| of KV tokens, records):")
+    for (family, gpu), errs in sorted(by_group.items()):
+        print(f"  {family:28} {gpu:16} {statistics.median(errs) * 100:6.2f}%  n={len(errs)}")
+    print()
+    print(f"records with logged KV tokens: {len(errors)}")
+    print(f"median |error| of kv_cache_tokens: {median * 100:.2f}%  (target <= 3%)")
+    print(f"within 10%: {within * 100:.1f}%  (target >= 90%)")
+    print(f"max |error|: {max(errors) * 100:.2f}%")
+    print(f"startup failures predicted with their class: {failures_ok}/{failures_total}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2, default=str))
+    ok = median <= 0.03 and within >= 0.90 and failures_ok == failures_total
+    return 0 if ok else 1
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if value is None:
+        return "-"
+    return str(value)[:6]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

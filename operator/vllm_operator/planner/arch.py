@@ -1,0 +1,373 @@
+"""A model's architecture, read from the files a Hugging Face repository has.
+
+`arch_from_config` turns a `config.json` (plus the checkpoint size from `model.safetensors.index.json`) into a
+`ModelArch`: the handful of numbers vLLM's memory arithmetic needs. It follows vLLM's own readers
+(`ModelConfig.get_head_size`, `get_total_num_kv_heads`, `_get_and_verify_max_len`) so that the figures match what
+vLLM will compute on the real checkpoint. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ArchError(ValueError):
+    """The config is not something we can plan for; the message names the missing or bad field."""
+
+
+class LayerKind(StrEnum):
+    FULL = "full"
+    SLIDING = "sliding"
+    CHUNKED = "chunked"
+
+
+# Fields transformers fills in from its config class when config.json omits them (the Gemma-3 multimodal
+# configs ship a nearly empty text_config). Keyed by model_type; only what the arithmetic needs.
+_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208,
+        "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 6,
+        "intermediate_size": 9216, "hidden_size": 2304, "num_hidden_layers": 26,
+    },
+    "gemma2": {"sliding_window": 4096, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192},
+    "llama": {"vocab_size": 32000, "max_position_embeddings": 2048},
+    "mistral": {"vocab_size": 32000, "max_position_embeddings": 131072},
+    "qwen2": {"vocab_size": 151936, "max_position_embeddings": 32768},
+}
+
+# config keys that may bound the context length (vLLM's `_get_and_verify_max_len`)
+_MAX_LEN_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
+)
+_KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
+
+
+class Quantization(BaseModel):
+    """What the checkpoint's `quantization_config` says, reduced to what sizes memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    method: str
+    weight_bits: float = Field(description="bits per quantized weight element")
+    group_size: int | None = None
+    kv_cache_fp8: bool = Field(False, description="the checkpoint carries FP8 KV-cache scales (kv_cache_scheme)")
+
+
+class ModelArch(BaseModel):
+    """The numbers vLLM's memory arithmetic reads from a model's config."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_id: str
+    model_type: str
+    architectures: tuple[str, ...] = ()
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    derived_max_model_len: int = Field(description="the longest context vLLM accepts without an override")
+    dtype: str = Field(description="the checkpoint's torch_dtype (what `--dtype auto` starts from)")
+    tie_word_embeddings: bool = False
+    layer_kinds: tuple[LayerKind, ...] = Field(description="the attention kind of every decoder layer")
+    sliding_window: int | None = None
+    # MoE
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    # MLA (DeepSeek-V2/V3, Kimi-K2): one latent of kv_lora_rank + qk_rope_head_dim per layer
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    multimodal: bool = False
+    quantization: Quantization | None = None
+    total_size: int | None = Field(None, description="checkpoint bytes (model.safetensors.index.json)")
+    total_size_estimated: bool = False
+    param_count: int = Field(description="parameters estimated from the config")
+    layer_param_counts: tuple[int, ...] = Field((), description="parameters of each decoder layer")
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        return len(set(self.layer_kinds)) > 1
+
+    @property
+    def family(self) -> str:
+        """A label for reports: attention family plus MoE/quantization."""
+        parts = ["MLA" if self.is_mla else _attention_family(self.num_heads, self.num_kv_heads)]
+        if self.is_hybrid:
+            parts.append("hybrid-SWA")
+        elif self.layer_kinds and self.layer_kinds[0] is LayerKind.SLIDING:
+            parts.append("SWA")
+        if self.is_moe:
+            parts.append("MoE")
+        if self.multimodal:
+            parts.append("VLM")
+        if self.quantization:
+            parts.append(self.quantization.method)
+        return " ".join(parts)
+
+
+def _attention_family(heads: int, kv_heads: int) -> str:
+    if kv_heads == heads:
+        return "MHA"
+    return "MQA" if kv_heads == 1 else "GQA"
+
+
+def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model under text_config/llm_config; merge it over the top level."""
+    merged: dict[str, Any] = {}
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = config.get(key)
+        if isinstance(sub, Mapping):
+            defaults = _TYPE_DEFAULTS.get(str(sub.get("model_type", "")), {})
+            merged = {**defaults, **{k: v for k, v in config.items() if k != key}, **sub}
+            return merged
+    defaults = _TYPE_DEFAULTS.get(str(config.get("model_type", "")), {})
+    return {**defaults, **config}
+
+
+def _int(cfg: Mapping[str, Any], key: str, *, model_id: str, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if value is None:
+        raise ArchError(f"{model_id}: config.json has no '{key}' (needed to size memory)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ArchError(f"{model_id}: config.json field '{key}' must be a positive number, got {value!r}")
+    return int(value)
+
+
+def _kv_heads(cfg: Mapping[str, Any], heads: int) -> int:
+    for key in _KV_HEAD_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return heads
+
+
+def _layer_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[tuple[LayerKind, ...], int | None]:
+    """Which layers use sliding-window attention, as vLLM builds them."""
+    window = cfg.get("sliding_window")
+    window = int(window) if isinstance(window, int) and window > 0 else None
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == layers:
+        kinds = tuple(
+            LayerKind.SLIDING if "sliding" in str(t) else LayerKind.CHUNKED if "chunk" in str(t) else LayerKind.FULL
+            for t in layer_types
+        )
+        return kinds, window if LayerKind.SLIDING in kinds else None
+    if window is None:
+        return (LayerKind.FULL,) * layers, None
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl") and not cfg.get(
+        "use_sliding_window", False
+    ):
+        return (LayerKind.FULL,) * layers, None
+    if model_type == "gemma2":  # even layers local, odd layers global
+        return tuple(LayerKind.SLIDING if i % 2 == 0 else LayerKind.FULL for i in range(layers)), window
+    pattern = cfg.get("sliding_window_pattern")
+    if model_type.startswith("gemma3") and not isinstance(pattern, int):
+        pattern = 6
+    if isinstance(pattern, int) and pattern > 1:  # every pattern-th layer is global
+        return tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING for i in range(layers)), window
+    return (LayerKind.SLIDING,) * layers, window  # e.g. Mistral-7B-v0.1: every layer windowed
+
+
+def _derived_max_len(cfg: Mapping[str, Any], model_type: str) -> int:
+    """vLLM's derived max_model_len: the smallest length key, scaled by the rope factor where vLLM does."""
+    lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
+    length = min(lengths) if lengths else 2048
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, Mapping):
+        rope_type = str(rope.get("rope_type", rope.get("type", "")))
+        factor = rope.get("factor")
+        if rope_type == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+            length = int(rope["original_max_position_embeddings"] * (factor or 1))
+        elif (
+            isinstance(factor, (int, float))
+            and rope_type not in ("llama3", "longrope", "su", "mrope", "default", "")
+            and not model_type.startswith("gemma3")
+            and "original_max_position_embeddings" not in rope
+        ):
+            length = int(length * factor)
+    return length
+
+
+def _quantization(config: Mapping[str, Any]) -> Quantization | None:
+    q = config.get("quantization_config") or config.get("compression_config")
+    if not isinstance(q, Mapping):
+        return None
+    method = str(q.get("quant_method", "unknown")).lower()
+    kv_fp8 = isinstance(q.get("kv_cache_scheme"), Mapping) or q.get("kv_cache_quant_algo") in ("FP8", "fp8")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
+        return Quantization(method=method, weight_bits=float(q.get("bits", q.get("w_bit", 4))),
+                            group_size=q.get("group_size", q.get("q_group_size")), kv_cache_fp8=kv_fp8)
+    if method in ("fp8", "fbgemm_fp8", "modelopt"):
+        return Quantization(method=method, weight_bits=8.0, kv_cache_fp8=kv_fp8)
+    if method == "mxfp4":
+        return Quantization(method=method, weight_bits=4.25)
+    if method == "bitsandbytes":
+        bits = 4.0 if q.get("load_in_4bit") else 8.0
+        return Quantization(method=method, weight_bits=bits, group_size=64 if bits == 4 else None)
+    if method == "compressed-tensors":
+        bits = 8.0
+        group = None
+        for group_cfg in (q.get("config_groups") or {}).values():
+            weights = group_cfg.get("weights") or {}
+            bits = float(weights.get("num_bits", bits))
+            group = weights.get("group_size", group)
+        return Quantization(method=method, weight_bits=bits, group_size=group, kv_cache_fp8=kv_fp8)
+    bits = q.get("bits") or q.get("weight_bits") or 8
+    return Quantization(method=method, weight_bits=float(bits), group_size=q.get("group_size"), kv_cache_fp8=kv_fp8)
+
+
+def _param_count(a: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
+    """Parameters implied by the config: the total (embeddings, attention, MLP/experts, lm_head) and per layer."""
+    h, layers, vocab = a["hidden_size"], a["num_layers"], a["vocab_size"]
+    if a["kv_lora_rank"] is not None:
+        q_head = a["head_dim_qk"]
+        attn = h * a["num_heads"] * q_head + h * (a["kv_lora_rank"] + a["qk_rope_head_dim"])
+        attn += a["kv_lora_rank"] * a["num_heads"] * (a["qk_nope_head_dim"] + a["v_head_dim"])
+        attn += a["num_heads"] * a["v_head_dim"] * h
+    else:
+        attn = h * a["head_dim"] * (2 * a["num_heads"] + 2 * a["num_kv_heads"])
+    mlp_mult = 3 if a["gated"] else 2
+    dense_mlp = mlp_mult * h * a["intermediate_size"]
+    if a["num_experts"]:
+        moe = a["num_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["num_experts"] * h
+        moe += a["shared_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["shared_expert_size"] * mlp_mult * h
+        per_layer = tuple(int(attn + (dense_mlp if i < a["first_dense"] else moe)) for i in range(layers))
+    else:
+        per_layer = tuple(int(attn + dense_mlp) for _ in range(layers))
+    embed = vocab * h * (1 if a["tie"] else 2)
+    return int(sum(per_layer) + embed), per_layer
+
+
+def arch_from_config(
+    config: Mapping[str, Any],
+    *,
+    model_id: str,
+    total_size: int | None = None,
+    total_size_estimated: bool = False,
+) -> ModelArch:
+    """Read a Hugging Face `config.json` (dict) into a `ModelArch`. Raises `ArchError` naming the bad field."""
+    if not isinstance(config, Mapping):
+        raise ArchError(f"{model_id}: config.json must be a JSON object")
+    cfg = _text_config(config)
+    model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
+    layers = _int(cfg, "num_hidden_layers", model_id=model_id) if "num_hidden_layers" in cfg else _int(
+        cfg, "n_layer", model_id=model_id
+    )
+    hidden = _int(cfg, "hidden_size", model_id=model_id) if "hidden_size" in cfg else _int(
+        cfg, "n_embd", model_id=model_id
+    )
+    heads = _int(cfg, "num_attention_heads", model_id=model_id) if "num_attention_heads" in cfg else _int(
+        cfg, "n_head", model_id=model_id
+    )
+    vocab = _int(cfg, "vocab_size", model_id=model_id)
+    raw_lora = cfg.get("kv_lora_rank")
+    kv_lora = raw_lora if isinstance(raw_lora, int) and raw_lora > 0 else 0
+    is_mla = kv_lora > 0
+    if is_mla:
+        rope_dim = _int(cfg, "qk_rope_head_dim", model_id=model_id)
+        head_dim = kv_lora + rope_dim
+        kv_heads = 1
+    else:
+        rope_dim = 0
+        explicit = cfg.get("head_dim")
+        head_dim = int(explicit) if isinstance(explicit, int) and explicit > 0 else hidden // heads
+        kv_heads = _kv_heads(cfg, heads)
+    if not is_mla and heads % kv_heads:
+        raise ArchError(f"{model_id}: num_attention_heads ({heads}) is not a multiple of the KV heads ({kv_heads})")
+    intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") or 4 * hidden)
+    num_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
+    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("moe_topk") or 0)
+    moe_inter = int(cfg.get("moe_intermediate_size") or (intermediate if num_experts else 0))
+    kinds, window = _layer_kinds(cfg, layers, model_type)
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
+    dtype = dtype.replace("torch.", "")
+    hidden_act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
+    gated = model_type not in ("phi", "gpt2", "gpt_neox", "starcoder2", "falcon", "opt", "bloom") or "glu" in hidden_act
+    tie = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    counts = {
+        "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
+        "num_kv_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
+        "num_experts": num_experts, "moe_intermediate_size": moe_inter, "gated": gated, "tie": tie,
+        "shared_experts": int(cfg.get("n_shared_experts") or 0),
+        "shared_expert_size": int(cfg.get("shared_expert_intermediate_size") or 0),
+        "first_dense": int(cfg.get("first_k_dense_replace") or 0),
+        "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
+        "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 0), "v_head_dim": int(cfg.get("v_head_dim") or 0),
+        "head_dim_qk": int(cfg.get("qk_nope_head_dim") or 0) + rope_dim,
+    }
+    total_params, layer_params = _param_count(counts)
+    return ModelArch(
+        model_id=model_id,
+        model_type=model_type,
+        architectures=tuple(str(a) for a in config.get("architectures") or ()),
+        num_layers=layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        derived_max_model_len=_derived_max_len(cfg, model_type),
+        dtype=dtype,
+        tie_word_embeddings=tie,
+        layer_kinds=kinds,
+        sliding_window=window,
+        num_experts=num_experts,
+        experts_per_token=top_k,
+        moe_intermediate_size=moe_inter,
+        kv_lora_rank=kv_lora if is_mla else None,
+        qk_rope_head_dim=rope_dim if is_mla else None,
+        multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
+        quantization=_quantization(config) or _quantization(cfg),
+        total_size=total_size,
+        total_size_estimated=total_size_estimated,
+        param_count=total_params,
+        layer_param_counts=layer_params,
+    )
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a torch dtype name ('bfloat16', 'float32', 'fp8', …)."""
+    return _DTYPE_BYTES.get(dtype.replace("torch.", "").lower(), 2)
+
+
+def checkpoint_bytes(arch: ModelArch) -> int:
+    """The checkpoint's size: the index's total_size, else an estimate from the parameter count and dtype."""
+    if arch.total_size:
+        return arch.total_size
+    if arch.quantization is not None:
+        per_param = arch.quantization.weight_bits / 8 + 0.02
+        embed = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+        return int((arch.param_count - embed) * per_param + embed * 2)
+    return int(arch.param_count * dtype_bytes(arch.dtype))
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / 2**30
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = [
+    "ArchError", "LayerKind", "ModelArch", "Quantization", "arch_from_config", "checkpoint_bytes", "dtype_bytes",
+    "gib", "ceil_div",
+]

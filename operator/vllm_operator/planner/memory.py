@@ -1,0 +1,449 @@
+"""vLLM's startup memory arithmetic, per GPU, for fully resolved flags.
+
+`predict_startup` answers: with these flags on this GPU and this vLLM release, what will the startup log say
+(weights, activation peak, non-torch memory, CUDA-graph estimate, available KV memory, "GPU KV cache size: N
+tokens", maximum concurrency) and does vLLM start — and if not, which error does it raise, with which numbers?
+
+The budget follows `vllm/v1/worker/gpu_worker.py` (research notes §1): requested = ceil(total × util);
+available KV = requested − weights − activation peak − non-torch growth − (CUDA-graph estimate from v0.21).
+The KV layout follows `kv_cache_interface.py`/`kv_cache_utils.py` (§2). The terms vLLM measures at run time
+(activation, non-torch, CUDA graphs) are modelled from the architecture with per-release constants calibrated on
+the startup logs in ../shared/data (benchmarks/planner_accuracy.py reports the fit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import messages
+from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
+from .failures import FailureKind
+from .versions import VersionProfile
+
+GiB = 2**30
+_FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
+# Memory the CUDA context, cuBLAS and (at TP>=2) NCCL hold before vLLM takes its init snapshot (H100 logs:
+# 79.19 - 78.68 free at TP=1; 79.19 - 77.18 at TP=2). It sits outside the util budget, in the headroom.
+_INIT_NONTORCH_GIB = (0.51, 2.01)
+# Activation model constants (torch bytes), fitted on v0.19 H100 logs; see module docstring.
+_ACT_BASE_GIB = 0.087
+_HIDDEN_KEPT_BYTES = 2.25     # hidden states of every batched token, alive through the sampler pass
+_FWD_INTER_BYTES = 7.5        # gate/up projection + activation per token per intermediate unit (per GPU)
+_FWD_HIDDEN_BYTES = 2.0
+_MULTIMODAL_GIB = 0.2         # encoder profiling of one maximal multimodal item
+# Fragmentation during CUDA-graph warm-up of MXFP4 MoE kernels, as a share of the activation peak
+# (gpt-oss at util 0.95 on H100 fails graph capture in v0.19 at TP1 and TP2; at 0.90 it starts).
+_MXFP4_WARMUP_SHARE = 1.0
+
+
+class EngineFlags(BaseModel):
+    """Every vLLM flag that changes memory, fully resolved (no 'auto' except dtypes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    quantization: str | None = None
+    enforce_eager: bool = False
+    block_size: int = 16
+    cpu_offload_gb: float = 0.0
+    kv_cache_memory_bytes: int | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+
+
+class GPUFacts(BaseModel):
+    """What vLLM sees of one GPU at startup."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total_gib: float = Field(description="total memory as torch.cuda.mem_get_info reports it")
+    other_used_gib: float = Field(0.0, description="memory held by other processes when vLLM starts")
+    uma: bool = False
+    nvlink: bool = True
+
+
+class MemoryBreakdown(BaseModel):
+    """Per-GPU memory, in GiB, as the startup log reports it (the tightest worker/stage)."""
+
+    gpu_total_gib: float
+    requested_gib: float
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cudagraph_gib: float
+    kv_cache_gib: float
+    headroom_gib: float = Field(description="total minus requested: CUDA context, graphs (before v0.21), others")
+
+
+class PredictedFailure(BaseModel):
+    kind: FailureKind
+    message: str
+
+
+class StartupPrediction(BaseModel):
+    memory: MemoryBreakdown
+    kv_bytes_per_token: int = Field(description="KV bytes per token per GPU over all layers of the tightest stage")
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    estimated_max_model_len: int = Field(description="the longest context one request can have in this KV cache")
+    failure: PredictedFailure | None = None
+
+    @property
+    def starts(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True)
+class _KVLayout:
+    page_bytes: int          # bytes of one block of one layer
+    group_size: int          # layers sharing one block id
+    groups: tuple[LayerKind, ...]  # one entry per KV-cache group
+    layer_kinds: tuple[LayerKind, ...]  # the stage's layers
+
+
+def kv_dtype_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> int:
+    if flags.kv_cache_dtype in _FP8_KV:
+        return 1
+    if arch.quantization and arch.quantization.kv_cache_fp8 and profile.version_tuple >= (0, 15, 0):
+        return 1
+    return _model_dtype_bytes(arch, flags)
+
+
+def _model_dtype_bytes(arch: ModelArch, flags: EngineFlags) -> int:
+    if flags.dtype not in ("auto", ""):
+        return dtype_bytes(flags.dtype)
+    return min(dtype_bytes(arch.dtype), 2)  # vLLM runs float32 checkpoints in 16-bit unless asked
+
+
+def pp_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """vLLM's get_pp_indices: L//pp each, the remainder added to the stages before the last."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def _stage_kinds(arch: ModelArch, pp: int) -> list[tuple[LayerKind, ...]]:
+    stages, start = [], 0
+    for count in pp_layer_counts(arch.num_layers, pp):
+        stages.append(arch.layer_kinds[start : start + count])
+        start += count
+    return stages
+
+
+def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...]) -> _KVLayout:
+    kv_bytes = kv_dtype_bytes(arch, flags, profile)
+    block = flags.block_size
+    if arch.is_mla:
+        page = block * arch.head_dim * kv_bytes
+    else:
+        kv_heads = max(1, arch.num_kv_heads // flags.tensor_parallel_size)
+        page = 2 * block * kv_heads * arch.head_dim * kv_bytes
+    hybrid_manager = profile.tokens_definition != "blocks"
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    if len(counts) <= 1 or not hybrid_manager:
+        kind = kinds[0] if len(counts) == 1 else LayerKind.FULL
+        stage_kinds = kinds if hybrid_manager else tuple(LayerKind.FULL if k is not LayerKind.FULL and len(counts) > 1
+                                                         else k for k in kinds)
+        return _KVLayout(page, len(kinds), (kind,), stage_kinds)
+    smallest, largest = min(counts.values()), max(counts.values())
+    group_size = largest if largest < 1.5 * smallest else smallest
+    groups: list[LayerKind] = []
+    for kind, count in counts.items():
+        groups.extend([kind] * ceil_div(count, group_size))
+    return _KVLayout(page, group_size, tuple(groups), kinds)
+
+
+def _blocks_per_request(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
+    """Blocks one request of `length` tokens holds across all KV-cache groups."""
+    total = 0
+    for kind in layout.groups:
+        total += _blocks_for(kind, arch, flags, length)
+    return total
+
+
+def _blocks_for(kind: LayerKind, arch: ModelArch, flags: EngineFlags, length: int) -> int:
+    block = flags.block_size
+    if kind is LayerKind.FULL or arch.sliding_window is None:
+        return ceil_div(length, block)
+    window = arch.sliding_window
+    return ceil_div(min(window - 1 + flags.max_num_batched_tokens, length), block) + 1
+
+
+def _needed_bytes(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
+    """Σ over layers of max_memory_usage_bytes(length): what one full-length request needs."""
+    return sum(_blocks_for(kind, arch, flags, length) * layout.page_bytes for kind in layout.layer_kinds)
+
+
+def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
+    """Weight bytes resident on each pipeline stage's GPUs (one TP rank), in vLLM's in-memory layout."""
+    ckpt = checkpoint_bytes(arch)
+    params = max(arch.param_count, 1)
+    embed_params = arch.vocab_size * arch.hidden_size
+    head_params = 0 if arch.tie_word_embeddings else embed_params
+    target = _model_dtype_bytes(arch, flags)
+    q = arch.quantization
+    if q is None:
+        stored = ckpt / params
+        per_param = float(target) if stored > target * 1.5 or stored < target / 1.5 else stored
+        online = (flags.quantization or "").lower()
+        embed_b, body_b = per_param, per_param
+        if online in ("fp8", "fbgemm_fp8", "ptpc_fp8", "modelopt"):
+            body_b = 1.0
+        elif online == "bitsandbytes":
+            body_b = 0.5 + 0.0625
+        body = (params - embed_params - head_params) * body_b
+        embed, head = embed_params * embed_b, head_params * embed_b
+    else:
+        scale = 1.064 if q.method == "mxfp4" else 1.0  # MXFP4 kernels pad/swizzle expert weights
+        embed, head = embed_params * 2.0, head_params * 2.0
+        body = max(ckpt * scale - embed - head, ckpt * 0.5)
+    tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
+    layer_params = arch.layer_param_counts or (1,) * arch.num_layers
+    all_layers = sum(layer_params)
+    # tensors vLLM replicates across TP ranks (expert routers, norms, MXFP4 swizzle padding) do not shrink
+    replicated = 0.015 * body if (q is not None and q.method == "mxfp4" and tp > 1) else 0.0
+    rope_cache = arch.derived_max_model_len * arch.head_dim * 2 if not arch.is_mla else 0
+    per_stage, start = [], 0
+    for i, layers in enumerate(pp_layer_counts(arch.num_layers, pp)):
+        share = body * sum(layer_params[start : start + layers]) / all_layers
+        start += layers
+        extra = (embed if i == 0 else 0.0) + (head if i == pp - 1 else 0.0)
+        resident = (share + extra) / tp + replicated + rope_cache
+        resident -= flags.cpu_offload_gb * GiB
+        per_stage.append(int(max(resident, 0) * 1.0015))
+    return per_stage
+
+
+def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, *, last_stage: bool) -> int:
+    """Torch peak growth during profile_run: max(forward pass, sampler pass) + MoE workspace + encoder."""
+    tp = flags.tensor_parallel_size
+    tokens = flags.max_num_batched_tokens
+    rows = min(flags.max_num_seqs, tokens)
+    forward = tokens * (_FWD_INTER_BYTES * arch.intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
+    if arch.is_moe and arch.moe_intermediate_size:
+        forward = tokens * (_FWD_INTER_BYTES * arch.moe_intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
+    sampler = profile.sampler_bytes * rows * arch.vocab_size if last_stage else 0.0
+    sampler += _HIDDEN_KEPT_BYTES * tokens * arch.hidden_size
+    peak = _ACT_BASE_GIB * GiB + max(forward, sampler)
+    if arch.is_moe and not (arch.quantization and arch.quantization.method == "mxfp4"):
+        peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
+    if arch.multimodal:
+        peak += _MULTIMODAL_GIB * GiB
+    return int(peak)
+
+
+def non_torch_bytes(flags: EngineFlags, profile: VersionProfile, *, nvlink: bool = True) -> int:
+    """Non-torch growth while profiling: NCCL/custom all-reduce buffers at TP>=2 (NVLink GPUs), cuBLAS workspaces."""
+    tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
+    if tp > 1 and nvlink:
+        value = profile.nontorch_gib[1]
+    elif tp > 1:
+        value = profile.nontorch_gib[0] + 0.07  # no custom all-reduce without NVLink/P2P
+    elif pp > 1:
+        value = 0.07
+    else:
+        value = profile.nontorch_gib[0]
+    return int(value * GiB)
+
+
+def cudagraph_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, layers: int) -> int:
+    """vLLM's CUDA-graph memory estimate for one GPU (0 with --enforce-eager)."""
+    if flags.enforce_eager:
+        return 0
+    est = 0.3 + 0.0165 * layers + (0.2 if flags.tensor_parallel_size > 1 else 0.0)
+    if arch.is_moe:
+        est += 0.3
+    return int(est * profile.cudagraph_scale * GiB)
+
+
+def init_nontorch_gib(tp: int, nvlink: bool) -> float:
+    """Memory held before vLLM's init snapshot: CUDA context, plus NCCL/custom all-reduce at TP>=2 with NVLink."""
+    if tp > 1 and nvlink:
+        return _INIT_NONTORCH_GIB[1]
+    return _INIT_NONTORCH_GIB[0] + (0.25 if tp > 1 else 0.0)
+
+
+def _round2(value_bytes: float) -> float:
+    return round(gib(value_bytes), 2)
+
+
+def _check_parallelism(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
+    tp = flags.tensor_parallel_size
+    if arch.num_heads % tp:
+        return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                message=messages.heads_divisibility_message(arch.num_heads, tp))
+    if not arch.is_mla:
+        kv = arch.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                    message=messages.shard_divisibility_message(kv, tp))
+    for size in (arch.vocab_size, arch.intermediate_size, arch.moe_intermediate_size):
+        if size and size % tp:
+            return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                    message=messages.shard_divisibility_message(size, tp))
+    return None
+
+
+def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: VersionProfile) -> StartupPrediction:
+    """What vLLM's startup will log and whether it starts (the tightest GPU decides, as vLLM takes the minimum)."""
+    total = int(gpu.total_gib * GiB)
+    util = flags.gpu_memory_utilization
+    requested = math.ceil(total * util)
+    pp = flags.pipeline_parallel_size
+    free = total - int(gpu.other_used_gib * GiB)
+    stage_kinds = _stage_kinds(arch, pp)
+    weights = weights_bytes_per_gpu(arch, flags)
+    non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
+
+    best: tuple[int, int, _KVLayout, int, int, int, int] | None = None
+    for stage, kinds in enumerate(stage_kinds):
+        layout = _layout(arch, flags, profile, kinds)
+        act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
+        graph = cudagraph_bytes(arch, flags, profile, len(kinds))
+        avail = requested - weights[stage] - act - non_torch
+        if profile.cudagraph_subtracted:
+            avail -= graph
+        if profile.others_memory_counted:
+            avail -= int(gpu.other_used_gib * GiB)
+        if flags.kv_cache_memory_bytes is not None:
+            avail = flags.kv_cache_memory_bytes
+        blocks = max(avail, 0) // (layout.page_bytes * layout.group_size)
+        if best is None or blocks < best[1]:
+            best = (avail, blocks, layout, weights[stage], act, graph, stage)
+    assert best is not None
+    avail, num_blocks, layout, w, act, graph, _stage = best
+    mml = flags.max_model_len
+
+    per_request = _blocks_per_request(layout, arch, flags, mml)
+    concurrency = num_blocks / per_request if per_request else 0.0
+    if profile.engine == "V0":
+        concurrency = num_blocks * flags.block_size / mml
+    if profile.tokens_definition == "blocks":
+        tokens = num_blocks * flags.block_size
+    elif profile.tokens_definition == "blocks_per_group":
+        tokens = num_blocks // len(layout.groups) * flags.block_size
+    else:
+        tokens = int(concurrency * mml)
+    estimated = _estimate_max_len(layout, arch, flags, max(avail, 0), arch.derived_max_model_len)
+    per_token = sum(layout.page_bytes for _ in layout.layer_kinds) // flags.block_size
+    breakdown = MemoryBreakdown(
+        gpu_total_gib=round(gpu.total_gib, 2),
+        requested_gib=_round2(requested),
+        weights_gib=_round2(w),
+        activation_gib=_round2(act),
+        non_torch_gib=_round2(non_torch),
+        cudagraph_gib=_round2(graph),
+        kv_cache_gib=_round2(max(avail, 0)),
+        headroom_gib=_round2(total - requested),
+    )
+    prediction = StartupPrediction(
+        memory=breakdown,
+        kv_bytes_per_token=per_token,
+        num_blocks=int(num_blocks),
+        kv_cache_tokens=int(tokens),
+        max_concurrency=round(concurrency, 2),
+        estimated_max_model_len=estimated,
+    )
+    failure = _first_failure(arch, flags, gpu, profile, prediction, requested, free, w, act, avail, layout)
+    return prediction.model_copy(update={"failure": failure})
+
+
+def _estimate_max_len(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, avail: int, limit: int) -> int:
+    """vLLM's binary search for the longest max_model_len whose one request fits in `avail` bytes."""
+    if _needed_bytes(layout, arch, flags, 1) > avail:
+        return 0
+    lo, hi = 1, max(limit, 1)
+    if _needed_bytes(layout, arch, flags, hi) <= avail:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _needed_bytes(layout, arch, flags, mid) <= avail:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _first_failure(
+    arch: ModelArch,
+    flags: EngineFlags,
+    gpu: GPUFacts,
+    profile: VersionProfile,
+    pred: StartupPrediction,
+    requested: int,
+    free: int,
+    weights: int,
+    act: int,
+    avail: int,
+    layout: _KVLayout,
+) -> PredictedFailure | None:
+    """The first check vLLM's startup trips over, in the order vLLM runs them."""
+    total = int(gpu.total_gib * GiB)
+    if flags.max_model_len > arch.derived_max_model_len:
+        return PredictedFailure(kind=FailureKind.MAX_MODEL_LEN_TOO_LONG,
+                                message=messages.max_len_too_long_message(flags.max_model_len,
+                                                                          arch.derived_max_model_len))
+    bad = _check_parallelism(arch, flags)
+    if bad:
+        return bad
+    if profile.free_memory_check and not gpu.uma and free < requested:
+        return PredictedFailure(
+            kind=FailureKind.INSUFFICIENT_FREE_GPU_MEMORY,
+            message=messages.free_memory_message(
+                profile, device=0, free_gib=gib(free), total_gib=gpu.total_gib,
+                util=flags.gpu_memory_utilization, requested_gib=gib(requested)),
+        )
+    tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink) * GiB
+    loadable = free - tp_init
+    if weights > loadable:
+        oom = messages.cuda_oom_message(
+            device=0, tried_mib=min(1024.0, gib(weights) * 1024 / 10), total_gib=gpu.total_gib,
+            free_mib=max(gib(loadable), 0) * 1024 * 0.02, in_use_gib=gib(total - free + tp_init) + gib(loadable),
+            torch_gib=gib(loadable) * 0.98)
+        return PredictedFailure(kind=FailureKind.WEIGHTS_DO_NOT_FIT, message=messages.weights_oom_message(profile, oom))
+    if weights + act > loadable:
+        oom = messages.cuda_oom_message(
+            device=0, tried_mib=512.0, total_gib=gpu.total_gib, free_mib=64.0,
+            in_use_gib=gib(total - 64 * 2**20), torch_gib=gib(weights + act - 512 * 2**20))
+        return PredictedFailure(kind=FailureKind.CUDA_OOM_STARTUP, message=oom)
+    if avail <= 0:
+        return PredictedFailure(kind=FailureKind.NO_KV_CACHE_MEMORY, message=messages.no_kv_memory_message(profile))
+    needed = _needed_bytes(layout, arch, flags, flags.max_model_len)
+    too_small = (
+        flags.max_model_len > pred.num_blocks * flags.block_size if profile.engine == "V0" else needed > avail
+    )
+    if too_small:
+        return PredictedFailure(
+            kind=FailureKind.KV_CACHE_TOO_SMALL,
+            message=messages.kv_too_small_message(
+                profile, max_model_len=flags.max_model_len, needed_gib=gib(needed), available_gib=gib(avail),
+                estimated_max_len=pred.estimated_max_model_len, kv_tokens=pred.num_blocks * flags.block_size),
+        )
+    # After the KV cache is allocated, CUDA-graph capture and warm-up run in what is left of the GPU.
+    headroom = total - requested - int(gpu.other_used_gib * GiB)
+    if profile.others_memory_counted:
+        headroom = total - requested
+    need = tp_init
+    if not flags.enforce_eager:
+        if not profile.cudagraph_subtracted:
+            need += pred.memory.cudagraph_gib * GiB
+        if arch.quantization and arch.quantization.method == "mxfp4" and arch.is_moe:
+            need += _MXFP4_WARMUP_SHARE * act
+    if need > headroom:
+        oom = messages.cuda_oom_message(
+            device=0, tried_mib=786.0, total_gib=gpu.total_gib, free_mib=max(gib(headroom - tp_init), 0) * 1024 * 0.3,
+            in_use_gib=gib(requested + tp_init), torch_gib=gib(requested - 0.25 * GiB))
+        return PredictedFailure(kind=FailureKind.CUDA_OOM_STARTUP, message=oom)
+    return None

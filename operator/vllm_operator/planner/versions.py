@@ -1,0 +1,130 @@
+"""vLLM releases and the memory arithmetic each one uses.
+
+The eras live in `catalog/vllm_versions.yaml` (data, with sources); this module parses versions (from a plain
+string or an image tag) and answers "which rules apply to this release".
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+Version = tuple[int, int, int]
+
+# The newest vLLM release whose arithmetic this planner knows; used when no version or image tag is given.
+NEWEST_KNOWN_VERSION = "0.26.0"
+
+_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+class VersionError(ValueError):
+    """A version string or image tag we cannot read."""
+
+
+class VersionProfile(BaseModel):
+    """The rules one vLLM era applies when sizing memory (see catalog/vllm_versions.yaml)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    engine: Literal["V0", "V1"]
+    default_utilization: float
+    others_memory_counted: bool
+    free_memory_check: bool
+    cudagraph_subtracted: bool
+    tokens_definition: Literal["blocks", "blocks_per_group", "concurrency"]
+    kv_error_style: Literal["v0", "v1_gb", "v1_broken_estimate", "v1_typo", "v1_current"]
+    free_check_style: Literal["none", "no_device", "device"]
+    sampler_bytes: float = Field(description="torch bytes per sampled row per vocab entry in the profile run")
+    nontorch_gib: tuple[float, float]
+    cudagraph_scale: float
+    batch_defaults: Literal["v0", "v1_early", "v1"]
+    note: str = ""
+    version: str = Field("", description="the release this profile was resolved for")
+
+    @property
+    def version_tuple(self) -> Version:
+        return parse_version(self.version or self.since)
+
+
+def parse_version(text: str) -> Version:
+    """'0.11.0', 'v0.8.5.post1', '0.11.0+582e4e37.nv25.11' → (major, minor, patch)."""
+    match = _VERSION_RE.search(text.strip())
+    if not match:
+        raise VersionError(f"cannot read a vLLM version from {text!r}; expected something like 0.11.0")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def version_from_image(image: str) -> str | None:
+    """The vLLM version an image tag names ('vllm/vllm-openai:v0.11.0' → '0.11.0'); None for 'latest'/digests."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    tag = last.split(":", 1)[1]
+    match = _VERSION_RE.search(tag)
+    if not match:
+        return None
+    return f"{match.group(1)}.{match.group(2)}.{match.group(3) or 0}"
+
+
+@lru_cache(maxsize=1)
+def _eras() -> tuple[VersionProfile, ...]:
+    text = resources.files("vllm_operator.catalog").joinpath("vllm_versions.yaml").read_text()
+    rows = yaml.safe_load(text)["eras"]
+    eras = tuple(VersionProfile(**row) for row in rows)
+    return tuple(sorted(eras, key=lambda e: parse_version(e.since)))
+
+
+def profile_for(version: str | None) -> VersionProfile:
+    """The era rules for a release (None → the newest known release)."""
+    wanted = parse_version(version or NEWEST_KNOWN_VERSION)
+    eras = _eras()
+    chosen = eras[0]
+    for era in eras:
+        if parse_version(era.since) <= wanted:
+            chosen = era
+    text = ".".join(str(p) for p in wanted)
+    return chosen.model_copy(update={"version": text})
+
+
+class BatchDefaults(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    reason: str
+
+
+def batch_defaults(
+    profile: VersionProfile,
+    *,
+    gpu_memory_gib: float,
+    is_a100: bool,
+    max_model_len: int,
+    chunked_prefill: bool = True,
+) -> BatchDefaults:
+    """vLLM's own max_num_seqs / max_num_batched_tokens defaults for the OpenAI server (EngineArgs.get_batch_defaults)."""
+    if profile.batch_defaults == "v0":
+        if max_model_len > 32768 or chunked_prefill and max_model_len > 32768:
+            return BatchDefaults(max_num_seqs=256, max_num_batched_tokens=512,
+                                 reason="V0 default: chunked prefill (auto above 32k context) with 512 tokens")
+        return BatchDefaults(max_num_seqs=256, max_num_batched_tokens=max(max_model_len, 2048),
+                             reason="V0 default: 256 sequences, max(max_model_len, 2048) batched tokens")
+    large = gpu_memory_gib >= 70 and not (is_a100 and profile.batch_defaults == "v1")
+    if large:
+        seqs, tokens = 1024, 8192
+        why = "vLLM default on GPUs with >= 70 GiB (not A100): 1024 sequences, 8192 batched tokens"
+    else:
+        seqs, tokens = 256, 2048
+        why = "vLLM default on GPUs under 70 GiB (and A100): 256 sequences, 2048 batched tokens"
+    if not chunked_prefill:
+        tokens = max(tokens, max_model_len)
+    tokens = min(tokens, seqs * max_model_len)
+    seqs = min(seqs, tokens)
+    return BatchDefaults(max_num_seqs=seqs, max_num_batched_tokens=tokens, reason=why)
