@@ -31,6 +31,8 @@ _TP_CHOICES = (1, 2, 4, 8, 16)
 _FP8_KV_GPUS_MIN_CC = 8.9
 _MARGIN_GIB = 0.25          # slack kept below what other tenants leave free
 _MIN_USEFUL_LEN = 1024
+_UNPINNABLE = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+               "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "block_size")
 
 
 class PinnedFlags(BaseModel):
@@ -307,7 +309,11 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
     prediction = _predict(request, profile, flags)
     if pinned_len is None:
         fit = min(prediction.estimated_max_model_len, target)
-        if fit < target:
+        if fit < min(_MIN_USEFUL_LEN, target):
+            length = target  # not even a short request fits: keep the target and let the failure say why
+            notes.append(f"max-model-len {length}: not even {min(_MIN_USEFUL_LEN, target)} tokens of KV cache fit "
+                         f"in what is left per GPU ({prediction.memory.kv_cache_gib:.2f} GiB).")
+        elif fit < target:
             length = _round_len(fit)
             notes.append(
                 f"max-model-len {length}: the model allows {arch.derived_max_model_len}, but one request of that "
@@ -467,12 +473,14 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     reasons = [
         f"Model {arch.model_id}: {arch.family}, {arch.num_layers} layers, {arch.num_kv_heads} KV heads × "
         f"{arch.head_dim}, {mem.weights_gib:.2f} GiB of weights per GPU at TP={flags.tensor_parallel_size}.",
-        f"GPU {gpu.name}: vLLM sees {gpu.reported_gib:.2f} GiB; vLLM {profile.version} ({profile.engine}) rules: "
-        f"{profile.note}.",
+        f"GPU {gpu.name}: vLLM sees {gpu.reported_gib:.2f} GiB. vLLM {profile.version} ({profile.engine} engine) "
+        f"sizes memory by the rules of releases since {profile.since}: {profile.note}.",
     ]
     tp = flags.tensor_parallel_size
     if request.pinned.tensor_parallel_size:
         reasons.append(f"tensor-parallel-size {tp} is pinned.")
+    elif not fits:
+        reasons.append(f"tensor-parallel-size {tp}: no size up to the {request.gpu_count} GPU(s) allowed fits.")
     elif tp == 1:
         reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
     else:
@@ -522,6 +530,18 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
 
     arch = request.arch
     found: list[Option] = []
+    # a pinned flag that cannot work: what the planner would choose instead, one flag at a time
+    for name in _UNPINNABLE:
+        value = getattr(request.pinned, name)
+        if value is None:
+            continue
+        relaxed_pins = request.pinned.model_copy(update={name: None})
+        option = attempt(f"unpin {name.replace('_', '-')} (pinned {value})",
+                         request.model_copy(update={"pinned": relaxed_pins}))
+        if option:
+            option.summary = (f"Change the pinned {name.replace('_', '-')} from {value} to "
+                              f"{option.flags.get(name, 'vLLM default')}")
+            found.append(option)
     # more GPUs of the same kind
     if not request.pinned.tensor_parallel_size:
         for count in (2, 4, 8):

@@ -1,0 +1,67 @@
+"""A plan for a person: one bar of the GPU's memory and the reasons, readable in ten seconds."""
+
+from __future__ import annotations
+
+from .plan import Plan
+
+_WIDTH = 60
+_SEGMENTS = (  # (label, glyph)
+    ("weights", "█"),
+    ("activation", "▓"),
+    ("overhead", "▒"),
+    ("KV cache", "░"),
+    ("headroom", "·"),
+)
+
+
+def memory_segments(result: Plan) -> list[tuple[str, float]]:
+    """The GPU's memory in the order vLLM fills it (GiB per GPU)."""
+    mem = result.memory
+    graphs_inside = mem.cudagraph_gib if mem.kv_cache_gib + mem.weights_gib + mem.activation_gib + mem.non_torch_gib \
+        + mem.cudagraph_gib <= mem.requested_gib + 0.02 else 0.0
+    overhead = mem.non_torch_gib + graphs_inside
+    used = mem.weights_gib + mem.activation_gib + overhead + mem.kv_cache_gib
+    headroom = max(mem.gpu_total_gib - used, 0.0)
+    return [("weights", mem.weights_gib), ("activation", mem.activation_gib), ("overhead", overhead),
+            ("KV cache", mem.kv_cache_gib), ("headroom", headroom)]
+
+
+def memory_bar(result: Plan, width: int = _WIDTH) -> str:
+    segments = memory_segments(result)
+    total = max(sum(size for _, size in segments), 1e-9)
+    glyphs = dict(_SEGMENTS)
+    cells: list[str] = []
+    for label, size in segments:
+        cells.append(glyphs[label] * round(size / total * width))
+    bar = "".join(cells)[:width].ljust(width, glyphs["headroom"])
+    return f"[{bar}]"
+
+
+def render_plan_text(result: Plan) -> str:
+    pred = result.prediction
+    verdict = "FITS" if result.fits else "DOES NOT FIT"
+    lines = [
+        f"{verdict}: {result.model_id} on {result.gpu_count}× {result.gpu} with vLLM {result.vllm_version}",
+        "",
+        f"GPU memory per GPU ({result.memory.gpu_total_gib:.2f} GiB as vLLM sees it):",
+        "  " + memory_bar(result),
+        "  " + "  ".join(f"{glyph} {label} {size:.2f}" for (label, size), (_, glyph) in
+                         zip(memory_segments(result), _SEGMENTS, strict=True)),
+        "",
+        f"KV cache: {pred.kv_cache_tokens:,} tokens, {pred.max_concurrency:.2f} concurrent requests of "
+        f"{result.flags.get('max_model_len')} tokens (longest single request: {pred.estimated_max_model_len:,}).",
+        "",
+        "vllm serve " + result.model_id + " " + " ".join(result.args()),
+    ]
+    if result.failure:
+        lines += ["", f"vLLM would fail with {result.failure.kind}:", "  " + result.failure.message]
+    lines += ["", "Why:"] + [f"  - {reason}" for reason in result.reasons]
+    if result.options:
+        lines += ["", "Options that would fit:"]
+        for option in result.options:
+            lines.append(f"  - {option.summary}: {option.gpu_count}× {option.gpu}, max-model-len "
+                         f"{option.max_model_len}, {option.kv_cache_tokens:,} KV tokens "
+                         f"({option.max_concurrency:.2f}× concurrency)")
+    elif not result.fits:
+        lines += ["", "No option within the catalog fits: this model needs more or larger GPUs than we know of."]
+    return "\n".join(lines)
