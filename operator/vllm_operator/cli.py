@@ -17,8 +17,8 @@ import yaml
 from .planner import ArchError, PinnedFlags, Plan, PlanRequest, VersionError, Workload, plan
 from .planner.arch import arch_from_config
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
-from .planner.versions import NEWEST_KNOWN_VERSION, parse_version, version_from_image
 from .planner.report import render_plan_text
+from .planner.versions import NEWEST_KNOWN_VERSION, parse_version, version_from_image
 
 
 class UsageError(Exception):
