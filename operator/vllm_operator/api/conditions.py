@@ -1,0 +1,289 @@
+"""Condition types and reasons of a VLLMService, and pure helpers to update and fold its status.
+
+Everything here is a pure function of its arguments (time is passed in), so handlers can compute the new
+status, compare it with the old one, and write only when something changed.
+
+Conventions, as in Kubernetes' `metav1.Condition`:
+
+* `lastTransitionTime` moves only when a condition's `status` changes; a new reason or message alone
+  does not move it.
+* Each condition records the `observedGeneration` of the spec it was computed from.
+* Reasons are CamelCase constants from this module, never free text; the message carries the detail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from vllm_operator.api.v1alpha1 import Condition, VLLMServiceStatus
+
+__all__ = [
+    "ALL_REASONS",
+    "CONDITION_TYPES",
+    "ConditionStatus",
+    "ConditionUpdate",
+    "find_condition",
+    "fold_conditions",
+    "fold_status",
+    "format_time",
+    "is_true",
+    "set_condition",
+    "status_patch",
+]
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+TRUE: Final = "True"
+FALSE: Final = "False"
+UNKNOWN: Final = "Unknown"
+
+# --------------------------------------------------------------------------------------------------
+# Condition types
+# --------------------------------------------------------------------------------------------------
+
+#: The model is served: at least the desired number of pods is ready (or replicas is 0).
+READY: Final = "Ready"
+#: The operator is moving toward the desired state: rolling out, planning, or remediating.
+PROGRESSING: Final = "Progressing"
+#: Something needs a person: invalid spec, no plan fits, or remediation gave up.
+DEGRADED: Final = "Degraded"
+#: The model and workload fit the GPUs with the planned flags.
+PLAN_FEASIBLE: Final = "PlanFeasible"
+
+CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE)
+
+# --------------------------------------------------------------------------------------------------
+# Reasons
+# --------------------------------------------------------------------------------------------------
+
+# Planning (PlanFeasible, and Degraded when it fails)
+PLAN_FITS: Final = "PlanFits"
+PLAN_INFEASIBLE: Final = "PlanInfeasible"
+PLANNING: Final = "Planning"
+INVALID_SPEC: Final = "InvalidSpec"
+GPU_NOT_FOUND: Final = "GPUNotFound"
+MODEL_NOT_FOUND: Final = "ModelNotFound"
+MODEL_CONFIG_UNAVAILABLE: Final = "ModelConfigUnavailable"
+
+# Rollout (Ready, Progressing)
+DEPLOYING: Final = "Deploying"
+AVAILABLE: Final = "Available"
+PODS_NOT_READY: Final = "PodsNotReady"
+SCALED_TO_ZERO: Final = "ScaledToZero"
+ROLLOUT_COMPLETE: Final = "RolloutComplete"
+
+# Remediation (Progressing, Degraded)
+REMEDIATING: Final = "Remediating"
+REMEDIATION_EXHAUSTED: Final = "RemediationExhausted"
+REMEDIATION_DISABLED: Final = "RemediationDisabled"
+STEPPED_BACK: Final = "SteppedBack"
+
+# Failure classes read from vLLM pods (Degraded, Ready=False)
+KV_CACHE_TOO_SMALL: Final = "KVCacheTooSmall"
+NO_CACHE_BLOCKS: Final = "NoCacheBlocks"
+INSUFFICIENT_FREE_GPU_MEMORY: Final = "InsufficientFreeGPUMemory"
+CUDA_OUT_OF_MEMORY: Final = "CUDAOutOfMemory"
+CONTAINER_OOM_KILLED: Final = "ContainerOOMKilled"
+CONTAINER_CRASH_LOOP_BACK_OFF: Final = "ContainerCrashLoopBackOff"
+STARTUP_TIMEOUT: Final = "StartupTimeout"
+IMAGE_PULL_FAILED: Final = "ImagePullFailed"
+UNSCHEDULABLE: Final = "Unschedulable"
+
+# Healthy
+AS_EXPECTED: Final = "AsExpected"
+
+ALL_REASONS: Final[tuple[str, ...]] = (
+    PLAN_FITS,
+    PLAN_INFEASIBLE,
+    PLANNING,
+    INVALID_SPEC,
+    GPU_NOT_FOUND,
+    MODEL_NOT_FOUND,
+    MODEL_CONFIG_UNAVAILABLE,
+    DEPLOYING,
+    AVAILABLE,
+    PODS_NOT_READY,
+    SCALED_TO_ZERO,
+    ROLLOUT_COMPLETE,
+    REMEDIATING,
+    REMEDIATION_EXHAUSTED,
+    REMEDIATION_DISABLED,
+    STEPPED_BACK,
+    KV_CACHE_TOO_SMALL,
+    NO_CACHE_BLOCKS,
+    INSUFFICIENT_FREE_GPU_MEMORY,
+    CUDA_OUT_OF_MEMORY,
+    CONTAINER_OOM_KILLED,
+    CONTAINER_CRASH_LOOP_BACK_OFF,
+    STARTUP_TIMEOUT,
+    IMAGE_PULL_FAILED,
+    UNSCHEDULABLE,
+    AS_EXPECTED,
+)
+
+#: Kubernetes caps a condition message at 32768 characters.
+MAX_MESSAGE_LENGTH: Final = 32768
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def format_time(now: datetime) -> str:
+    """RFC 3339 in UTC with second precision (`2025-01-02T03:04:05Z`), as the API server stores it."""
+    if now.tzinfo is None:
+        raise ValueError("a timezone-aware datetime is required (use datetime.now(UTC))")
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ConditionUpdate:
+    """The desired state of one condition, without the bookkeeping fields."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+
+
+def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
+    """The condition of this type, or None."""
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def is_true(conditions: Iterable[Condition], type_: str) -> bool:
+    """Whether the condition of this type exists and is True."""
+    found = find_condition(conditions, type_)
+    return found is not None and found.status == TRUE
+
+
+def _truncate(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_LENGTH:
+        return message
+    return message[: MAX_MESSAGE_LENGTH - 3] + "..."
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    update: ConditionUpdate,
+    *,
+    observed_generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """A new list with `update` applied; the input is not modified.
+
+    An existing condition keeps its position and its `lastTransitionTime` unless its status changes;
+    a new condition is appended with `lastTransitionTime = now`.
+    """
+    new_list: list[Condition] = []
+    replaced = False
+    for current in conditions:
+        if current.type != update.type:
+            new_list.append(current)
+            continue
+        replaced = True
+        transition = current.last_transition_time if current.status == update.status else format_time(now)
+        new_list.append(
+            Condition(
+                type=update.type,
+                status=update.status,
+                reason=update.reason,
+                message=_truncate(update.message),
+                observed_generation=observed_generation,
+                last_transition_time=transition,
+            )
+        )
+    if not replaced:
+        new_list.append(
+            Condition(
+                type=update.type,
+                status=update.status,
+                reason=update.reason,
+                message=_truncate(update.message),
+                observed_generation=observed_generation,
+                last_transition_time=format_time(now),
+            )
+        )
+    return new_list
+
+
+def fold_conditions(
+    conditions: Sequence[Condition],
+    updates: Iterable[ConditionUpdate],
+    *,
+    observed_generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """Apply `updates` in order with `set_condition` (a later update of the same type wins)."""
+    result = list(conditions)
+    for update in updates:
+        result = set_condition(result, update, observed_generation=observed_generation, now=now)
+    return result
+
+
+def fold_status(
+    status: VLLMServiceStatus | Mapping[str, Any] | None,
+    *,
+    conditions: Iterable[ConditionUpdate] = (),
+    observed_generation: int | None,
+    now: datetime,
+    **changes: Any,
+) -> VLLMServiceStatus:
+    """The next status: `status` with condition updates folded in and the given fields replaced.
+
+    `status` may be the model, the raw dict from the API (kopf's `status` argument) or None. `changes` are
+    VLLMServiceStatus fields by their Python name (`plan=PlanStatus(...)`, `ready_replicas=2`); passing
+    None clears a field. `observedGeneration` is set to `observed_generation`. The input is not modified.
+    """
+    current = _as_status(status)
+    unknown = set(changes) - set(VLLMServiceStatus.model_fields)
+    if unknown:
+        raise TypeError(f"not VLLMServiceStatus fields: {', '.join(sorted(unknown))}")
+    folded = fold_conditions(current.conditions, conditions, observed_generation=observed_generation, now=now)
+    data = {name: getattr(current, name) for name in VLLMServiceStatus.model_fields}
+    data.update(changes)
+    data["conditions"] = folded
+    data["observed_generation"] = observed_generation
+    return VLLMServiceStatus.model_validate(data)
+
+
+def _as_status(status: VLLMServiceStatus | Mapping[str, Any] | None) -> VLLMServiceStatus:
+    if status is None:
+        return VLLMServiceStatus()
+    if isinstance(status, VLLMServiceStatus):
+        return status
+    return VLLMServiceStatus.model_validate(dict(status))
+
+
+def _merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch turning `old` into `new` (lists are replaced whole)."""
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = _merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif key not in old or before != value:
+            patch[key] = value
+    return patch
+
+
+def status_patch(old: VLLMServiceStatus | Mapping[str, Any] | None, new: VLLMServiceStatus) -> dict[str, Any]:
+    """A JSON merge patch for the status subresource turning `old` into `new`; `{}` when nothing changed.
+
+    Both sides are compared as parsed models, so formatting differences in what the API returns (80 vs
+    80.0) do not count as changes. kopf's own bookkeeping under `status.kopf`, and any field this model
+    does not know, are left alone.
+    """
+    old_dict = _as_status(old).to_dict()
+    old_dict.pop("kopf", None)
+    new_dict = new.to_dict()
+    new_dict.pop("kopf", None)
+    return _merge_patch(old_dict, new_dict)

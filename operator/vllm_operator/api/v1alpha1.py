@@ -1,0 +1,1409 @@
+"""The `VLLMService` API, version v1alpha1: the single source of truth for the CRD.
+
+`vllm_operator.api.crd` generates the CustomResourceDefinition from these models, so every field
+description here is what `kubectl explain vllmservice.spec...` shows.
+
+Conventions:
+
+* Python attributes are snake_case; YAML/JSON names are camelCase (`alias_generator=to_camel`), and both
+  are accepted on input (`populate_by_name=True`). Spec models reject unknown fields (`extra="forbid"`)
+  so a typo such as `maxModelLength` is reported instead of silently ignored. They are strict about
+  JSON types (`enforceEager: "yes"` is an error, not True), as the API server is.
+* Defaults live here, in code, and are *not* emitted as server-side `default:` in the CRD. A server-side
+  default rewrites every stored object, so a GitOps tool sees a diff between git and the cluster for a
+  field nobody wrote. The one exception is `spec.replicas` (see its description): the scale subresource
+  fails a GET when the replicas path is absent, so it must always be present.
+* Cross-field rules are written twice on purpose: as CEL (`x-kubernetes-validations`, enforced by the
+  API server at admission) and as Python checks here (the operator, the CLI preview and the emulated API
+  server in tests do not run CEL). Each CEL rule has an `id`; the Python check reporting the same
+  violation uses the same id, and the tests check that every CEL rule has its mirror.
+* Status models ignore unknown fields: status is written by the operator only, and an older or newer
+  operator must still be able to read what another version wrote.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "API_VERSION",
+    "CRD_NAME",
+    "DEFAULT_GPU_MAX_COUNT",
+    "DEFAULT_HF_TOKEN_KEY",
+    "DEFAULT_IMAGE",
+    "DEFAULT_MODEL_CACHE_MOUNT_PATH",
+    "DEFAULT_SERVICE_PORT",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "QUANTIZATION_METHODS",
+    "SHORT_NAMES",
+    "SINGULAR",
+    "VERSION",
+    "CelRule",
+    "Condition",
+    "ConfigMapModelRef",
+    "EnvVar",
+    "FlagValue",
+    "GPUSpec",
+    "GPUStatus",
+    "HFTokenSecretRef",
+    "MemoryBreakdown",
+    "MetricsStatus",
+    "ModelCacheSpec",
+    "ModelSpec",
+    "PinnedFlags",
+    "PlanFailure",
+    "PlanOption",
+    "PlanStatus",
+    "PrometheusSpec",
+    "RemediationEvent",
+    "RemediationSpec",
+    "RemediationStatus",
+    "ResourcesSpec",
+    "RuleViolation",
+    "ServiceSpec",
+    "SpecError",
+    "SpecValidationError",
+    "Toleration",
+    "VLLMService",
+    "VLLMServiceSpec",
+    "VLLMServiceStatus",
+    "WorkloadSpec",
+    "parse_spec",
+    "validate_spec",
+    "vllm_cli_flag",
+]
+
+# --------------------------------------------------------------------------------------------------
+# Identity of the API
+# --------------------------------------------------------------------------------------------------
+
+GROUP = "vllm-operator.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "VLLMService"
+PLURAL = "vllmservices"
+SINGULAR = "vllmservice"
+SHORT_NAMES: tuple[str, ...] = ("vllms",)
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# --------------------------------------------------------------------------------------------------
+# Defaults (in code, not in the CRD: see the module docstring)
+# --------------------------------------------------------------------------------------------------
+
+#: The vLLM image used when `spec.image` is unset. The planner's memory model is calibrated for it.
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.11.0"
+DEFAULT_GPU_MAX_COUNT = 8
+DEFAULT_HF_TOKEN_KEY = "HF_TOKEN"
+DEFAULT_MODEL_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
+DEFAULT_SERVICE_PORT = 8000
+DEFAULT_CONFIG_KEY = "config.json"
+DEFAULT_SAFETENSORS_INDEX_KEY = "model.safetensors.index.json"
+
+#: Marks the one field whose pydantic default is also emitted as a server-side CRD default.
+SERVER_SIDE_DEFAULT = "x-vllm-operator-server-side-default"
+
+# --------------------------------------------------------------------------------------------------
+# Reusable field types
+# --------------------------------------------------------------------------------------------------
+
+#: Kubernetes' resource.Quantity syntax, without a sign (requests are never negative).
+QUANTITY_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+#: A Hugging Face repository id: `name` or `org/name`.
+HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+
+
+def _quantity_from_int(value: Any) -> Any:
+    # YAML `cpu: 4` arrives as an int; Kubernetes accepts it, so do we. bool is an int subclass: refuse it.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+#: A Kubernetes quantity such as `64Gi`, `500m` or `4`, stored as a string.
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_from_int),
+    StringConstraints(pattern=QUANTITY_PATTERN),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+
+#: An arbitrary JSON object kept as-is by the API server (no pruning, no schema).
+FreeForm = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+#: The value of one vLLM flag: a bool, a number or a string.
+FlagValue = bool | int | float | str
+
+#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`), e.g. a plan or a remediation profile.
+FlagMap = Annotated[
+    dict[str, FlagValue],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+
+#: vLLM's `--quantization` methods (vLLM 0.11). Also the values of `quant_method` in a config.json.
+Quantization = Literal[
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "gptq_marlin_24",
+    "gptq_bitblas",
+    "bitblas",
+    "fp8",
+    "ptpc_fp8",
+    "fbgemm_fp8",
+    "modelopt",
+    "modelopt_fp4",
+    "compressed-tensors",
+    "bitsandbytes",
+    "gguf",
+    "hqq",
+    "experts_int8",
+    "moe_wna16",
+    "torchao",
+    "quark",
+    "auto-round",
+    "inc",
+    "rtn",
+    "mxfp4",
+    "petit_nvfp4",
+    "tpu_int8",
+    "ipex",
+]
+QUANTIZATION_METHODS: tuple[str, ...] = get_args(Quantization)
+
+KVCacheDType = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]
+ModelDType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
+BlockSize = Literal[1, 8, 16, 32, 64, 128]
+MaxLoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-field rules: CEL for the API server, mirrored by Python checks
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One `x-kubernetes-validations` entry. `self` in `rule` is the object of the model that owns it."""
+
+    id: str
+    rule: str
+    message: str
+    field_path: str | None = None  # Kubernetes fieldPath, relative to the rule's object: ".count"
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+@dataclass(frozen=True)
+class RuleViolation:
+    """A cross-field rule that a model breaks. `field` is camelCase, relative to the model."""
+
+    rule: str
+    field: str
+    message: str
+
+
+def _json_schema_extra(schema: dict[str, Any], cls: type[Any]) -> None:
+    rules: tuple[CelRule, ...] = getattr(cls, "CEL_RULES", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [rule.to_k8s() for rule in rules]
+
+
+def _raise_violations(violations: list[RuleViolation]) -> None:
+    if violations:
+        raise PydanticCustomError(
+            "spec_rule",
+            "; ".join(f"{v.field}: {v.message}" for v in violations),
+            {"violations": [{"rule": v.rule, "field": v.field, "message": v.message} for v in violations]},
+        )
+
+
+class _Model(BaseModel):
+    """Base of every spec model: camelCase aliases, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        strict=True,
+        protected_namespaces=(),
+        json_schema_extra=_json_schema_extra,
+    )
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object as Kubernetes stores it: camelCase keys, JSON types, unset (None) fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class _StatusModel(_Model):
+    """Base of status models: tolerant of fields written by another operator version."""
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# spec.model
+# --------------------------------------------------------------------------------------------------
+
+
+class ConfigMapModelRef(_Model):
+    """A ConfigMap in the VLLMService's namespace holding the model's config.json and safetensors index."""
+
+    name: str = Field(min_length=1, description="Name of the ConfigMap, in the VLLMService's namespace.")
+    config_key: str = Field(
+        default=DEFAULT_CONFIG_KEY,
+        min_length=1,
+        description=f"Key holding the model's config.json. Defaults to `{DEFAULT_CONFIG_KEY}`.",
+    )
+    safetensors_index_key: str = Field(
+        default=DEFAULT_SAFETENSORS_INDEX_KEY,
+        min_length=1,
+        description=(
+            "Key holding the model's safetensors index (its `metadata.total_size` gives the weights' size). "
+            f"Defaults to `{DEFAULT_SAFETENSORS_INDEX_KEY}`; a missing key is not an error."
+        ),
+    )
+
+
+class ModelSpec(_Model):
+    """The model to serve and the facts the planner needs about it."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=HF_MODEL_ID_PATTERN,
+        description="Hugging Face model id, e.g. `Qwen/Qwen2.5-7B-Instruct`. Passed to vLLM as the model.",
+    )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Branch, tag or commit of the model repository. Defaults to the repository's main branch.",
+    )
+    config: FreeForm | None = Field(
+        default=None,
+        description=(
+            "The model's config.json, inline. The planner reads the architecture (layers, heads, hidden size, "
+            "max_position_embeddings, dtype) from it. When neither this nor `configMapRef` is set the operator "
+            "fetches config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
+        ),
+    )
+    safetensors_index: FreeForm | None = Field(
+        default=None,
+        description=(
+            "The model's model.safetensors.index.json, inline, or just `{totalSize: <bytes>}`. Only the weights' "
+            "total size is used (`metadata.total_size` or `totalSize`)."
+        ),
+    )
+    config_map_ref: ConfigMapModelRef | None = Field(
+        default=None,
+        description="Read config.json and the safetensors index from a ConfigMap instead of the Hugging Face Hub.",
+    )
+    quantization: Quantization | None = Field(
+        default=None,
+        description=(
+            "How the checkpoint is quantized, as vLLM names it (config.json `quantization_config.quant_method`). "
+            "Used to size the weights when config.json does not say; `flags.quantization` pins vLLM's "
+            "`--quantization` separately."
+        ),
+    )
+    served_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Name clients use in the OpenAI API (`--served-model-name`). Defaults to `name`.",
+    )
+
+    def weights_bytes(self) -> int | None:
+        """Total size of the weights from the inline safetensors index, or None when not given inline."""
+        index = self.safetensors_index
+        if not index:
+            return None
+        metadata = index.get("metadata")
+        candidates = [index.get("totalSize")]
+        if isinstance(metadata, dict):
+            candidates.insert(0, metadata.get("total_size"))
+        for value in candidates:
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> ModelSpec:
+        violations: list[RuleViolation] = []
+        if self.safetensors_index is not None and self.weights_bytes() is None:
+            violations.append(
+                RuleViolation(
+                    "safetensors-index-total-size",
+                    "safetensorsIndex",
+                    "must contain the weights' size in bytes as `metadata.total_size` (as in "
+                    "model.safetensors.index.json) or `totalSize`, a positive integer",
+                )
+            )
+        _raise_violations(violations)
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# spec.gpu
+# --------------------------------------------------------------------------------------------------
+
+
+class GPUSpec(_Model):
+    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="gpu-count-within-max-count",
+            rule=(
+                f"!has(self.count) || self.count <= (has(self.maxCount) ? self.maxCount : {DEFAULT_GPU_MAX_COUNT})"
+            ),
+            message=f"gpu.count must not exceed gpu.maxCount (default {DEFAULT_GPU_MAX_COUNT}); "
+            "raise gpu.maxCount or lower gpu.count",
+            field_path=".count",
+        ),
+    )
+
+    product: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "GPU product: a catalog name (e.g. `H100-80GB`) or a GPU Feature Discovery label value "
+            "(`nvidia.com/gpu.product`, e.g. `NVIDIA-H100-80GB-HBM3`). When set, pods are scheduled on nodes "
+            "with that product. When unset, the operator discovers it from the labels of the schedulable nodes."
+        ),
+    )
+    count: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "GPUs per pod. When unset the planner picks the smallest count (tensor parallel size) that fits "
+            "the model and the workload, up to `maxCount`."
+        ),
+    )
+    max_count: int = Field(
+        default=DEFAULT_GPU_MAX_COUNT,
+        ge=1,
+        le=64,
+        description=(
+            "Upper bound on GPUs per pod for the planner and for remediation that steps up. "
+            f"Defaults to {DEFAULT_GPU_MAX_COUNT}."
+        ),
+    )
+    memory_gib: float | None = Field(
+        default=None,
+        alias="memoryGiB",
+        gt=0,
+        description=(
+            "Total memory of one GPU in GiB. Overrides the catalog and the `nvidia.com/gpu.memory` node label; "
+            "use it for MIG slices or GPUs missing from the catalog."
+        ),
+    )
+
+    def _violations(self) -> list[RuleViolation]:
+        if self.count is not None and self.count > self.max_count:
+            return [
+                RuleViolation(
+                    "gpu-count-within-max-count",
+                    "count",
+                    f"gpu.count ({self.count}) exceeds gpu.maxCount ({self.max_count}); "
+                    "raise gpu.maxCount or lower gpu.count",
+                )
+            ]
+        return []
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> GPUSpec:
+        _raise_violations(self._violations())
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# spec.flags
+# --------------------------------------------------------------------------------------------------
+
+
+def vllm_cli_flag(name: str) -> str:
+    """vLLM's command-line spelling of a snake_case option: `max_model_len` -> `--max-model-len`."""
+    return "--" + name.replace("_", "-")
+
+
+class PinnedFlags(_Model):
+    """vLLM flags pinned by the user.
+
+    The planner never changes a pinned flag, and neither does remediation: it plans around them, and
+    reports the plan infeasible when a pin makes it so. Unset flags are planned.
+    """
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="max-lora-rank-needs-lora",
+            rule="!has(self.maxLoraRank) || (has(self.enableLora) && self.enableLora)",
+            message="flags.maxLoraRank only applies with flags.enableLora: true; set enableLora or remove maxLoraRank",
+            field_path=".maxLoraRank",
+        ),
+        CelRule(
+            id="batched-tokens-at-least-seqs",
+            rule=(
+                "!has(self.maxNumBatchedTokens) || !has(self.maxNumSeqs) "
+                "|| self.maxNumBatchedTokens >= self.maxNumSeqs"
+            ),
+            message="flags.maxNumBatchedTokens must be at least flags.maxNumSeqs (vLLM refuses to start otherwise)",
+            field_path=".maxNumBatchedTokens",
+        ),
+    )
+
+    tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="`--tensor-parallel-size`: GPUs each layer is split across."
+    )
+    pipeline_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="`--pipeline-parallel-size`: pipeline stages (GPUs per pod = TP x PP).",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="`--gpu-memory-utilization`: fraction of each GPU's total memory vLLM may use, in (0, 1].",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=16, description="`--max-model-len`: the longest prompt + output, in tokens."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="`--max-num-seqs`: the most sequences scheduled in one step."
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="`--max-num-batched-tokens`: the most tokens scheduled in one step."
+    )
+    kv_cache_dtype: KVCacheDType | None = Field(
+        default=None, description="`--kv-cache-dtype`: data type of the KV cache; fp8 halves its size."
+    )
+    quantization: Quantization | None = Field(
+        default=None, description="`--quantization`: the quantization kernel vLLM uses for the weights."
+    )
+    dtype: ModelDType | None = Field(
+        default=None, description="`--dtype`: data type of weights and activations."
+    )
+    enforce_eager: bool | None = Field(
+        default=None,
+        description="`--enforce-eager`: disable CUDA graphs (saves their memory, costs latency).",
+    )
+    block_size: BlockSize | None = Field(
+        default=None, description="`--block-size`: tokens per KV cache block."
+    )
+    enable_prefix_caching: bool | None = Field(
+        default=None, description="`--enable-prefix-caching` / `--no-enable-prefix-caching`."
+    )
+    enable_chunked_prefill: bool | None = Field(
+        default=None, description="`--enable-chunked-prefill` / `--no-enable-chunked-prefill`."
+    )
+    cpu_offload_gb: float | None = Field(
+        default=None, ge=0, description="`--cpu-offload-gb`: GiB of weights per GPU kept in host memory."
+    )
+    swap_space: float | None = Field(
+        default=None, ge=0, description="`--swap-space`: GiB of host memory per GPU for swapped KV blocks."
+    )
+    enable_lora: bool | None = Field(default=None, description="`--enable-lora`: serve LoRA adapters.")
+    max_lora_rank: MaxLoraRank | None = Field(
+        default=None, description="`--max-lora-rank`: the largest LoRA rank served (needs `enableLora`)."
+    )
+    trust_remote_code: bool | None = Field(
+        default=None, description="`--trust-remote-code`: run the model repository's own Python code."
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "`--kv-cache-memory-bytes`: KV cache size per GPU in bytes. vLLM then skips sizing the cache from "
+            "`gpuMemoryUtilization` (which still bounds the startup free-memory check)."
+        ),
+    )
+
+    def to_vllm(self) -> dict[str, Any]:
+        """The pinned flags by vLLM's snake_case name (`max_model_len`), set fields only."""
+        return {name: value for name, value in self if value is not None}
+
+    @classmethod
+    def field_path(cls, name: str) -> str:
+        """`spec.flags.<camelCase>` for a flag given by its vLLM (snake_case) or camelCase name."""
+        for field_name, info in cls.model_fields.items():
+            alias = info.alias or field_name
+            if name in (field_name, alias):
+                return f"spec.flags.{alias}"
+        raise KeyError(f"{name!r} is not a pinnable vLLM flag")
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        if self.max_lora_rank is not None and not self.enable_lora:
+            out.append(
+                RuleViolation(
+                    "max-lora-rank-needs-lora",
+                    "maxLoraRank",
+                    "flags.maxLoraRank only applies with flags.enableLora: true; "
+                    "set enableLora or remove maxLoraRank",
+                )
+            )
+        if (
+            self.max_num_batched_tokens is not None
+            and self.max_num_seqs is not None
+            and self.max_num_batched_tokens < self.max_num_seqs
+        ):
+            out.append(
+                RuleViolation(
+                    "batched-tokens-at-least-seqs",
+                    "maxNumBatchedTokens",
+                    f"flags.maxNumBatchedTokens ({self.max_num_batched_tokens}) is below flags.maxNumSeqs "
+                    f"({self.max_num_seqs}); vLLM refuses to start: raise maxNumBatchedTokens or lower maxNumSeqs",
+                )
+            )
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> PinnedFlags:
+        _raise_violations(self._violations())
+        return self
+
+
+#: vLLM options the operator sets itself from other spec fields (not pinnable through `flags`).
+OPERATOR_OWNED_FLAGS: dict[str, str] = {
+    "model": "spec.model.name",
+    "revision": "spec.model.revision",
+    "served_model_name": "spec.model.servedName",
+    "port": "spec.service.port",
+    "host": "",  # the operator binds all interfaces so probes and the Service reach vLLM
+}
+
+#: vLLM's short aliases for long options.
+VLLM_SHORT_FLAGS: dict[str, str] = {
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "q": "quantization",
+}
+
+
+def _managed_flag_of(arg: str) -> str | None:
+    """The snake_case vLLM option an extra argument sets, when the operator manages it; else None."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
+        return None  # a value (including a negative number), not an option
+    long_form = arg.startswith("--")
+    name = arg.lstrip("-").split("=", 1)[0].replace("-", "_")
+    if not long_form:
+        return VLLM_SHORT_FLAGS.get(name)
+    pinnable = PinnedFlags.model_fields
+    if name in pinnable or name in OPERATOR_OWNED_FLAGS:
+        return name
+    negated = name.removeprefix("no_")
+    if negated != name and negated in pinnable:
+        return negated
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# spec.workload, spec.resources, scheduling, env, secrets, cache, remediation, service, prometheus
+# --------------------------------------------------------------------------------------------------
+
+
+class WorkloadSpec(_Model):
+    """What the traffic looks like. The planner sizes max-model-len and max-num-seqs from it."""
+
+    context_length: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Typical longest request: p99 of prompt + output tokens. The planner keeps max-model-len at least "
+            "this long. When unset it plans for the model's full context, as far as memory allows."
+        ),
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Peak number of requests in flight per replica that should not queue.",
+    )
+    prefix_caching: bool | None = Field(
+        default=None,
+        description="Requests share long prefixes (system prompts, documents); the planner enables prefix caching.",
+    )
+    profile: Literal["chat", "agent", "batch", "rag"] | None = Field(
+        default=None,
+        description=(
+            "Shape of the traffic: `chat` (short prompts, latency), `agent` (long growing contexts, prefix reuse), "
+            "`batch` (throughput over latency), `rag` (long prompts, short outputs). Fills in what is unset above."
+        ),
+    )
+
+
+class ResourcesSpec(_Model):
+    """Host resources of the vLLM container. GPUs come from `spec.gpu`."""
+
+    memory: Quantity | None = Field(
+        default=None,
+        description=(
+            "Host memory request and limit, e.g. `64Gi`. When unset the operator sizes it from the weights, "
+            "since vLLM stages them in host memory while loading."
+        ),
+    )
+    cpu: Quantity | None = Field(default=None, description="CPU request, e.g. `8` or `7500m`.")
+    shm_size: Quantity | None = Field(
+        default=None,
+        description="Size of the /dev/shm memory volume (NCCL uses it with tensor parallelism), e.g. `16Gi`.",
+    )
+
+
+class Toleration(_Model):
+    """A pod toleration, as in the Pod API."""
+
+    key: str | None = Field(
+        default=None, description="Taint key; empty with operator Exists matches all taints."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="`Exists` or `Equal` (default)."
+    )
+    value: str | None = Field(default=None, description="Taint value to match with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="How long a NoExecute taint is tolerated before eviction."
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable for the vLLM container, as in the Pod API."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="env-value-or-value-from",
+            rule="!(has(self.value) && has(self.valueFrom))",
+            message="set either value or valueFrom, not both",
+            field_path=".valueFrom",
+        ),
+    )
+
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: FreeForm | None = Field(
+        default=None,
+        description="A source for the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
+    )
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            _raise_violations(
+                [
+                    RuleViolation(
+                        "env-value-or-value-from",
+                        "valueFrom",
+                        f"env {self.name!r} sets both value and valueFrom; keep one",
+                    )
+                ]
+            )
+        return self
+
+
+class HFTokenSecretRef(_Model):
+    """A Secret holding a Hugging Face token, for gated models."""
+
+    name: str = Field(min_length=1, description="Name of the Secret, in the VLLMService's namespace.")
+    key: str = Field(
+        default=DEFAULT_HF_TOKEN_KEY,
+        min_length=1,
+        description=f"Key of the token in the Secret. Defaults to `{DEFAULT_HF_TOKEN_KEY}`.",
+    )
+
+
+class ModelCacheSpec(_Model):
+    """A PersistentVolumeClaim that keeps downloaded weights across pod restarts."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="model-cache-claim-or-size",
+            rule="has(self.claimName) != has(self.size)",
+            message="set exactly one of modelCache.claimName (use an existing PVC) "
+            "or modelCache.size (have the operator create one)",
+        ),
+        CelRule(
+            id="model-cache-storage-class-needs-size",
+            rule="!has(self.storageClassName) || has(self.size)",
+            message="modelCache.storageClassName applies only to a PVC the operator creates; set modelCache.size",
+            field_path=".storageClassName",
+        ),
+    )
+
+    claim_name: str | None = Field(default=None, min_length=1, description="Use this existing PVC.")
+    size: Quantity | None = Field(
+        default=None, description="Have the operator create a PVC of this size, e.g. `200Gi`."
+    )
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, description="Storage class of the PVC the operator creates."
+    )
+    mount_path: str = Field(
+        default=DEFAULT_MODEL_CACHE_MOUNT_PATH,
+        pattern=r"^/",
+        description=f"Where the cache is mounted (the Hugging Face cache). Defaults to `{DEFAULT_MODEL_CACHE_MOUNT_PATH}`.",
+    )
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        if (self.claim_name is None) == (self.size is None):
+            out.append(
+                RuleViolation(
+                    "model-cache-claim-or-size",
+                    "claimName",
+                    "set exactly one of modelCache.claimName (use an existing PVC) "
+                    "or modelCache.size (have the operator create one)",
+                )
+            )
+        if self.storage_class_name is not None and self.size is None:
+            out.append(
+                RuleViolation(
+                    "model-cache-storage-class-needs-size",
+                    "storageClassName",
+                    "modelCache.storageClassName applies only to a PVC the operator creates; set modelCache.size",
+                )
+            )
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> ModelCacheSpec:
+        _raise_violations(self._violations())
+        return self
+
+
+class RemediationSpec(_Model):
+    """The bounded ladder of safer flags the operator walks when vLLM pods fail to start or run out of memory."""
+
+    enabled: bool = Field(
+        default=True, description="Change unpinned flags after classified failures. Defaults to true."
+    )
+    max_steps: int = Field(
+        default=5,
+        ge=0,
+        le=50,
+        description="Give up (condition Degraded, reason RemediationExhausted) after this many steps. Defaults to 5.",
+    )
+    min_interval_seconds: int = Field(
+        default=60, ge=0, description="Least time between two steps, in seconds. Defaults to 60."
+    )
+    allow_step_up: bool = Field(
+        default=False,
+        description=(
+            "Allow steps that use more resources (more GPUs per pod, up to gpu.maxCount) when lowering flags "
+            "cannot help. Defaults to false."
+        ),
+    )
+    stable_window_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description=(
+            "After running this long without a failure, the operator tries one step back toward the plan. "
+            "Defaults to 3600; 0 keeps the remediated profile."
+        ),
+    )
+
+
+class ServiceSpec(_Model):
+    """The Service in front of the vLLM pods."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        default="ClusterIP", description="Service type. Defaults to ClusterIP."
+    )
+    port: int = Field(
+        default=DEFAULT_SERVICE_PORT,
+        ge=1,
+        le=65535,
+        description=f"Port of the OpenAI-compatible API (vLLM's `--port`). Defaults to {DEFAULT_SERVICE_PORT}.",
+    )
+
+
+class PrometheusSpec(_Model):
+    """Prometheus integration."""
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Make vLLM's /metrics discoverable by Prometheus, and read KV cache usage, preemptions and queue "
+            "length back into status.metrics. Defaults to false."
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# spec
+# --------------------------------------------------------------------------------------------------
+
+
+def _tp_times_pp(flags: str) -> str:
+    tp = f"(has({flags}.tensorParallelSize) ? {flags}.tensorParallelSize : 1)"
+    pp = f"(has({flags}.pipelineParallelSize) ? {flags}.pipelineParallelSize : 1)"
+    return f"{tp} * {pp}"
+
+
+class VLLMServiceSpec(_Model):
+    """Desired state of a VLLMService: a model served by vLLM on GPUs, with flags planned by the operator."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="parallelism-matches-gpu-count",
+            rule=(
+                "!has(self.flags) || !has(self.flags.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.count) "
+                "|| self.flags.tensorParallelSize * "
+                "(has(self.flags.pipelineParallelSize) ? self.flags.pipelineParallelSize : 1) == self.gpu.count"
+            ),
+            message="flags.tensorParallelSize x flags.pipelineParallelSize must equal gpu.count (GPUs per pod); "
+            "change one of them, or unset gpu.count to follow the flags",
+            field_path=".flags.tensorParallelSize",
+        ),
+        CelRule(
+            id="pipeline-divides-gpu-count",
+            rule=(
+                "!has(self.flags) || has(self.flags.tensorParallelSize) || !has(self.flags.pipelineParallelSize) "
+                "|| !has(self.gpu) || !has(self.gpu.count) || self.gpu.count % self.flags.pipelineParallelSize == 0"
+            ),
+            message="gpu.count must be a multiple of flags.pipelineParallelSize",
+            field_path=".flags.pipelineParallelSize",
+        ),
+        CelRule(
+            id="parallelism-within-max-count",
+            rule=(
+                "!has(self.flags) "
+                "|| (!has(self.flags.tensorParallelSize) && !has(self.flags.pipelineParallelSize)) "
+                "|| (has(self.gpu) && has(self.gpu.count)) "
+                f"|| {_tp_times_pp('self.flags')} "
+                f"<= (has(self.gpu) && has(self.gpu.maxCount) ? self.gpu.maxCount : {DEFAULT_GPU_MAX_COUNT})"
+            ),
+            message=f"flags.tensorParallelSize x flags.pipelineParallelSize must not exceed gpu.maxCount "
+            f"(default {DEFAULT_GPU_MAX_COUNT}); raise gpu.maxCount or lower the parallelism",
+            field_path=".flags.tensorParallelSize",
+        ),
+        CelRule(
+            id="max-replicas-at-least-replicas",
+            rule="!has(self.maxReplicas) || self.maxReplicas >= (has(self.replicas) ? self.replicas : 1)",
+            message="maxReplicas must be at least replicas",
+            field_path=".maxReplicas",
+        ),
+        CelRule(
+            id="context-length-within-max-model-len",
+            rule=(
+                "!has(self.workload) || !has(self.workload.contextLength) || !has(self.flags) "
+                "|| !has(self.flags.maxModelLen) || self.workload.contextLength <= self.flags.maxModelLen"
+            ),
+            message="workload.contextLength must not exceed the pinned flags.maxModelLen; "
+            "raise or unpin flags.maxModelLen",
+            field_path=".workload.contextLength",
+        ),
+    )
+
+    model: ModelSpec = Field(description="The model to serve.")
+    gpu: GPUSpec = Field(
+        default_factory=GPUSpec, description="GPUs per pod; discovered and planned when unset."
+    )
+    image: str = Field(
+        default=DEFAULT_IMAGE,
+        min_length=1,
+        description=f"vLLM OpenAI server image. Defaults to `{DEFAULT_IMAGE}`.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Image pull policy of the vLLM container. Defaults to Kubernetes' default."
+    )
+    flags: PinnedFlags = Field(
+        default_factory=PinnedFlags,
+        description="vLLM flags pinned by you. The planner and remediation never change these; unset flags are planned.",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Arguments appended verbatim after the planned ones. Flags the operator plans or sets "
+            "(see `flags`, `model`, `service.port`) are rejected here: pin them in `flags` instead."
+        ),
+    )
+    workload: WorkloadSpec = Field(
+        default_factory=WorkloadSpec,
+        description="What the traffic looks like; the planner sizes the flags for it.",
+    )
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        json_schema_extra={SERVER_SIDE_DEFAULT: True},
+        description=(
+            "Number of vLLM pods. Defaults to 1. This is the only field with a server-side default: the scale "
+            "subresource (kubectl scale, HorizontalPodAutoscaler) needs it present."
+        ),
+    )
+    max_replicas: int | None = Field(
+        default=None, ge=1, description="Upper bound for scaling (by you, an autoscaler or the operator)."
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="Host memory, CPU and /dev/shm."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the pods must match, in addition to the GPU product's."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Pod tolerations (e.g. for GPU taints)."
+    )
+    affinity: FreeForm | None = Field(default=None, description="Pod affinity, as in the Pod API.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Extra environment variables for the vLLM container.",
+    )
+    hf_token_secret_ref: HFTokenSecretRef | None = Field(
+        default=None, description="Secret with a Hugging Face token, for gated or private models."
+    )
+    model_cache: ModelCacheSpec | None = Field(
+        default=None,
+        description="Keep downloaded weights on a PersistentVolumeClaim. Unset: an emptyDir per pod.",
+    )
+    remediation: RemediationSpec = Field(
+        default_factory=RemediationSpec,
+        description="How the operator reacts to out-of-memory and startup failures.",
+    )
+    service: ServiceSpec = Field(default_factory=ServiceSpec, description="The Service in front of the pods.")
+    prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec, description="Prometheus integration.")
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        tp, pp = self.flags.tensor_parallel_size, self.flags.pipeline_parallel_size
+        count = self.gpu.count
+        if tp is not None and count is not None and tp * (pp or 1) != count:
+            out.append(
+                RuleViolation(
+                    "parallelism-matches-gpu-count",
+                    "flags.tensorParallelSize",
+                    f"flags.tensorParallelSize ({tp}) x flags.pipelineParallelSize ({pp or 1}) = {tp * (pp or 1)} "
+                    f"must equal gpu.count ({count}); change one of them, or unset gpu.count to follow the flags",
+                )
+            )
+        if tp is None and pp is not None and count is not None and count % pp != 0:
+            out.append(
+                RuleViolation(
+                    "pipeline-divides-gpu-count",
+                    "flags.pipelineParallelSize",
+                    f"gpu.count ({count}) must be a multiple of flags.pipelineParallelSize ({pp})",
+                )
+            )
+        if (
+            count is None
+            and (tp is not None or pp is not None)
+            and (tp or 1) * (pp or 1) > self.gpu.max_count
+        ):
+            out.append(
+                RuleViolation(
+                    "parallelism-within-max-count",
+                    "flags.tensorParallelSize" if tp is not None else "flags.pipelineParallelSize",
+                    f"flags.tensorParallelSize x flags.pipelineParallelSize = {(tp or 1) * (pp or 1)} GPUs exceeds "
+                    f"gpu.maxCount ({self.gpu.max_count}); raise gpu.maxCount or lower the parallelism",
+                )
+            )
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            out.append(
+                RuleViolation(
+                    "max-replicas-at-least-replicas",
+                    "maxReplicas",
+                    f"maxReplicas ({self.max_replicas}) is below replicas ({self.replicas}); "
+                    "raise maxReplicas or lower replicas",
+                )
+            )
+        ctx, max_len = self.workload.context_length, self.flags.max_model_len
+        if ctx is not None and max_len is not None and ctx > max_len:
+            out.append(
+                RuleViolation(
+                    "context-length-within-max-model-len",
+                    "workload.contextLength",
+                    f"workload.contextLength ({ctx}) exceeds the pinned flags.maxModelLen ({max_len}): such requests "
+                    "would be rejected; raise or unpin flags.maxModelLen",
+                )
+            )
+        for index, arg in enumerate(self.extra_args):
+            managed = _managed_flag_of(arg)
+            if managed is None:
+                continue
+            if managed in PinnedFlags.model_fields:
+                where = f"pin it as {PinnedFlags.field_path(managed)} instead"
+            elif OPERATOR_OWNED_FLAGS[managed]:
+                where = f"set {OPERATOR_OWNED_FLAGS[managed]} instead"
+            else:
+                where = "the operator sets it; remove it"
+            out.append(
+                RuleViolation(
+                    "extra-args-not-managed",
+                    f"extraArgs[{index}]",
+                    f"{arg.split('=', 1)[0]!r} duplicates {vllm_cli_flag(managed)}, which the operator manages: {where}",
+                )
+            )
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> VLLMServiceSpec:
+        _raise_violations(self._violations())
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# status
+# --------------------------------------------------------------------------------------------------
+
+
+class Condition(_StatusModel):
+    """A standard Kubernetes condition."""
+
+    type: str = Field(min_length=1, description="Ready, Progressing, Degraded or PlanFeasible.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(min_length=1, description="CamelCase reason, one of the constants in the operator.")
+    message: str = Field(
+        default="", description="What happened and, when something is wrong, what to change."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the spec this condition was computed from."
+    )
+    last_transition_time: str = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed (RFC 3339).",
+    )
+
+
+class MemoryBreakdown(_StatusModel):
+    """Where the planned GPU memory goes, per GPU, in GiB."""
+
+    gpu_total_gib: float = Field(alias="gpuTotalGiB", ge=0, description="Total memory of one GPU.")
+    requested_gib: float = Field(
+        alias="requestedGiB", ge=0, description="What vLLM may use: total x gpu-memory-utilization."
+    )
+    weights_gib: float = Field(alias="weightsGiB", ge=0, description="This GPU's share of the weights.")
+    activation_gib: float = Field(
+        alias="activationGiB", ge=0, description="Peak activation memory of a forward pass."
+    )
+    non_torch_gib: float = Field(
+        alias="nonTorchGiB", ge=0, description="CUDA context, NCCL buffers and the like."
+    )
+    cudagraph_gib: float = Field(
+        alias="cudagraphGiB", ge=0, description="CUDA graphs (0 with enforce-eager)."
+    )
+    kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="What is left for the KV cache.")
+
+
+class PlanFailure(_StatusModel):
+    """Why no plan fits."""
+
+    kind: str = Field(
+        min_length=1, description="Class of the failure, e.g. WeightsDoNotFit or KVCacheTooSmall."
+    )
+    message: str = Field(description="What does not fit, with the numbers.")
+
+
+class PlanOption(_StatusModel):
+    """An alternative that would fit, offered when the spec as written does not."""
+
+    model_config = ConfigDict(extra="allow")
+
+    summary: str = Field(min_length=1, description="The change, in words, e.g. 'use 2 GPUs per pod (TP=2)'.")
+    flags: FlagMap = Field(default_factory=dict, description="The flags the alternative would run with.")
+    gpu_count: int | None = Field(default=None, ge=1, description="GPUs per pod of the alternative.")
+    gpu_product: str | None = Field(default=None, description="GPU product of the alternative.")
+
+
+class PlanStatus(_StatusModel):
+    """The flags the operator computed, and why."""
+
+    fits: bool = Field(description="Whether the model and the workload fit the GPUs with these flags.")
+    flags: FlagMap = Field(
+        default_factory=dict,
+        description="Planned and pinned vLLM flags by vLLM's snake_case name, e.g. max_model_len: 32768.",
+    )
+    args: list[str] = Field(
+        default_factory=list, description="The vLLM command-line arguments rendered from the plan."
+    )
+    memory: MemoryBreakdown | None = Field(default=None, description="Planned GPU memory per GPU.")
+    kv_cache_tokens: int | None = Field(default=None, ge=0, description="Tokens the planned KV cache holds.")
+    max_concurrency: float | None = Field(
+        default=None, ge=0, description="Requests of max-model-len tokens the KV cache holds at once."
+    )
+    reasons: list[str] = Field(default_factory=list, description="How each flag was chosen, in words.")
+    failure: PlanFailure | None = Field(default=None, description="Why it does not fit, when it does not.")
+    options: list[PlanOption] = Field(default_factory=list, description="Alternatives that would fit.")
+    vllm_version: str | None = Field(default=None, description="vLLM version the plan was computed for.")
+    spec_hash: str | None = Field(default=None, description="Hash of the spec fields the plan depends on.")
+
+
+class GPUStatus(_StatusModel):
+    """The GPUs the plan is for."""
+
+    product: str | None = Field(default=None, description="GPU product, e.g. NVIDIA-H100-80GB-HBM3.")
+    count: int | None = Field(default=None, ge=0, description="GPUs per pod.")
+    memory_gib: float | None = Field(
+        default=None, alias="memoryGiB", ge=0, description="Memory of one GPU in GiB."
+    )
+    source: str | None = Field(
+        default=None,
+        description="How the product was found: from the spec, from node labels, or from the catalog.",
+    )
+
+
+class RemediationEvent(_StatusModel):
+    """One remediation step taken."""
+
+    step: int = Field(ge=0, description="Step number after this change (1 = first step away from the plan).")
+    time: str = Field(
+        json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
+    )
+    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOutOfMemory.")
+    evidence: str = Field(
+        default="", description="The log line or termination message the class was read from."
+    )
+    pod_uid: str | None = Field(default=None, alias="podUID", description="UID of the pod that failed.")
+    restart_count: int | None = Field(default=None, ge=0, description="The container's restart count then.")
+    flags_before: FlagMap = Field(default_factory=dict, description="Flags before the step.")
+    flags_after: FlagMap = Field(default_factory=dict, description="Flags after the step.")
+    message: str = Field(default="", description="What was changed and why.")
+
+
+class RemediationStatus(_StatusModel):
+    """Where the operator is on the remediation ladder."""
+
+    step: int = Field(
+        default=0, ge=0, description="Steps currently applied on top of the plan (0 = the plan)."
+    )
+    profile: FlagMap = Field(
+        default_factory=dict, description="Flag overrides currently applied on top of the plan, by vLLM name."
+    )
+    history: list[RemediationEvent] = Field(default_factory=list, description="Steps taken, oldest first.")
+    exhausted: bool = Field(default=False, description="No further step is allowed or would help.")
+    last_failure_key: str | None = Field(
+        default=None,
+        description="Identifies the last failure acted on, so one failure is acted on only once.",
+    )
+
+
+class MetricsStatus(_StatusModel):
+    """vLLM metrics observed through Prometheus."""
+
+    kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="KV cache usage, 0 to 1.")
+    preemption_rate: float | None = Field(default=None, ge=0, description="Preemptions per second.")
+    waiting: float | None = Field(default=None, ge=0, description="Requests waiting.")
+    running: float | None = Field(default=None, ge=0, description="Requests running.")
+    time: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When these were observed (RFC 3339).",
+    )
+
+
+class VLLMServiceStatus(_StatusModel):
+    """Observed state of a VLLMService. Written by the operator only."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the spec last reconciled."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."
+    )
+    plan: PlanStatus | None = Field(default=None, description="The flags the operator computed, and why.")
+    gpu: GPUStatus | None = Field(default=None, description="The GPUs the plan is for.")
+    replicas: int | None = Field(
+        default=None, ge=0, description="Pods that exist (the scale subresource reads it)."
+    )
+    ready_replicas: int | None = Field(default=None, ge=0, description="Pods that are ready.")
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the pods, for the scale subresource (HorizontalPodAutoscaler).",
+    )
+    endpoint: str | None = Field(
+        default=None, description="URL of the OpenAI-compatible API inside the cluster."
+    )
+    remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
+    metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
+    kopf: FreeForm | None = Field(
+        default=None, description="Bookkeeping of the kopf framework (handler progress)."
+    )
+
+
+class VLLMService(_Model):
+    """A model served by vLLM, with its flags planned from the GPUs' memory and adjusted after failures."""
+
+    api_version: Literal["vllm-operator.dev/v1alpha1"] = Field(default="vllm-operator.dev/v1alpha1")
+    kind: Literal["VLLMService"] = "VLLMService"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: VLLMServiceSpec
+    status: VLLMServiceStatus | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation for people: field paths and fixes
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecError:
+    """One problem with a spec: `field` is a dotted camelCase path such as `spec.flags.gpuMemoryUtilization`."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class SpecValidationError(ValueError):
+    """The spec is invalid; `errors` says where and what to change."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def _join(base: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{base}[{part}]"
+    if part.startswith("["):
+        return base + part
+    return f"{base}.{part}" if base else part
+
+
+def _model_class(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside `X`, `X | None`, `list[X]` or `dict[str, X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType, list, dict, Annotated):
+        for arg in get_args(annotation):
+            found = _model_class(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
+    """camelCase field names of the spec model reached by `loc` (used to suggest a fix for a typo)."""
+    model: type[BaseModel] = VLLMServiceSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        for name, info in model.model_fields.items():
+            if part in (name, info.alias):
+                found = _model_class(info.annotation)
+                if found is None:
+                    return []
+                model = found
+                break
+        else:
+            return []
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
+    errors: list[SpecError] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        path = prefix
+        for part in loc:
+            path = _join(path, part)
+        kind = err["type"]
+        ctx = err.get("ctx") or {}
+        if kind == "spec_rule":
+            for violation in ctx.get("violations", []):
+                errors.append(SpecError(_join(path, violation["field"]), violation["message"]))
+            continue
+        if kind == "extra_forbidden":
+            name = str(loc[-1]) if loc else ""
+            close = difflib.get_close_matches(name, _fields_at(loc[:-1]), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; remove it"
+            errors.append(SpecError(path, f"unknown field {name!r}{hint}"))
+            continue
+        if kind == "missing":
+            errors.append(SpecError(path, "is required; set it"))
+            continue
+        if kind == "string_pattern_mismatch" and ctx.get("pattern") == QUANTITY_PATTERN:
+            message = "must be a Kubernetes quantity such as 64Gi, 500m or 8"
+        elif kind == "string_pattern_mismatch" and ctx.get("pattern") == HF_MODEL_ID_PATTERN:
+            message = "must be a Hugging Face model id such as Qwen/Qwen2.5-7B-Instruct"
+        else:
+            message = err["msg"]
+            if message.startswith("Input should be"):
+                message = "must be" + message.removeprefix("Input should be")
+            elif message.startswith("Value error, "):
+                message = message.removeprefix("Value error, ")
+        errors.append(SpecError(path, f"{message} (got {_short(err.get('input'))})"))
+    return errors
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views)."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _spec_of(obj: Mapping[str, Any]) -> Any:
+    """The spec inside a whole VLLMService object, or the object itself when it is a spec."""
+    spec = obj.get("spec")
+    if isinstance(spec, Mapping) and "model" not in obj:
+        return _plain(spec)
+    return _plain(obj)
+
+
+def parse_spec(obj: Mapping[str, Any]) -> VLLMServiceSpec:
+    """Parse a spec, or a whole VLLMService object's spec. Raises SpecValidationError with field paths."""
+    try:
+        return VLLMServiceSpec.model_validate(_spec_of(obj))
+    except ValidationError as exc:
+        raise SpecValidationError(_spec_errors(exc, "spec")) from exc
+
+
+def validate_spec(obj: Mapping[str, Any]) -> list[SpecError]:
+    """Problems with a spec (or a whole VLLMService object's spec); empty when it is valid.
+
+    Each error names the field as a dotted camelCase path (`spec.flags.gpuMemoryUtilization`,
+    `spec.env[2].valueFrom`) and says what to change, ready for a condition message or an event.
+    """
+    try:
+        parse_spec(obj)
+    except SpecValidationError as exc:
+        return exc.errors
+    return []
