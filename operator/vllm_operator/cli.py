@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)")
     r.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     r.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-    r.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL")
+    r.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL (empty disables)")
     r.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
     r.add_argument("--peering", default="vllm-operator", help="peering name, so two replicas do not both act")
     r.add_argument("--standalone", action="store_true", help="no peering (single replica, tests)")
@@ -226,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.all_namespaces and args.namespace:
         raise UsageError("use either --namespace or --all-namespaces, not both")
-    return run_operator(
+    return int(run_operator(
         namespaces=args.namespace,
         all_namespaces=args.all_namespaces or not args.namespace,
         kubeconfig=args.kubeconfig,
@@ -234,13 +234,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         peering=None if args.standalone else args.peering,
         verbose=args.verbose,
-    )
+    ))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .sim.demo import run_demo
 
-    return run_demo(keep_running=args.keep_running, examples=args.examples, speed=args.speed)
+    return int(run_demo(keep_running=args.keep_running, examples=args.examples, speed=args.speed))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,172 @@
+"""The operator's only door to the Kubernetes API: generic CRUD by path over the kubernetes client's ApiClient.
+
+Errors are mapped to kopf's in one place (`api_errors`): 409 → retry soon, 5xx/connection → retry later,
+404 → None from `get`. Every call is synchronous (kopf runs sync handlers in its thread pool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+_lock = threading.Lock()
+_client: kubernetes.client.ApiClient | None = None
+
+
+def configure(kubeconfig: str | None = None) -> None:
+    """Load credentials once: in-cluster service account, else the kubeconfig (explicit path or $KUBECONFIG)."""
+    global _client
+    with _lock:
+        configuration = kubernetes.client.Configuration()
+        try:
+            if kubeconfig:
+                raise kubernetes.config.ConfigException("explicit kubeconfig")
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration)
+        _client = kubernetes.client.ApiClient(configuration)
+
+
+def client() -> kubernetes.client.ApiClient:
+    if _client is None:
+        configure()
+    assert _client is not None
+    return _client
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+DEPLOYMENTS = Resource("apps", "v1", "deployments")
+SERVICES = Resource("", "v1", "services")
+PVCS = Resource("", "v1", "persistentvolumeclaims")
+PODS = Resource("", "v1", "pods")
+NODES = Resource("", "v1", "nodes", namespaced=False)
+CONFIGMAPS = Resource("", "v1", "configmaps")
+SECRETS = Resource("", "v1", "secrets")
+EVENTS = Resource("", "v1", "events")
+VLLMSERVICES = Resource("vllm-operator.dev", "v1alpha1", "vllmservices")
+
+KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS}
+
+
+@contextlib.contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """Map API failures to kopf's retry semantics."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 409:
+            raise kopf.TemporaryError(f"{what}: conflict, retrying", delay=1) from exc
+        if exc.status in (429,) or (exc.status or 0) >= 500:
+            raise kopf.TemporaryError(f"{what}: API server answered {exc.status}", delay=5) from exc
+        raise kopf.TemporaryError(f"{what}: {exc.status} {exc.reason}", delay=30) from exc
+    except (HTTPError, OSError) as exc:
+        raise kopf.TemporaryError(f"{what}: API unreachable ({exc})", delay=5) from exc
+
+
+def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None,
+          content_type: str = "application/json") -> Any:
+    api = client()
+    method_, url, headers, payload, post = api.param_serialize(
+        method=method, resource_path=path, query_params=query or [],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body, auth_settings=["BearerToken"])
+    response = api.call_api(method_, url, header_params=headers, body=payload, post_params=post)
+    data = response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = data.decode(errors="replace") if isinstance(data, bytes) else data
+        raise error
+    return json.loads(data) if data else None
+
+
+def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = _call("GET", resource.path(namespace, name))
+        return result
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def list_objects(resource: Resource, namespace: str | None = None, label_selector: str | None = None,
+                 field_selector: str | None = None) -> list[dict[str, Any]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    result = _call("GET", resource.path(namespace), query=query)
+    items: list[dict[str, Any]] = (result or {}).get("items", [])
+    return items
+
+
+def create(resource: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = _call("POST", resource.path(namespace), body=body)
+    return result
+
+
+def patch(resource: Resource, namespace: str | None, name: str, body: dict[str, Any],
+          subresource: str | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = _call("PATCH", resource.path(namespace, name, subresource), body=body,
+                                   content_type="application/merge-patch+json")
+    return result
+
+
+def delete(resource: Resource, namespace: str | None, name: str) -> None:
+    try:
+        _call("DELETE", resource.path(namespace, name))
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str,
+               component: str = "vllm-operator") -> None:
+    """A core/v1 Event on the VLLMService (kubectl describe shows it)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    name = involved.get("name", "object")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    create(EVENTS, namespace, body)

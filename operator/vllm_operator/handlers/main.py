@@ -1,0 +1,32 @@
+"""`vllm-operator run`: start kopf with the operator's registry."""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+
+from . import kube
+from .service import registry
+
+
+def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
+                 metrics_port: int, peering: str | None, verbose: bool) -> int:
+    """Run until stopped (SIGINT/SIGTERM). Two replicas with the same peering name never both act."""
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig  # kopf's login handler and the client read it
+    kube.configure(kubeconfig)
+    if metrics_port:
+        from ..metrics import start_metrics_server
+
+        start_metrics_server(metrics_port)
+    kopf.configure(verbose=verbose)
+    kopf.run(
+        registry=registry,
+        clusterwide=all_namespaces,
+        namespaces=() if all_namespaces else namespaces,
+        liveness_endpoint=liveness or None,
+        standalone=peering is None,
+        peering_name=peering,  # kopf makes peering mandatory when a name is given: the chart installs its CRDs
+    )
+    return 0

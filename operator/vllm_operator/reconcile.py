@@ -1,0 +1,322 @@
+"""Observe → plan → execute, the pure middle: from what the handler observed to what it should write.
+
+`desired_state(observed)` takes a VLLMService (spec, status, metadata), the GPU nodes the handler listed and the
+model files it loaded, and returns the children to apply, the next status and the events to emit — with no API
+calls. The kopf handlers (vllm_operator.handlers) only gather `Observed` and apply `Desired`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .api import conditions as cond
+from .api.v1alpha1 import (
+    DEFAULT_IMAGE,
+    GPUStatus,
+    MemoryBreakdown,
+    PlanFailure,
+    PlanOption,
+    PlanStatus,
+    SpecError,
+    VLLMServiceSpec,
+    VLLMServiceStatus,
+    parse_spec,
+    validate_spec,
+)
+from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner.arch import ModelArch, arch_from_config, checkpoint_bytes
+from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
+from .planner.versions import version_from_image
+from .render.manifests import (
+    OwnerRef,
+    RenderInput,
+    build_children,
+    render_args,
+    selector_for,
+    spec_hash,
+    unsupported_pinned,
+)
+from .sources import ModelFiles
+
+EVENT_NORMAL = "Normal"
+EVENT_WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the handler read from the cluster for one VLLMService."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    now: datetime
+    nodes: Sequence[Mapping[str, str]] = ()          # labels of nodes matching the pod's nodeSelector
+    model_files: ModelFiles | None = None
+    model_error: str | None = None                  # why the model files could not be read
+    catalog: GPUCatalog | None = None
+
+
+@dataclass
+class Desired:
+    """What the handler should write: children (None = leave them as they are), status, events."""
+
+    status: VLLMServiceStatus
+    children: list[dict[str, Any]] | None = None
+    events: list[Event] = field(default_factory=list)
+    plan: Plan | None = None
+    retry_after: float | None = None                # re-run later (e.g. no GPU nodes yet)
+
+
+def _status(observed: Observed, updates: list[cond.ConditionUpdate], **changes: Any) -> VLLMServiceStatus:
+    return cond.fold_status(dict(observed.status), conditions=updates, observed_generation=observed.generation,
+                            now=observed.now, **changes)
+
+
+def _invalid(observed: Observed, errors: Sequence[SpecError]) -> Desired:
+    message = "; ".join(f"{e.field}: {e.message}" for e in errors)
+    updates = [
+        cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.INVALID_SPEC, message),
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.INVALID_SPEC, "the spec is invalid"),
+        cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.INVALID_SPEC, "waiting for a valid spec"),
+    ]
+    return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, cond.INVALID_SPEC, message)])
+
+
+def resolve_gpu(spec: VLLMServiceSpec, nodes: Sequence[Mapping[str, str]],
+                catalog: GPUCatalog) -> tuple[GPUSpec, str, str | None, int | None]:
+    """The GPU to plan for: (spec, how it was found, the GFD product label to select nodes by, GPUs per node)."""
+    if spec.gpu.product:
+        gpu = catalog.get(spec.gpu.product)
+        label = spec.gpu.product if spec.gpu.product in gpu.gfd_products else (gpu.gfd_products or [None])[0]
+        how = f"from spec.gpu.product={spec.gpu.product}"
+        if spec.gpu.memory_gib:
+            gpu = gpu.model_copy(update={"reported_gib": spec.gpu.memory_gib, "memory_mib": int(
+                max(spec.gpu.memory_gib + 0.7, gpu.memory_gib) * 1024)})
+            how += f", memory overridden to {spec.gpu.memory_gib} GiB by spec.gpu.memoryGiB"
+        return gpu, how, label, None
+    found: list[NodeGPU] = []
+    for labels in nodes:
+        node_gpu = resolve_node_gpu(labels, catalog)
+        if node_gpu is not None:
+            found.append(node_gpu)
+    if not found:
+        raise UnknownGPUError("no node with NVIDIA GPU Feature Discovery labels (nvidia.com/gpu.product) matches "
+                              "spec.nodeSelector; set spec.gpu.product or install GPU Feature Discovery")
+    chosen, why = pick_gpu_pool(found)
+    product_label = _product_label(nodes, chosen)
+    return chosen.spec, f"{chosen.how}; {why}", product_label, chosen.count
+
+
+def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU) -> str | None:
+    for labels in nodes:
+        product = labels.get("nvidia.com/gpu.product")
+        if product and (product in chosen.spec.gfd_products or product.startswith(chosen.spec.name)
+                        or chosen.spec.name.endswith(product)):
+            return product
+    return chosen.spec.gfd_products[0] if chosen.spec.gfd_products else None
+
+
+def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
+    """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
+    remediation = status.get("remediation") or {}
+    profile = remediation.get("profile") or {}
+    known = {k: v for k, v in profile.items() if k in Constraints.model_fields}
+    return Constraints(**known)
+
+
+def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
+                 node_count: int | None) -> PlanRequest:
+    pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
+    count = spec.gpu.count or per_node
+    tp_pp = (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
+    workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
+                        prefix_caching=spec.workload.prefix_caching)
+    version = version_from_image(spec.image or DEFAULT_IMAGE)
+    return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
+                       constraints=constraints, vllm_version=version)
+
+
+def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
+    mem = result.memory
+    return PlanStatus(
+        fits=result.fits,
+        flags=result.flags,
+        args=args,
+        memory=MemoryBreakdown(gpuTotalGiB=mem.gpu_total_gib, requestedGiB=mem.requested_gib,
+                               weightsGiB=mem.weights_gib, activationGiB=mem.activation_gib,
+                               nonTorchGiB=mem.non_torch_gib, cudagraphGiB=mem.cudagraph_gib,
+                               kvCacheGiB=mem.kv_cache_gib),
+        kv_cache_tokens=result.prediction.kv_cache_tokens,
+        max_concurrency=result.prediction.max_concurrency,
+        reasons=result.reasons,
+        failure=PlanFailure(kind=str(result.failure.kind), message=result.failure.message) if result.failure else None,
+        options=[PlanOption(summary=o.summary, flags=o.flags, gpu_count=o.gpu_count, gpu_product=o.gpu)
+                 for o in result.options],
+        vllm_version=result.vllm_version,
+        spec_hash=digest,
+    )
+
+
+def _arch(observed: Observed, spec: VLLMServiceSpec) -> ModelArch:
+    files = observed.model_files
+    assert files is not None
+    total = files.total_size
+    inline_total = spec.model.weights_bytes()
+    if inline_total:
+        total = inline_total
+    return arch_from_config(files.config, model_id=spec.model.name, total_size=total,
+                            total_size_estimated=files.total_size_estimated)
+
+
+def desired_state(observed: Observed) -> Desired:
+    """Everything the handler should write for one VLLMService, computed without API calls."""
+    errors = validate_spec(dict(observed.spec))
+    if errors:
+        return _invalid(observed, errors)
+    spec = parse_spec(dict(observed.spec))
+    version = version_from_image(spec.image or DEFAULT_IMAGE)
+    if version is None:
+        return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "
+                                                           f"{spec.image!r}; use a tag like v0.11.0")])
+    unsupported = unsupported_pinned(spec.flags.to_vllm(), version)
+    if unsupported:
+        return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
+                                   for name, why in unsupported])
+    if observed.model_files is None:
+        message = observed.model_error or "the model's config.json could not be read"
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
+        return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, cond.MODEL_NOT_FOUND, message)],
+                       retry_after=60)
+    from .planner.gpus import load_gpu_catalog
+
+    catalog = observed.catalog or load_gpu_catalog()
+    try:
+        arch = _arch(observed, spec)
+    except ArchError as exc:
+        return _invalid(observed, [SpecError("spec.model.config", str(exc))])
+    try:
+        gpu, how, product_label, node_count = resolve_gpu(spec, observed.nodes, catalog)
+    except UnknownGPUError as exc:
+        message = str(exc)
+        field_error = bool(spec.gpu.product)
+        reason = cond.INVALID_SPEC if field_error else cond.GPU_NOT_FOUND
+        if field_error:
+            return _invalid(observed, [SpecError("spec.gpu.product", message)])
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, reason, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason, "waiting for GPU nodes")]
+        return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, reason, message)],
+                       retry_after=30)
+
+    constraints = constraints_from_status(observed.status)
+    request = plan_request(spec, arch, gpu, constraints, node_count)
+    result = plan(request)
+    gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
+                           source=how)
+    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
+    status_plan = plan_status(result, args, digest)
+    events: list[Event] = []
+    previous = (observed.status.get("plan") or {}).get("specHash")
+    if not result.fits:
+        summary = result.failure.message if result.failure else "does not fit"
+        options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
+        message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+        updates = [
+            cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
+            cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
+            cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
+                                                                                   "not fit"),
+            cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
+        ]
+        if previous != digest:
+            events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
+        status = _status(observed, updates, plan=status_plan, gpu=gpu_status)
+        return Desired(status=status, children=None, events=events, plan=result)
+
+    render = RenderInput(
+        name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
+        model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
+        image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
+        vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
+        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
+        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=spec.replicas,
+        node_selector=dict(spec.node_selector),
+        tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity,
+        env=tuple(e.to_dict() for e in spec.env),
+        hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
+        hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
+        cache_claim=_cache_claim(observed.name, spec), cache_create=bool(spec.model_cache and not
+                                                                          spec.model_cache.claim_name
+                                                                          and spec.model_cache.size),
+        cache_size=str(spec.model_cache.size) if spec.model_cache and spec.model_cache.size else "100Gi",
+        cache_storage_class=spec.model_cache.storage_class_name if spec.model_cache else None,
+        cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
+        memory=str(spec.resources.memory) if spec.resources.memory else None,
+        cpu=str(spec.resources.cpu) if spec.resources.cpu else None,
+        shm_size=str(spec.resources.shm_size) if spec.resources.shm_size else None,
+        service_type=spec.service.type, service_port=spec.service.port,
+        trust_remote_code=bool(spec.flags.trust_remote_code),
+    )
+    children = build_children(render)
+    ready = (observed.status.get("readyReplicas") or 0)
+    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
+               f" → {result.prediction.kv_cache_tokens} KV tokens")
+    updates = [
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
+    ]
+    degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
+    if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
+                                               cond.GPU_NOT_FOUND):
+        updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, "no problem seen"))
+    if ready < spec.replicas:
+        updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING,
+                                            f"{ready}/{spec.replicas} pods ready"))
+        updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
+                                            f"{ready}/{spec.replicas} pods ready"))
+    if previous != digest:
+        events.append(Event(EVENT_NORMAL, "Planned", message))
+        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
+    endpoint = f"http://{observed.name}.{observed.namespace}.svc:{spec.service.port}/v1"
+    selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
+    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
+                     replicas=spec.replicas)
+    return Desired(status=status, children=children, events=events, plan=result)
+
+
+def _cache_claim(name: str, spec: VLLMServiceSpec) -> str | None:
+    cache = spec.model_cache
+    if cache is None:
+        return None
+    if cache.claim_name:
+        return cache.claim_name
+    return f"{name}-model-cache" if cache.size else None
+
+
+def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,
+                     ready: int) -> VLLMServiceStatus:
+    """The status after the Deployment reported `ready` of `replicas` pods ready."""
+    if ready >= replicas:
+        updates = [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.AVAILABLE, f"{ready}/{replicas} pods ready"),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE,
+                                        f"{ready}/{replicas} pods ready")]
+    else:
+        updates = [cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY, f"{ready}/{replicas} pods ready"),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, f"{ready}/{replicas} pods ready")]
+    return cond.fold_status(dict(observed_status), conditions=updates, observed_generation=generation, now=now,
+                            ready_replicas=ready)
