@@ -267,7 +267,8 @@ def desired_state(observed: Observed) -> Desired:
         cache_size=str(spec.model_cache.size) if spec.model_cache and spec.model_cache.size else "100Gi",
         cache_storage_class=spec.model_cache.storage_class_name if spec.model_cache else None,
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
-        memory=str(spec.resources.memory) if spec.resources.memory else None,
+        memory=str(spec.resources.memory) if spec.resources.memory else (
+            f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
         cpu=str(spec.resources.cpu) if spec.resources.cpu else None,
         shm_size=str(spec.resources.shm_size) if spec.resources.shm_size else None,
         service_type=spec.service.type, service_port=spec.service.port,
@@ -315,6 +316,12 @@ def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now
         updates = [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.AVAILABLE, f"{ready}/{replicas} pods ready"),
                    cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE,
                                         f"{ready}/{replicas} pods ready")]
+        degraded = cond.find_condition(cond.fold_status(dict(observed_status), observed_generation=generation,
+                                                        now=now).conditions, cond.DEGRADED)
+        if degraded is not None and degraded.status == cond.TRUE and degraded.reason != cond.INVALID_SPEC:
+            steps = ((observed_status.get("remediation") or {}).get("step")) or 0
+            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
+                                                f"ready after {steps} remediation step(s)"))
     else:
         updates = [cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY, f"{ready}/{replicas} pods ready"),
                    cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, f"{ready}/{replicas} pods ready")]

@@ -93,7 +93,7 @@ def api_errors(what: str) -> Iterator[None]:
 
 
 def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None,
-          content_type: str = "application/json") -> Any:
+          content_type: str = "application/json", raw: bool = False) -> Any:
     api = client()
     method_, url, headers, payload, post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
@@ -105,6 +105,8 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
         error = ApiException(status=response.status, reason=response.reason)
         error.body = data.decode(errors="replace") if isinstance(data, bytes) else data
         raise error
+    if raw:
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
     return json.loads(data) if data else None
 
 
@@ -148,6 +150,20 @@ def delete(resource: Resource, namespace: str | None, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+def read_log(namespace: str, pod: str, *, container: str, tail_lines: int, previous: bool) -> str | None:
+    """A bounded tail of a container's log (`previous`: the run that just ended)."""
+    query: list[tuple[str, Any]] = [("container", container), ("tailLines", tail_lines), ("limitBytes", 65536)]
+    if previous:
+        query.append(("previous", "true"))
+    try:
+        text: str = _call("GET", PODS.path(namespace, pod, "log"), query=query, raw=True)
+        return text
+    except ApiException as exc:
+        if exc.status in (400, 404):
+            return None
+        raise
 
 
 def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str,

@@ -155,12 +155,27 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
     return desired
 
 
+def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest."""
+    new = dict(status)
+    remediation = dict(status.get("remediation") or {})
+    remediation.update({"profile": {}, "step": 0, "exhausted": False})
+    new["remediation"] = remediation
+    with kube.api_errors(f"reset remediation of {name}"):
+        kube.patch(kube.VLLMSERVICES, namespace, name,
+                   {"status": {"remediation": {"profile": None, "step": 0, "exhausted": False}}},
+                   subresource="status")
+    return new
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
 def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
-                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
+                          status: Mapping[str, Any], logger: kopf.Logger, reason: str, **_: Any) -> None:
     assert namespace is not None  # VLLMService is namespaced
+    if reason == "update" and (status.get("remediation") or {}).get("profile"):
+        status = _reset_ladder(namespace, name, status)
     try:
         desired = reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
     except kopf.TemporaryError:
@@ -170,6 +185,45 @@ def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: k
     if desired.retry_after:
         raise kopf.TemporaryError("waiting: " + "; ".join(e.message for e in desired.events)[:200],
                                   delay=desired.retry_after)
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
+def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **_: Any) -> None:
+    """A pod of ours changed: if its vLLM container failed, walk the remediation ladder one step."""
+    if type == "DELETED":
+        return
+    from .remediation import remediate_service
+
+    meta = body.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    if not owner or not _looks_failed(body):
+        return
+    try:
+        remediate_service(meta["namespace"], owner, logger)
+    except kopf.TemporaryError as exc:  # event handlers are not retried: the watchdog timer looks again
+        logger.warning("remediation deferred: %s", exc)
+
+
+def _looks_failed(pod: Mapping[str, Any]) -> bool:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if (container.get("lastState") or {}).get("terminated") or (container.get("state") or {}).get("terminated"):
+            return True
+        if ((container.get("state") or {}).get("waiting") or {}).get("reason") in (
+                "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"):
+            return True
+    return False
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=60, initial_delay=60, idle=30, registry=registry)
+def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
+                         status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
+    """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
+    if anything drifted. Writes nothing when nothing changed."""
+    from .remediation import remediate_service
+
+    assert namespace is not None
+    if remediate_service(namespace, name, logger) is None:
+        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)

@@ -60,6 +60,13 @@ def kv_too_small_message(
             f"({available_gib:.2f} GB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
             "when initializing the engine."
         )
+    if style == "v1_gib":
+        return (
+            f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
+            f"({needed_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({available_gib:.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+            "when initializing the engine."
+        )
     if style == "v1_broken_estimate":
         return (
             f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
@@ -67,13 +74,14 @@ def kv_too_small_message(
             f"({available_gib:.2f} GiB). Based on the available memory, Try increasing `gpu_memory_utilization` "
             "or decreasing `max_model_len` when initializing the engine."
         )
-    if style == "v1_typo":
+    if style in ("v1_typo", "v1_typo_docs"):
+        docs = f" See {DOCS} for more details." if style == "v1_typo_docs" else ""
         return (
             f"ValueError: To serve at least one request with the models's max seq len ({max_model_len}), "
             f"({needed_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
             f"({available_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
             f"{estimated_max_len}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-            f"initializing the engine. See {DOCS} for more details."
+            f"initializing the engine.{docs}"
         )
     return (
         f"ValueError: To serve at least one request with the model's max seq len ({max_model_len}), "

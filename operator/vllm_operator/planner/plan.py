@@ -76,6 +76,9 @@ class Constraints(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_utilization: float | None = Field(None, gt=0, le=1)
+    min_utilization: float | None = Field(None, gt=0, le=1)
+    gpu_free_gib: float | None = Field(None, ge=0, description="free memory per GPU a failed start reported")
+    host_memory_gib: float | None = Field(None, gt=0, description="container memory limit (rendering, not vLLM)")
     max_model_len: int | None = Field(None, ge=1)
     min_model_len: int | None = Field(None, ge=1)
     max_num_seqs: int | None = Field(None, ge=1)
@@ -147,12 +150,20 @@ def flags_to_args(flags: dict[str, Any]) -> list[str]:
     return args
 
 
+def _free_gib(request: PlanRequest) -> float | None:
+    """Free memory per GPU at startup: what the user said, else what a failed start reported."""
+    if request.gpu_free_gib is not None:
+        return request.gpu_free_gib
+    return request.constraints.gpu_free_gib
+
+
 def _facts(request: PlanRequest, tp: int) -> GPUFacts:
     total = request.gpu.reported_gib
     other = 0.0
-    if request.gpu_free_gib is not None:
+    free = _free_gib(request)
+    if free is not None:
         own_init = init_nontorch_gib(tp, request.gpu.nvlink)
-        other = max(total - request.gpu_free_gib - own_init, 0.0)
+        other = max(total - free - own_init, 0.0)
     return GPUFacts(total_gib=total, other_used_gib=other, uma=request.gpu.uma, nvlink=request.gpu.nvlink)
 
 
@@ -197,11 +208,16 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
             util = cap
             why += (f", lowered to {cap:.2f} so that vLLM {profile.version}'s CUDA graphs ({graphs:.2f} GiB) and the "
                     f"CUDA context ({init:.2f} GiB) fit beside the budget")
-    if request.gpu_free_gib is not None:
-        cap = (request.gpu_free_gib - _MARGIN_GIB) / total
+    floor = request.constraints.min_utilization
+    if floor is not None and util < floor:
+        util = floor
+        why += f", raised to {floor:.2f} because an earlier start had too little memory for the KV cache"
+    free = _free_gib(request)
+    if free is not None:
+        cap = (free - _MARGIN_GIB) / total
         if util > cap:
             util = cap
-            why += (f", lowered to {cap:.2f} because only {request.gpu_free_gib:.2f} GiB of {total:.2f} GiB is free "
+            why += (f", lowered to {cap:.2f} because only {free:.2f} GiB of {total:.2f} GiB is free "
                     "(other processes hold the rest) and vLLM refuses to start when free < total × utilization")
     limit = request.constraints.max_utilization
     if limit is not None and util > limit:

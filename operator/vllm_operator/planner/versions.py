@@ -38,7 +38,7 @@ class VersionProfile(BaseModel):
     free_memory_check: bool
     cudagraph_subtracted: bool
     tokens_definition: Literal["blocks", "blocks_per_group", "concurrency"]
-    kv_error_style: Literal["v0", "v1_gb", "v1_broken_estimate", "v1_typo", "v1_current"]
+    kv_error_style: Literal["v0", "v1_gb", "v1_gib", "v1_broken_estimate", "v1_typo", "v1_typo_docs", "v1_current"]
     free_check_style: Literal["none", "no_device", "device"]
     sampler_bytes: float = Field(description="torch bytes per sampled row per vocab entry in the profile run")
     nontorch_gib: tuple[float, float]

@@ -349,8 +349,8 @@ _WRAPPER = re.compile(
     r"root cause|actual cause|Engine core initialization failed|Engine process failed to start|"
     r"WorkerProc initialization failed|WorkerProc hit an exception|EngineDeadError|EngineGenerateError|"
     r"CancelledError|KeyboardInterrupt|SystemExit|BrokenPipeError|ConnectionResetError|ConnectionRefusedError|"
-    r"EOFError|RayTaskError|ActorDiedError|NCCL communicator was aborted|Worker failed with error|"
-    r"died unexpectedly|shutting down"
+    r"EOFError|RayTaskError|ActorDiedError|NCCL communicator was aborted|DistBackendError|DistNetworkError|"
+    r"Connection closed by peer|Worker failed with error|died unexpectedly|shutting down"
 )
 
 # Progress lines, newest first in each startup (any log level).
@@ -543,7 +543,7 @@ def _match_other(line: _Line) -> _Hit | None:
                     fields={"max_model_len": int(m["req"]), "derived_max_model_len": _i(m["derived"])})
     hf_type = line.exc_type is not None and _HF_EXCEPTIONS.search(line.exc_type) is not None
     if hf_type or _MODEL_NOT_FOUND.match(msg) or _HF_HTTP.search(msg):
-        return _Hit(FailureClass.ModelNotFound, line, fields={"model_id": _model_id(line.body)})
+        return _Hit(FailureClass.ModelNotFound, line, extra_lines=3)
     if m := _NOT_A_MODEL_ID.match(msg):
         return _Hit(FailureClass.ModelNotFound, line, fields={"model_id": m["id"].strip("'\"")})
     if line.exc_type is None and line.level is None and _ARGPARSE.match(line.body.strip()):
@@ -657,6 +657,16 @@ def _excerpt(lines: Sequence[_Line], hit: _Hit) -> str:
     return _clip("\n".join(chosen), EXCERPT_MAX)
 
 
+def _details(lines: Sequence[_Line], hit: _Hit) -> list[str]:
+    """The lines after a pydantic ValidationError header: field name and message, without '[type=…]'."""
+    found: list[str] = []
+    for line in lines[hit.line.index + 1 : hit.line.index + 1 + hit.extra_lines]:
+        text = re.sub(r"\s*\[type=.*$", "", line.body).strip()
+        if text:
+            found.append(text)
+    return found
+
+
 def _gib(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
 
@@ -691,7 +701,7 @@ _PHASE_WORDS: dict[Phase, str] = {
 }
 
 
-def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None) -> str:
+def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequence[str] = ()) -> str:
     f = hit.fields
     msg = hit.line.message or hit.line.body.strip()
     if kind is FailureClass.KVCacheTooSmall:
@@ -742,6 +752,10 @@ def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None) -> str:
                 f"Invalid parallelism: a weight dimension ({f['dividend']}) is not divisible by {f['divisor']} "
                 "(usually the tensor-parallel size)"
             )
+        if hit.wording == "placement-group":
+            needed = f"{f['world_size']} GPUs" if f.get("world_size") else "the GPUs"
+            have = f" but only {f['available_gpus']} are available" if f.get("available_gpus") else ""
+            return f"Invalid parallelism: Ray cannot place {needed}{have} (TP × PP larger than the cluster's GPUs)"
         if hit.wording == "world-size":
             return (
                 f"Invalid parallelism: world size {f['world_size']} (TP × PP) is larger than the "
@@ -762,8 +776,16 @@ def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None) -> str:
         )
     if kind is FailureClass.InvalidArgument:
         m = _ARGPARSE.match(hit.line.body.strip())
-        return "Invalid vLLM argument: " + _one_line(m["msg"] if m else msg, 300)
+        if m:
+            msg = m["msg"]
+        elif hit.wording == "validation" and details:
+            msg = f"{msg}: {' '.join(details)}"
+        return "Invalid vLLM argument: " + _one_line(msg, 300)
     return _one_line(msg)
+
+
+def _load_wrapper_before(lines: Sequence[_Line], index: int) -> bool:
+    return any(_LOAD_OOM.match(line.message) and not line.context_only for line in lines[:index])
 
 
 def _build(hit: _Hit, lines: Sequence[_Line], *, was_ready_before: bool | None, exit_code: int | None) -> Failure:
@@ -780,10 +802,15 @@ def _build(hit: _Hit, lines: Sequence[_Line], *, was_ready_before: bool | None, 
             kind = FailureClass.WeightsDoNotFit
         else:
             kind = FailureClass.CUDAOOMStartup
+    if kind is FailureClass.ModelNotFound and "model_id" not in hit.fields:
+        following = lines[hit.line.index : hit.line.index + 1 + hit.extra_lines]
+        hit.fields["model_id"] = _model_id("\n".join(line.body for line in following))
+    if hit.kind == "oom" and hit.wording == "torch" and _load_wrapper_before(lines, hit.line.index):
+        hit.wording = "load-wrapper"
     fields = {k: v for k, v in hit.fields.items() if v is not None}
     return Failure(
         kind=kind,
-        summary=_one_line(_summary(kind, hit, phase)),
+        summary=_one_line(_summary(kind, hit, phase, _details(lines, hit))),
         excerpt=_excerpt(lines, hit),
         wording=hit.wording,
         phase=phase,
@@ -864,7 +891,7 @@ def classify_text(
             kind=FailureClass.HostOOMKilled,
             summary=(
                 "Killed by the kernel OOM killer: the container exceeded its memory limit or the node ran out of "
-                f"host memory ({_exit_text(exit_code, terminated_reason)})"
+                f"host memory [{_exit_text(exit_code, terminated_reason)}]"
             ),
             excerpt=f"terminated: reason={terminated_reason}" + (f", exitCode={exit_code}" if exit_code is not None else ""),
             exit_code=exit_code,

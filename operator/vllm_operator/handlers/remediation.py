@@ -1,0 +1,280 @@
+"""Read pod failures and walk the remediation ladder (observe → classify → decide → apply).
+
+All state lives in the VLLMService's status (`status.remediation`: step, profile, history with the failure keys
+pod UID + restart count), so a restarted operator neither repeats nor loses a step. Pods running an older
+profile than the Deployment's current template are ignored (their failure was already answered).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from .. import metrics, reconcile
+from ..api import conditions as cond
+from ..api.v1alpha1 import RemediationEvent, RemediationStatus, SpecValidationError, parse_spec
+from ..remediation.classifier import Failure, classify, classify_text
+from ..remediation.evidence import ContainerEvidence, evidence_from_pod
+from ..remediation.policy import (
+    Action,
+    Current,
+    Decision,
+    constraints_to_profile,
+    decide,
+    failure_key,
+    profile_constraints,
+)
+from ..render.manifests import ANNOTATION_PLAN, LABEL_SERVICE
+from . import kube
+
+log = logging.getLogger("vllm_operator.remediation")
+LOG_TAIL_LINES = 80
+_REASON_BY_ACTION = {Action.STEP: cond.REMEDIATING, Action.EXHAUSTED: cond.REMEDIATION_EXHAUSTED}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _failing(evidence: ContainerEvidence) -> bool:
+    return bool(evidence.terminated_reason or evidence.exit_code or evidence.waiting_reason in (
+        "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"))
+
+
+def classify_pod(pod: Mapping[str, Any]) -> list[tuple[ContainerEvidence, Failure]]:
+    """The failures a pod's vLLM container shows; fetches a bounded log tail when the message is empty."""
+    found = []
+    for evidence in evidence_from_pod(pod, container="vllm"):
+        if not _failing(evidence):
+            continue
+        failure = classify(evidence)
+        if failure is None:
+            continue
+        if not evidence.termination_message.strip() and evidence.terminated_reason != "OOMKilled":
+            tail = read_log_tail(evidence.namespace, evidence.pod_name)
+            if tail:
+                evidence = evidence.model_copy(update={"log_tail": tail})
+                failure = classify_text(tail, terminated_reason=evidence.terminated_reason,
+                                        exit_code=evidence.exit_code, was_ready_before=evidence.was_ready_before,
+                                        waiting_reason=evidence.waiting_reason)
+        found.append((evidence, failure))
+    return found
+
+
+def read_log_tail(namespace: str, pod: str) -> str | None:
+    try:
+        return kube.read_log(namespace, pod, container="vllm", tail_lines=LOG_TAIL_LINES, previous=True)
+    except Exception as exc:  # a missing log is not worth failing the handler for
+        log.debug("no log for %s/%s: %s", namespace, pod, exc)
+        return None
+
+
+def _current_plan_hash(deployment: Mapping[str, Any] | None) -> str | None:
+    if deployment is None:
+        return None
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    annotations = template.get("annotations") or {}
+    value = annotations.get(ANNOTATION_PLAN)
+    return str(value) if value is not None else None
+
+
+def _container_memory_gib(deployment: Mapping[str, Any] | None) -> float | None:
+    if deployment is None:
+        return None
+    containers = ((((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+                  or [{}])
+    limit = ((containers[0].get("resources") or {}).get("limits") or {}).get("memory")
+    return _quantity_gib(limit)
+
+
+def _quantity_gib(value: Any) -> float | None:
+    if value is None:
+        return None
+    text = str(value)
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * factor / 2**30
+            except ValueError:
+                return None
+    try:
+        return float(text) / 2**30
+    except ValueError:
+        return None
+
+
+def _node_memory_gib() -> float | None:
+    with kube.api_errors("list nodes"):
+        nodes = kube.list_objects(kube.NODES)
+    sizes = [_quantity_gib(((n.get("status") or {}).get("allocatable") or {}).get("memory")) for n in nodes
+             if ((n.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.product")]
+    known = [s for s in sizes if s]
+    return max(known) if known else None
+
+
+def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, Any] | None) -> Current:
+    remediation = status.get("remediation") or {}
+    history = remediation.get("history") or []
+    last = _parse_time(history[-1].get("time")) if history else None
+    keys = {f"{h.get('podUID')}/{h.get('restartCount')}" for h in history if h.get("podUID")}
+    if remediation.get("lastFailureKey"):
+        keys.add(remediation["lastFailureKey"])
+    return Current(
+        flags=dict((status.get("plan") or {}).get("flags") or {}),
+        pinned=frozenset(spec.flags.to_vllm()),
+        constraints=profile_constraints(remediation.get("profile") or {}),
+        step=int(remediation.get("step") or 0),
+        history_keys=frozenset(keys),
+        last_step_time=last,
+        max_steps=spec.remediation.max_steps,
+        min_interval_seconds=spec.remediation.min_interval_seconds,
+        enabled=spec.remediation.enabled,
+        max_gpus=spec.gpu.count or spec.gpu.max_count,
+        min_context=spec.workload.context_length,
+        gpu_total_gib=(status.get("gpu") or {}).get("memoryGiB"),
+        host_memory_gib=_container_memory_gib(deployment),
+        node_memory_gib=None,
+        memory_pinned=bool(spec.resources.memory),
+    )
+
+
+def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> Decision | None:
+    """Look at the service's pods; take at most one ladder step. Returns the decision taken, if any."""
+    with kube.api_errors("read the VLLMService"):
+        service = kube.get(kube.VLLMSERVICES, namespace, name)
+    if service is None:
+        return None
+    try:
+        spec = parse_spec(service.get("spec") or {})
+    except SpecValidationError:
+        return None
+    status = dict(service.get("status") or {})
+    with kube.api_errors("read the Deployment and pods"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+        pods = kube.list_objects(kube.PODS, namespace, label_selector=f"{LABEL_SERVICE}={name}")
+    current_hash = _current_plan_hash(deployment)
+    for pod in pods:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if current_hash and annotations.get(ANNOTATION_PLAN) not in (None, current_hash):
+            continue  # a pod of an older profile: its failure was already answered by the step that replaced it
+        for evidence, failure in classify_pod(pod):
+            current = current_from(spec, status, deployment)
+            if failure.kind == "HostOOMKilled":
+                current = current.model_copy(update={"node_memory_gib": _node_memory_gib()})
+            key = failure_key(evidence.pod_uid, evidence.restart_count)
+            decision = decide(failure, key, current, _now())
+            if decision.action in (Action.IGNORE, Action.WAIT):
+                continue
+            apply_decision(service, spec, status, decision, evidence, failure, key, logger)
+            return decision
+    return None
+
+
+def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any], decision: Decision,
+                   evidence: ContainerEvidence, failure: Failure, key: str,
+                   logger: logging.Logger | kopf.Logger) -> None:
+    meta = service.get("metadata") or {}
+    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
+    generation = int(meta.get("generation") or 1)
+    now = _now()
+    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+    involved = {"apiVersion": service.get("apiVersion"), "kind": "VLLMService", "name": name,
+                "namespace": namespace, "uid": uid}
+    flags_before = dict((status.get("plan") or {}).get("flags") or {})
+    if decision.action is Action.STEP and decision.constraints is not None:
+        remediation = remediation.model_copy(update={
+            "step": remediation.step + 1,
+            "profile": constraints_to_profile(decision.constraints),
+            "last_failure_key": key,
+            "exhausted": False,
+        })
+        stepped = dict(status)
+        stepped["remediation"] = remediation.model_dump(by_alias=True, exclude_none=True)
+        files, model_error = _model_files(service, namespace)
+        desired = reconcile.desired_state(reconcile.Observed(
+            name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
+            status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error))
+        if desired.plan is None or not desired.plan.fits:
+            why = desired.plan.failure.message if desired.plan and desired.plan.failure else "no plan"
+            options = "; ".join(o.summary for o in (desired.plan.options if desired.plan else [])[:3])
+            exhausted = decision.model_copy(update={
+                "action": Action.EXHAUSTED,
+                "message": f"{decision.message}, but then nothing fits: {why}"
+                           + (f" Options: {options}" if options else "")})
+            return apply_decision(service, spec, status, exhausted, evidence, failure, key, logger)
+        flags_after = desired.plan.flags
+        entry = RemediationEvent(step=remediation.step, time=cond.format_time(now), failure_class=str(failure.kind),
+                                 evidence=(failure.excerpt or failure.summary)[:500], podUID=evidence.pod_uid,
+                                 restart_count=evidence.restart_count, flags_before=flags_before,
+                                 flags_after=flags_after, message=decision.message)
+        remediation = remediation.model_copy(update={"history": [*remediation.history, entry]})
+        new_status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
+            cond.DEGRADED, cond.TRUE, cond.REMEDIATING, f"step {remediation.step}: {decision.message}")],
+            observed_generation=generation, now=now, remediation=remediation)
+        if desired.children is not None:
+            from .service import apply_children
+
+            apply_children(desired.children, namespace)
+        _write(namespace, name, status, new_status)
+        metrics.REMEDIATIONS.labels(failure_class=str(failure.kind)).inc()
+        _event(namespace, involved, "Warning", f"Remediated{failure.kind}",
+               f"step {remediation.step}: {decision.message}. Evidence: {failure.summary}")
+        logger.info("remediation step %s for %s/%s: %s", remediation.step, namespace, name, decision.message)
+        return
+    remediation = remediation.model_copy(update={"last_failure_key": key,
+                                                 "exhausted": decision.action is Action.EXHAUSTED})
+    if decision.action is Action.EXHAUSTED:
+        update = cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.REMEDIATION_EXHAUSTED, decision.message)
+        reason = cond.REMEDIATION_EXHAUSTED
+    else:
+        update = cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, _surface_reason(failure), decision.message)
+        reason = f"PodFailed{failure.kind}"
+    new_status = cond.fold_status(status, conditions=[update], observed_generation=generation, now=now,
+                                  remediation=remediation)
+    _write(namespace, name, status, new_status)
+    _event(namespace, involved, "Warning", reason, decision.message)
+    logger.warning("%s/%s: %s", namespace, name, decision.message)
+
+
+def _surface_reason(failure: Failure) -> str:
+    return {"ImagePull": cond.IMAGE_PULL_FAILED, "HostOOMKilled": cond.CONTAINER_OOM_KILLED}.get(
+        str(failure.kind), cond.CONTAINER_CRASH_LOOP_BACK_OFF)
+
+
+def _write(namespace: str, name: str, old: Mapping[str, Any], new: Any) -> None:
+    from .service import write_status
+
+    write_status(namespace, name, old, new)
+
+
+def _event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    with kube.api_errors("post an event"):
+        kube.post_event(namespace, involved, type_, reason, message)
+
+
+def _nodes_for(spec: Any) -> list[dict[str, str]]:
+    from .service import list_gpu_nodes
+
+    if spec.gpu.product:
+        return []
+    return list_gpu_nodes(dict(spec.node_selector))
+
+
+def _model_files(service: Mapping[str, Any], namespace: str) -> tuple[Any, str | None]:
+    from .service import load_model
+
+    return load_model(service.get("spec") or {}, namespace)

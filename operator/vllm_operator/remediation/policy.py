@@ -1,0 +1,301 @@
+"""The remediation ladder: from a classified failure to the next, safer profile — or a clear stop.
+
+`decide(...)` is pure. Each step adds one constraint learned from vLLM's own numbers (its estimated maximum
+length, the free memory it saw) to `status.remediation.profile`; the planner then computes the next flags with
+that constraint, so a step is computed, not a blind halving. Pinned flags are never changed: when the only remedy
+needs one, the ladder stops and says which flag and what value would work. Bounded by `maxSteps` and
+`minIntervalSeconds`; the same failure (pod UID + restart count) never causes two steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..planner import Constraints
+from .classifier import MEMORY_FAILURES, Failure, FailureClass
+
+_MAX_UTILIZATION = 0.95
+_UTIL_STEP = 0.03
+_MIN_BATCHED_TOKENS = 512
+_FREE_MARGIN_GIB = 0.3
+
+
+class Action(StrEnum):
+    STEP = "step"            # apply new constraints (re-plan, roll out)
+    WAIT = "wait"            # a step is due, but the minimum interval has not passed: look again later
+    SURFACE = "surface"      # not a memory failure: change nothing, tell the user
+    EXHAUSTED = "exhausted"  # no step allowed or none would help: stop with a verdict
+    IGNORE = "ignore"        # already handled (same pod UID + restart count) or stale
+
+
+class Current(BaseModel):
+    """What the ladder needs to know about the service now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    flags: dict[str, Any] = Field(description="the flags the failed pod ran with (status.plan.flags)")
+    pinned: frozenset[str] = Field(frozenset(), description="vLLM flag names the user pinned (snake_case)")
+    constraints: Constraints = Constraints()
+    step: int = 0
+    history_keys: frozenset[str] = frozenset()
+    last_step_time: datetime | None = None
+    max_steps: int = 5
+    min_interval_seconds: int = 60
+    enabled: bool = True
+    max_gpus: int = 8
+    min_context: int | None = Field(None, description="workload.contextLength: never plan below it")
+    gpu_total_gib: float | None = None
+    host_memory_gib: float | None = Field(None, description="the container's current memory limit")
+    node_memory_gib: float | None = Field(None, description="allocatable memory of the largest GPU node")
+    memory_pinned: bool = False
+
+
+class Decision(BaseModel):
+    action: Action
+    failure_class: str
+    constraints: Constraints | None = None
+    message: str
+    changed: dict[str, Any] = Field(default_factory=dict, description="constraint fields set by this step")
+
+
+def failure_key(pod_uid: str, restart_count: int) -> str:
+    return f"{pod_uid}/{restart_count}"
+
+
+def decide(failure: Failure, key: str, current: Current, now: datetime) -> Decision:
+    """The ladder's next move for one classified failure."""
+    kind = failure.kind
+    if key in current.history_keys:
+        return Decision(action=Action.IGNORE, failure_class=kind, message=f"failure {key} was already handled")
+    if kind not in MEMORY_FAILURES and kind not in (FailureClass.InvalidParallelism, FailureClass.MaxModelLenTooLong):
+        return Decision(action=Action.SURFACE, failure_class=kind,
+                        message=f"{kind}: {failure.summary} (not a memory failure: flags unchanged)")
+    if not current.enabled:
+        return Decision(action=Action.SURFACE, failure_class=kind,
+                        message=f"{kind}: {failure.summary} (remediation is disabled by spec.remediation.enabled)")
+    if current.step >= current.max_steps:
+        return Decision(action=Action.EXHAUSTED, failure_class=kind,
+                        message=f"{kind} after {current.step} remediation steps (spec.remediation.maxSteps="
+                                f"{current.max_steps}): {failure.summary} {_advice(failure, current)}")
+    if current.last_step_time is not None:
+        due = current.last_step_time + timedelta(seconds=current.min_interval_seconds)
+        if now < due:
+            return Decision(action=Action.WAIT, failure_class=kind,
+                            message=f"next step allowed after {due.isoformat()} (spec.remediation."
+                                    "minIntervalSeconds)")
+    step = _STEPS[kind](failure, current)
+    if isinstance(step, str):
+        return Decision(action=Action.EXHAUSTED, failure_class=kind, message=f"{kind}: {failure.summary} {step}")
+    changes, why = step
+    constraints = current.constraints.model_copy(update=changes)
+    if constraints == current.constraints:
+        return Decision(action=Action.EXHAUSTED, failure_class=kind,
+                        message=f"{kind}: {failure.summary} No further step would change the flags. "
+                                f"{_advice(failure, current)}")
+    return Decision(action=Action.STEP, failure_class=kind, constraints=constraints, changed=changes, message=why)
+
+
+_Step = tuple[dict[str, Any], str] | str  # (constraint changes, why) or the verdict when nothing is allowed
+
+
+def _flag(current: Current, name: str, default: Any = None) -> Any:
+    return current.flags.get(name, default)
+
+
+def _pinned(current: Current, name: str) -> bool:
+    return name in current.pinned
+
+
+def _kv_too_small(failure: Failure, current: Current) -> _Step:
+    length = failure.max_model_len or _flag(current, "max_model_len")
+    fits = failure.estimated_max_model_len
+    if fits is None and failure.kv_cache_tokens:
+        fits = failure.kv_cache_tokens  # V0: the cache holds this many tokens
+    if fits is None and length and failure.needed_kv_gib and failure.available_kv_gib:
+        fits = int(length * failure.available_kv_gib / failure.needed_kv_gib)
+    if fits is None:
+        fits = int(length * 0.75) if length else None
+    minimum = current.min_context or 0
+    if not _pinned(current, "max_model_len") and fits and fits >= max(minimum, 16):
+        target = _round_down(fits)
+        if minimum and target < minimum:
+            target = fits
+        return ({"max_model_len": target},
+                f"vLLM's KV cache holds at most {fits} tokens per request; max-model-len {length} → {target}")
+    util = float(_flag(current, "gpu_memory_utilization", 0.9))
+    if not _pinned(current, "gpu_memory_utilization") and util + _UTIL_STEP <= _MAX_UTILIZATION:
+        raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
+        return ({"min_utilization": raised},
+                f"the context cannot shrink (pinned or below workload.contextLength {minimum}); "
+                f"gpu-memory-utilization {util} → {raised}")
+    return (f"Only {fits} tokens fit per request. Set spec.flags.maxModelLen to {fits} or less, or use more "
+            "GPUs (spec.gpu.maxCount), an fp8 KV cache (spec.flags.kvCacheDtype: fp8) or a larger GPU.")
+
+
+def _insufficient_free(failure: Failure, current: Current) -> _Step:
+    free = failure.free_gib
+    total = failure.total_gib or current.gpu_total_gib
+    if free is None:
+        return "The message did not say how much memory is free; free the GPU or lower gpu-memory-utilization."
+    if _pinned(current, "gpu_memory_utilization"):
+        util = max(int((free - _FREE_MARGIN_GIB) / total * 100) / 100, 0.01) if total else None
+        return (f"Only {free} GiB of {total} GiB is free (another process holds the rest) and "
+                f"spec.flags.gpuMemoryUtilization is pinned; set it to {util} or less, or free the GPU.")
+    return ({"gpu_free_gib": round(free, 2)},
+            f"another process holds GPU memory: {free} of {total} GiB free; re-planned to fit in what is free")
+
+
+def _no_kv_memory(failure: Failure, current: Current) -> _Step:
+    util = float(_flag(current, "gpu_memory_utilization", 0.9))
+    c = current.constraints
+    if not _pinned(current, "gpu_memory_utilization") and c.gpu_free_gib is None and \
+            util + _UTIL_STEP <= _MAX_UTILIZATION:
+        raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
+        return {"min_utilization": raised}, f"no memory left for the KV cache; gpu-memory-utilization {util} → {raised}"
+    if not _pinned(current, "enforce_eager") and not c.force_enforce_eager and not _flag(current, "enforce_eager"):
+        return {"force_enforce_eager": True}, "no memory left for the KV cache; enforce-eager frees the CUDA-graph pool"
+    tokens = _flag(current, "max_num_batched_tokens")
+    if not _pinned(current, "max_num_batched_tokens") and (tokens is None or tokens > _MIN_BATCHED_TOKENS):
+        smaller = max((tokens or 2048) // 2, _MIN_BATCHED_TOKENS)
+        return ({"max_num_batched_tokens": smaller},
+                f"no memory left for the KV cache; max-num-batched-tokens → {smaller} shrinks the activation peak")
+    if not _pinned(current, "kv_cache_dtype") and not c.force_fp8_kv:
+        return {"force_fp8_kv": True}, "no memory left for the KV cache; fp8 KV cache halves bytes per token"
+    return _more_gpus(current, "no memory left for the KV cache")
+
+
+def _more_gpus(current: Current, why: str) -> _Step:
+    tp = int(_flag(current, "tensor_parallel_size", 1))
+    if _pinned(current, "tensor_parallel_size"):
+        return (f"{why}; more tensor parallelism would help but spec.flags.tensorParallelSize is pinned at {tp}: "
+                f"set it to {tp * 2} with spec.gpu.count {tp * 2}.")
+    if tp * 2 > current.max_gpus:
+        return (f"{why}; {tp * 2} GPUs per pod would be needed but spec.gpu.maxCount is {current.max_gpus}: raise "
+                "it, use a quantized variant of the model, or a larger GPU.")
+    return {"min_tensor_parallel_size": tp * 2}, f"{why}; tensor-parallel-size {tp} → {tp * 2}"
+
+
+def _weights(failure: Failure, current: Current) -> _Step:
+    return _more_gpus(current, "the weights do not fit in GPU memory")
+
+
+def _oom_startup(failure: Failure, current: Current) -> _Step:
+    c = current.constraints
+    if not _pinned(current, "enforce_eager") and not c.force_enforce_eager and not _flag(current, "enforce_eager"):
+        return ({"force_enforce_eager": True},
+                "CUDA out of memory after loading (profiling/CUDA-graph capture); enforce-eager skips graph capture")
+    util = float(_flag(current, "gpu_memory_utilization", 0.9))
+    if not _pinned(current, "gpu_memory_utilization") and util > 0.5:
+        lowered = round(util - 0.05, 2)
+        return ({"max_utilization": lowered},
+                f"CUDA out of memory outside vLLM's budget; gpu-memory-utilization {util} → {lowered} leaves headroom")
+    return _smaller_batches(current, "CUDA out of memory after loading")
+
+
+def _smaller_batches(current: Current, why: str) -> _Step:
+    seqs = _flag(current, "max_num_seqs")
+    if not _pinned(current, "max_num_seqs") and seqs and seqs > 1:
+        fewer = max(int(seqs) // 2, 1)
+        return {"max_num_seqs": fewer}, f"{why}; max-num-seqs {seqs} → {fewer}"
+    tokens = _flag(current, "max_num_batched_tokens")
+    if not _pinned(current, "max_num_batched_tokens") and (tokens is None or tokens > _MIN_BATCHED_TOKENS):
+        smaller = max((tokens or 2048) // 2, _MIN_BATCHED_TOKENS)
+        return {"max_num_batched_tokens": smaller}, f"{why}; max-num-batched-tokens → {smaller}"
+    return f"{why}; max-num-seqs and max-num-batched-tokens are pinned or at their minimum: lower them by hand."
+
+
+def _oom_serving(failure: Failure, current: Current) -> _Step:
+    return _smaller_batches(current, "CUDA out of memory while serving")
+
+
+def _host_oom(failure: Failure, current: Current) -> _Step:
+    if current.memory_pinned:
+        return ("The container ran out of host memory and spec.resources.memory is set by you; raise it "
+                f"(now {current.host_memory_gib} GiB) or lower cpu-offload-gb/swap-space.")
+    limit = current.constraints.host_memory_gib or current.host_memory_gib or 16.0
+    raised = float(int(limit * 1.5 + 0.999))
+    if current.node_memory_gib is not None and raised > current.node_memory_gib * 0.9:
+        raised = float(int(current.node_memory_gib * 0.9))
+        if raised <= limit:
+            return (f"The container ran out of host memory at {limit} GiB and the nodes allocate at most "
+                    f"{current.node_memory_gib} GiB; lower cpu-offload-gb or use nodes with more memory.")
+    return {"host_memory_gib": raised}, f"host memory limit {limit} GiB → {raised} GiB (OOMKilled while loading)"
+
+
+def _invalid_parallelism(failure: Failure, current: Current) -> _Step:
+    tp = _flag(current, "tensor_parallel_size", 1)
+    if _pinned(current, "tensor_parallel_size"):
+        return (f"spec.flags.tensorParallelSize={tp} does not divide the model's shapes ({failure.summary}); "
+                "use a power of two that divides the attention heads, e.g. 1, 2, 4 or 8.")
+    return "the planner chose an invalid tensor-parallel size; please report this with the model's config.json."
+
+
+def _too_long(failure: Failure, current: Current) -> _Step:
+    derived = failure.derived_max_model_len
+    if _pinned(current, "max_model_len") or derived is None:
+        return (f"spec.flags.maxModelLen exceeds the model's context ({derived}); set it to {derived} or less.")
+    return {"max_model_len": derived}, f"max-model-len above the model's own context; → {derived}"
+
+
+_STEPS: dict[str, Any] = {
+    FailureClass.KVCacheTooSmall: _kv_too_small,
+    FailureClass.InsufficientFreeGPUMemory: _insufficient_free,
+    FailureClass.NoKVCacheMemory: _no_kv_memory,
+    FailureClass.WeightsDoNotFit: _weights,
+    FailureClass.CUDAOOMStartup: _oom_startup,
+    FailureClass.CUDAOOMServing: _oom_serving,
+    FailureClass.HostOOMKilled: _host_oom,
+    FailureClass.InvalidParallelism: _invalid_parallelism,
+    FailureClass.MaxModelLenTooLong: _too_long,
+}
+
+
+def _round_down(length: int) -> int:
+    if length >= 4096:
+        return length // 1024 * 1024
+    if length >= 512:
+        return length // 256 * 256
+    return length
+
+
+def _advice(failure: Failure, current: Current) -> str:
+    step = _STEPS.get(failure.kind)
+    if step is None:
+        return ""
+    nxt = step(failure, current)
+    if isinstance(nxt, str):
+        return nxt
+    changes, why = nxt
+    return f"The next step would have been: {why}. Raise spec.remediation.maxSteps or apply it by hand."
+
+
+def step_up(current: Current, profile_order: Sequence[str], now: datetime, stable_since: datetime | None,
+            stable_window_seconds: int) -> tuple[Constraints, str] | None:
+    """Opt-in (spec.remediation.allowStepUp): after a stable window, drop the most recent constraint once."""
+    if stable_since is None or not profile_order:
+        return None
+    if now - stable_since < timedelta(seconds=stable_window_seconds):
+        return None
+    last = profile_order[-1]
+    default = Constraints.model_fields[last].default
+    relaxed = current.constraints.model_copy(update={last: default})
+    return relaxed, f"stable for {stable_window_seconds}s: retrying without the constraint {last}"
+
+
+def constraints_to_profile(constraints: Constraints) -> dict[str, Any]:
+    """The constraints worth storing (status.remediation.profile): only fields that differ from the defaults."""
+    out: dict[str, Any] = {}
+    for name, info in Constraints.model_fields.items():
+        value = getattr(constraints, name)
+        if value != info.default:
+            out[name] = value
+    return out
+
+
+def profile_constraints(profile: Mapping[str, Any]) -> Constraints:
+    return Constraints(**{k: v for k, v in profile.items() if k in Constraints.model_fields})

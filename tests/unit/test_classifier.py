@@ -1,0 +1,485 @@
+"""The failure classifier against a corpus of real and source-derived vLLM failure texts, and pod evidence."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from vllm_operator.remediation.classifier import (
+    MEMORY_FAILURES,
+    Failure,
+    FailureClass,
+    classify,
+    classify_text,
+)
+from vllm_operator.remediation.evidence import ContainerEvidence, evidence_from_pod
+
+CORPUS: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "data" / "vllm_failure_texts.yaml").read_text())
+TEXTS: list[dict[str, Any]] = CORPUS["texts"]
+NEAR_MISSES: list[dict[str, Any]] = CORPUS["near_misses"]
+
+
+def _classify_entry(entry: dict[str, Any], text: str | None = None) -> Failure:
+    return classify_text(
+        entry["text"] if text is None else text,
+        terminated_reason=entry.get("terminated_reason"),
+        exit_code=entry.get("exit_code"),
+        was_ready_before=entry.get("was_ready_before"),
+    )
+
+
+def _check(failure: Failure, expect: dict[str, Any]) -> None:
+    assert failure.kind == FailureClass(expect["kind"]), failure
+    for key, want in expect.items():
+        if key == "kind":
+            continue
+        if key == "summary_contains":
+            assert want in failure.summary, failure.summary
+            continue
+        got = getattr(failure, key)
+        if isinstance(want, float):
+            assert got == pytest.approx(want, abs=0.01), (key, got, failure)
+        else:
+            assert got == want, (key, got, failure)
+    assert failure.summary and "\n" not in failure.summary
+    assert len(failure.excerpt) <= 500
+
+
+def test_corpus_is_big_enough_and_sourced() -> None:
+    assert len(TEXTS) >= 30 and len(NEAR_MISSES) >= 10
+    ids = [e["id"] for e in TEXTS + NEAR_MISSES]
+    assert len(ids) == len(set(ids))
+    for entry in TEXTS:
+        assert entry.get("source") and entry.get("vllm"), entry["id"]
+    for entry in NEAR_MISSES:
+        assert entry.get("why") and entry.get("must_not"), entry["id"]
+    # every class is represented (ImagePull needs the kubelet's reason, tested below)
+    covered = {FailureClass(e["expect"]["kind"]) for e in TEXTS}
+    assert covered >= set(FailureClass) - {FailureClass.ImagePull}
+    # every KV-cache wording era is represented
+    kv_wordings = {e["expect"].get("wording") for e in TEXTS if e["expect"]["kind"] == "KVCacheTooSmall"}
+    assert kv_wordings >= {"v0", "v1-gb", "v1-no-estimate", "v1-broken-estimate", "v1-models's", "v1"}
+
+
+@pytest.mark.parametrize("entry", TEXTS, ids=[e["id"] for e in TEXTS])
+def test_corpus_text(entry: dict[str, Any]) -> None:
+    _check(_classify_entry(entry), entry["expect"])
+
+
+@pytest.mark.parametrize("entry", NEAR_MISSES, ids=[e["id"] for e in NEAR_MISSES])
+def test_near_miss(entry: dict[str, Any]) -> None:
+    failure = _classify_entry(entry)
+    assert failure.kind.value not in entry["must_not"], failure
+    _check(failure, entry["expect"])
+
+
+def _decorate(text: str) -> str:
+    """The same log as `kubectl logs --timestamps` shows it, with vLLM's colour codes left in."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        colored = line.replace("ERROR ", "\x1b[31mERROR\x1b[0m ", 1) if i % 2 else line
+        out.append(f"2025-05-20T09:14:{i % 60:02d}.123456789Z {colored}")
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("entry", TEXTS + NEAR_MISSES, ids=[e["id"] for e in TEXTS + NEAR_MISSES])
+def test_corpus_with_timestamps_and_colours(entry: dict[str, Any]) -> None:
+    plain = _classify_entry(entry)
+    decorated = _classify_entry(entry, _decorate(entry["text"]))
+    assert decorated.model_dump(exclude={"summary", "excerpt"}) == plain.model_dump(exclude={"summary", "excerpt"})
+
+
+def test_last_occurrence_wins() -> None:
+    text = (
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.\n"
+        "ValueError: Free memory on device cuda:0 (10.0/79.19 GiB) on startup is less than desired GPU memory "
+        "utilization (0.9, 71.28 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n"
+    )
+    failure = classify_text(text)
+    assert failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure.free_gib == 10.0
+
+
+def test_summaries_are_informative() -> None:
+    kv = classify_text(TEXTS[0]["text"])
+    assert "131072" in kv.summary and "27264" in kv.summary and "3.33" in kv.summary
+    assert kv.excerpt.startswith("ValueError: To serve at least one request")
+    free = next(e for e in TEXTS if e["id"] == "free-device-real-codellama-tp2")
+    assert "cuda:1" in _classify_entry(free).summary
+
+
+def test_excerpt_is_clipped_and_summary_one_line() -> None:
+    long = "ValueError: No available memory for the cache blocks. " + "x" * 2000
+    failure = classify_text(long)
+    assert failure.kind is FailureClass.NoKVCacheMemory
+    assert len(failure.excerpt) == 500 and failure.excerpt.endswith("…")
+    unknown = classify_text("RuntimeError: boom\n" + "y" * 3000 + "\n", exit_code=1)
+    assert "\n" not in unknown.summary and len(unknown.summary) <= 400
+
+
+def test_empty_text_is_unknown() -> None:
+    failure = classify_text("", exit_code=1, terminated_reason="Error")
+    assert failure.kind is FailureClass.Unknown
+    assert "exit code 1" in failure.summary
+
+
+def test_unknown_prefers_the_last_real_exception_over_wrappers() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureClass.Unknown
+    assert failure.summary.startswith("ImportError: libcuda.so.1")
+
+
+def test_memory_related() -> None:
+    assert classify_text(TEXTS[0]["text"]).memory_related
+    assert not classify_text("vllm serve: error: unrecognized arguments: --foo").memory_related
+    assert FailureClass.InvalidParallelism not in MEMORY_FAILURES
+    assert FailureClass.HostOOMKilled in MEMORY_FAILURES
+
+
+def test_failure_is_frozen_and_bounded() -> None:
+    failure = classify_text("", exit_code=1)
+    with pytest.raises(ValidationError):
+        failure.kind = FailureClass.KVCacheTooSmall  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        Failure(kind=FailureClass.Unknown, summary="x", excerpt="y" * 501)
+
+
+def test_failure_classes_match_the_planner() -> None:
+    if importlib.util.find_spec("vllm_operator.planner.failures") is None:
+        pytest.skip("planner.failures not present")
+    from vllm_operator.planner.failures import FailureKind
+
+    assert {c.value for c in FailureClass} == {k.value for k in FailureKind}
+
+
+@pytest.mark.parametrize("version", ["0.6.3", "0.7.3", "0.8.5", "0.9.2", "0.11.0", "0.13.0", "0.21.0", "0.33.0"])
+def test_reads_back_what_the_planner_renders(version: str) -> None:
+    """planner.messages renders vLLM's texts per release; whatever it renders, the classifier must read back."""
+    if importlib.util.find_spec("vllm_operator.planner.messages") is None:
+        pytest.skip("planner.messages not present")
+    from vllm_operator.planner import messages
+    from vllm_operator.planner.versions import profile_for
+
+    p = profile_for(version)
+    kv = classify_text(
+        messages.kv_too_small_message(
+            p, max_model_len=131072, needed_gib=16.0, available_gib=3.33, estimated_max_len=27264, kv_tokens=27264
+        )
+    )
+    assert kv.kind is FailureClass.KVCacheTooSmall and kv.max_model_len == 131072
+    assert classify_text(messages.no_kv_memory_message(p)).kind is FailureClass.NoKVCacheMemory
+    free = classify_text(
+        messages.free_memory_message(p, device=1, free_gib=60.87, total_gib=79.19, util=0.95, requested_gib=75.23)
+    )
+    assert free.kind is FailureClass.InsufficientFreeGPUMemory and free.requested_gib == 75.23
+    oom = messages.cuda_oom_message(
+        device=0, tried_mib=786.0, total_gib=79.19, free_mib=552.5, in_use_gib=78.64, torch_gib=74.91
+    )
+    weights = classify_text(messages.weights_oom_message(p, oom))
+    expected = FailureClass.WeightsDoNotFit if p.version_tuple >= (0, 13, 0) else FailureClass.CUDAOOMStartup
+    assert weights.kind is expected and weights.tried_to_allocate_mib == 786.0
+    assert classify_text(messages.heads_divisibility_message(40, 3)).kind is FailureClass.InvalidParallelism
+    shard = classify_text(messages.shard_divisibility_message(151936, 5))
+    assert shard.kind is FailureClass.InvalidParallelism and shard.divisor == 5
+    too_long = classify_text(messages.max_len_too_long_message(8192, 2048))
+    assert too_long.kind is FailureClass.MaxModelLenTooLong and too_long.derived_max_model_len == 2048
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pod evidence
+
+KV_MESSAGE = next(e for e in TEXTS if e["id"] == "kv-v1-typo-0.11")["text"]
+
+
+def _pod(
+    statuses: list[dict[str, Any]],
+    *,
+    conditions: list[dict[str, Any]] | None = None,
+    phase: str = "Running",
+    init: list[dict[str, Any]] | None = None,
+    **status_extra: Any,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": statuses, **status_extra}
+    if conditions is not None:
+        status["conditions"] = conditions
+    if init is not None:
+        status["initContainerStatuses"] = init
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "llama-0-7c9d", "namespace": "ml", "uid": "0b6e3c1e-8f0a-4c55-9d1e-2a7f7c3e5b10"},
+        "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
+        "status": status,
+    }
+
+
+def _not_ready_since(ts: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": "2025-06-01T11:59:50Z"},
+        {"type": "Ready", "status": "False", "lastTransitionTime": ts, "reason": "ContainersNotReady"},
+        {"type": "ContainersReady", "status": "False", "lastTransitionTime": ts, "reason": "ContainersNotReady"},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-06-01T11:59:49Z"},
+    ]
+
+
+def _crashloop_status(terminated: dict[str, Any], restarts: int = 3) -> dict[str, Any]:
+    return {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "imageID": "docker.io/vllm/vllm-openai@sha256:0123",
+        "containerID": "containerd://abc",
+        "ready": False,
+        "started": False,
+        "restartCount": restarts,
+        "state": {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": "back-off 40s restarting failed container=vllm pod=llama-0-7c9d_ml(0b6e3c1e)",
+            }
+        },
+        "lastState": {"terminated": terminated},
+    }
+
+
+def test_crashloop_with_kv_error() -> None:
+    terminated = {
+        "exitCode": 1,
+        "reason": "Error",
+        "message": KV_MESSAGE,
+        "startedAt": "2025-06-01T12:01:00Z",
+        "finishedAt": "2025-06-01T12:02:10Z",
+        "containerID": "containerd://abc",
+    }
+    pod = _pod([_crashloop_status(terminated)], conditions=_not_ready_since("2025-06-01T11:59:50Z"))
+    [ev] = evidence_from_pod(pod)
+    assert ev.pod_name == "llama-0-7c9d" and ev.pod_uid.startswith("0b6e3c1e") and ev.namespace == "ml"
+    assert ev.container_name == "vllm" and ev.image == "vllm/vllm-openai:v0.11.0"
+    assert ev.restart_count == 3 and ev.ready is False
+    assert ev.waiting_reason == "CrashLoopBackOff" and ev.terminated_reason == "Error" and ev.exit_code == 1
+    assert ev.started_at is not None and ev.finished_at is not None and ev.started_at.tzinfo is not None
+    assert ev.was_ready_before is False  # never Ready since before the run started
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.KVCacheTooSmall
+    assert failure.estimated_max_model_len == 101088 and failure.exit_code == 1
+
+
+def test_oom_killed() -> None:
+    terminated = {
+        "exitCode": 137,
+        "reason": "OOMKilled",
+        "startedAt": "2025-06-01T12:01:00Z",
+        "finishedAt": "2025-06-01T12:01:40Z",
+    }
+    [ev] = evidence_from_pod(_pod([_crashloop_status(terminated, restarts=1)]))
+    assert ev.terminated_reason == "OOMKilled" and ev.termination_message == ""
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.HostOOMKilled and failure.memory_related
+
+
+def test_running_and_ready_is_healthy() -> None:
+    status = {
+        "name": "vllm",
+        "ready": True,
+        "started": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": "2025-06-01T12:00:00Z"}},
+        "lastState": {},
+    }
+    [ev] = evidence_from_pod(_pod([status]))
+    assert ev.ready and ev.exit_code is None
+    assert classify(ev) is None
+
+
+def test_ready_after_an_earlier_crash_is_healthy() -> None:
+    status = {
+        "name": "vllm",
+        "ready": True,
+        "restartCount": 1,
+        "state": {"running": {"startedAt": "2025-06-01T12:05:00Z"}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": KV_MESSAGE}},
+    }
+    [ev] = evidence_from_pod(_pod([status]))
+    assert ev.exit_code == 1 and classify(ev) is None
+
+
+def test_pending_pod() -> None:
+    unscheduled = _pod([], phase="Pending")
+    del unscheduled["status"]["containerStatuses"]
+    assert evidence_from_pod(unscheduled) == []
+    creating = {
+        "name": "vllm",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": "ContainerCreating"}},
+        "lastState": {},
+    }
+    [ev] = evidence_from_pod(_pod([creating], phase="Pending"))
+    assert ev.waiting_reason == "ContainerCreating" and ev.pod_phase == "Pending"
+    assert classify(ev) is None
+
+
+def test_starting_container_without_a_previous_run() -> None:
+    status = {"name": "vllm", "ready": False, "restartCount": 0, "state": {"running": {"startedAt": "x"}}}
+    [ev] = evidence_from_pod(_pod([status]))
+    assert classify(ev) is None
+
+
+def test_image_pull_backoff() -> None:
+    status = {
+        "name": "vllm",
+        "ready": False,
+        "restartCount": 0,
+        "image": "vllm/vllm-openai:v0.99.0",
+        "state": {
+            "waiting": {
+                "reason": "ImagePullBackOff",
+                "message": 'Back-off pulling image "vllm/vllm-openai:v0.99.0"',
+            }
+        },
+    }
+    [ev] = evidence_from_pod(_pod([status], phase="Pending"))
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.ImagePull and not failure.memory_related
+    assert "v0.99.0" in failure.summary
+
+
+def test_create_container_config_error() -> None:
+    status = {
+        "name": "vllm",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "hf-token" not found'}},
+    }
+    [ev] = evidence_from_pod(_pod([status], phase="Pending"))
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.Unknown
+    assert failure.summary == 'CreateContainerConfigError: secret "hf-token" not found'
+
+
+def test_was_ready_before_inferred_from_the_ready_condition() -> None:
+    """Ready went False after the dead run started: that run had been Ready, so its OOM was while serving."""
+    terminated = {
+        "exitCode": 1,
+        "reason": "Error",
+        "message": (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity "
+            "of 22.05 GiB of which 512.00 MiB is free."
+        ),
+        "startedAt": "2025-06-01T12:01:00Z",
+        "finishedAt": "2025-06-01T14:30:00Z",
+    }
+    pod = _pod([_crashloop_status(terminated, restarts=1)], conditions=_not_ready_since("2025-06-01T14:30:01Z"))
+    [ev] = evidence_from_pod(pod)
+    assert ev.was_ready_before is True
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.CUDAOOMServing
+    # never Ready in that run -> startup OOM; the caller may also override the inference
+    [ev2] = evidence_from_pod(pod, was_ready_before=False)
+    failure2 = classify(ev2)
+    assert failure2 is not None and failure2.kind is FailureClass.CUDAOOMStartup
+
+
+def test_termination_message_falls_back_to_the_log_tail() -> None:
+    terminated = {
+        "exitCode": 1,
+        "reason": "Error",
+        "message": "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    }
+    [ev] = evidence_from_pod(_pod([_crashloop_status(terminated)]), log_tail=KV_MESSAGE)
+    assert ev.log_tail == KV_MESSAGE
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.KVCacheTooSmall
+    # without a log tail the wrapper is all there is
+    bare = classify(ev.model_copy(update={"log_tail": None}))
+    assert bare is not None and bare.kind is FailureClass.Unknown and "Engine core" in bare.summary
+
+
+def test_evicted_for_memory() -> None:
+    pod = _pod(
+        [{"name": "vllm", "ready": False, "restartCount": 0, "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}],
+        phase="Failed",
+        reason="Evicted",
+        message="The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi. Container vllm "
+        "was using 61Gi, request is 32Gi, has larger consumption of memory.",
+    )
+    [ev] = evidence_from_pod(pod)
+    failure = classify(ev)
+    assert failure is not None and failure.kind is FailureClass.HostOOMKilled
+    assert "low on resource: memory" in failure.summary
+
+
+def test_clean_exit_is_not_a_failure() -> None:
+    status = {
+        "name": "vllm",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+    }
+    [ev] = evidence_from_pod(_pod([status], phase="Succeeded"))
+    assert classify(ev) is None
+
+
+def test_all_containers_and_init_containers() -> None:
+    init = [
+        {
+            "name": "fetch-weights",
+            "ready": False,
+            "restartCount": 2,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "OSError: [Errno 28] No space"}},
+        }
+    ]
+    sidecar = {"name": "proxy", "ready": True, "restartCount": 0, "state": {"running": {}}}
+    main = {"name": "vllm", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+    pod = _pod([main, sidecar], phase="Pending", init=init)
+    everything = evidence_from_pod(pod, container=None)
+    assert [(e.container_name, e.init_container) for e in everything] == [
+        ("vllm", False),
+        ("proxy", False),
+        ("fetch-weights", True),
+    ]
+    [fetch] = evidence_from_pod(pod, container="fetch-weights")
+    failure = classify(fetch)
+    assert failure is not None and failure.kind is FailureClass.Unknown and "No space" in failure.summary
+    assert evidence_from_pod(pod, container="missing") == []
+
+
+def test_tolerates_missing_and_odd_fields() -> None:
+    assert evidence_from_pod({}) == []
+    assert evidence_from_pod({"status": None}) == []
+    odd = {
+        "metadata": None,
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "restartCount": "2",
+                    "ready": "yes",
+                    "state": None,
+                    "lastState": {"terminated": {"exitCode": None, "startedAt": "not-a-time", "message": None}},
+                }
+            ]
+        },
+    }
+    [ev] = evidence_from_pod(odd)
+    assert ev.pod_name == "" and ev.restart_count == 2 and ev.ready is False
+    assert ev.exit_code is None and ev.started_at is None and ev.termination_message == ""
+    assert ev.was_ready_before is None
+    assert classify(ev) is None
+
+
+def test_evidence_is_frozen() -> None:
+    ev = ContainerEvidence(pod_name="p")
+    with pytest.raises(ValidationError):
+        ev.pod_name = "q"  # type: ignore[misc]
