@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -125,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
     r.add_argument("--peering", default="vllm-operator", help="peering name, so two replicas do not both act")
     r.add_argument("--standalone", action="store_true", help="no peering (single replica, tests)")
+    r.add_argument("--prometheus-url", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_URL"),
+                   help="Prometheus to read vLLM's metrics from (env VLLM_OPERATOR_PROMETHEUS_URL)")
+    r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),
+                   help="YAML list of GPU catalog overrides: extra SKUs or per-GPU fields such as "
+                        "default_utilization (env VLLM_OPERATOR_GPU_CATALOG)")
     r.add_argument("--verbose", "-v", action="store_true")
     r.set_defaults(func=cmd_run)
 
@@ -234,6 +240,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         peering=None if args.standalone else args.peering,
         verbose=args.verbose,
+        prometheus_url=args.prometheus_url,
+        gpu_catalog=args.gpu_catalog,
     ))
 
 

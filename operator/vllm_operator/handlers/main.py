@@ -6,16 +6,18 @@ import os
 
 import kopf
 
-from . import kube
+from . import config, kube
 from .service import registry
 
 
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
-                 metrics_port: int, peering: str | None, verbose: bool) -> int:
+                 metrics_port: int, peering: str | None, verbose: bool, prometheus_url: str | None = None,
+                 gpu_catalog: str | None = None) -> int:
     """Run until stopped (SIGINT/SIGTERM). Two replicas with the same peering name never both act."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's login handler and the client read it
     kube.configure(kubeconfig)
+    config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None)
     if metrics_port:
         from ..metrics import start_metrics_server
 

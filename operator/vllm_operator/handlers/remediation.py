@@ -29,7 +29,7 @@ from ..remediation.policy import (
     profile_constraints,
 )
 from ..render.manifests import ANNOTATION_PLAN, LABEL_SERVICE
-from . import kube
+from . import config, kube
 
 log = logging.getLogger("vllm_operator.remediation")
 LOG_TAIL_LINES = 80
@@ -207,7 +207,8 @@ def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any]
         files, model_error = _model_files(service, namespace)
         desired = reconcile.desired_state(reconcile.Observed(
             name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
-            status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error))
+            status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error,
+            catalog=config.CONFIG.catalog))
         if desired.plan is None or not desired.plan.fits:
             why = desired.plan.failure.message if desired.plan and desired.plan.failure else "no plan"
             options = "; ".join(o.summary for o in (desired.plan.options if desired.plan else [])[:3])

@@ -19,7 +19,7 @@ from ..api import conditions as cond
 from ..api.v1alpha1 import GROUP, PLURAL, VERSION
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY
 from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
-from . import kube
+from . import config, kube
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
@@ -139,7 +139,7 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
         nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(), nodes=nodes, model_files=files,
-                                  model_error=model_error)
+                                  model_error=model_error, catalog=config.CONFIG.catalog)
     desired = reconcile.desired_state(observed)
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,

@@ -1,0 +1,39 @@
+"""Operator-wide settings from `vllm-operator run` flags (or the Helm chart's values)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..planner.gpus import GPUCatalog, load_gpu_catalog
+
+
+@dataclass
+class OperatorConfig:
+    prometheus_url: str | None = None
+    gpu_catalog_file: str | None = None
+    metrics_interval_seconds: int = 60
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def catalog(self) -> GPUCatalog:
+        """The GPU catalog with the user's overrides (extra SKUs, per-GPU utilization) applied."""
+        if not self.gpu_catalog_file:
+            return load_gpu_catalog()
+        data = yaml.safe_load(Path(self.gpu_catalog_file).read_text()) or []
+        rows = data.get("gpus", data) if isinstance(data, dict) else data
+        return load_gpu_catalog(rows)
+
+
+CONFIG = OperatorConfig()
+
+
+def configure(**values: Any) -> OperatorConfig:
+    global CONFIG
+    CONFIG = OperatorConfig(**values)
+    _ = CONFIG.catalog  # fail at startup, not at the first reconcile, when the overrides are bad
+    return CONFIG
