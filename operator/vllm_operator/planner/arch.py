@@ -153,11 +153,18 @@ def _int(cfg: Mapping[str, Any], key: str, *, model_id: str, default: int | None
     return int(value)
 
 
-def _kv_heads(cfg: Mapping[str, Any], heads: int) -> int:
+def _first_int(cfg: Mapping[str, Any], keys: tuple[str, ...], *, model_id: str) -> int:
+    """The first of several synonyms present (GPT-2 style configs say n_layer); errors name the usual one."""
+    for key in keys:
+        if key in cfg:
+            return _int(cfg, key, model_id=model_id)
+    return _int(cfg, keys[0], model_id=model_id)
+
+
+def _kv_heads(cfg: Mapping[str, Any], heads: int, model_id: str) -> int:
     for key in _KV_HEAD_KEYS:
-        value = cfg.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
+        if cfg.get(key) is not None:
+            return _int(cfg, key, model_id=model_id)
     return heads
 
 
@@ -270,15 +277,9 @@ def arch_from_config(
         raise ArchError(f"{model_id}: config.json must be a JSON object")
     cfg = _text_config(config)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
-    layers = _int(cfg, "num_hidden_layers", model_id=model_id) if "num_hidden_layers" in cfg else _int(
-        cfg, "n_layer", model_id=model_id
-    )
-    hidden = _int(cfg, "hidden_size", model_id=model_id) if "hidden_size" in cfg else _int(
-        cfg, "n_embd", model_id=model_id
-    )
-    heads = _int(cfg, "num_attention_heads", model_id=model_id) if "num_attention_heads" in cfg else _int(
-        cfg, "n_head", model_id=model_id
-    )
+    layers = _first_int(cfg, ("num_hidden_layers", "n_layer", "num_layers"), model_id=model_id)
+    hidden = _first_int(cfg, ("hidden_size", "n_embd", "d_model"), model_id=model_id)
+    heads = _first_int(cfg, ("num_attention_heads", "n_head"), model_id=model_id)
     vocab = _int(cfg, "vocab_size", model_id=model_id)
     raw_lora = cfg.get("kv_lora_rank")
     kv_lora = raw_lora if isinstance(raw_lora, int) and raw_lora > 0 else 0
@@ -291,7 +292,7 @@ def arch_from_config(
         rope_dim = 0
         explicit = cfg.get("head_dim")
         head_dim = int(explicit) if isinstance(explicit, int) and explicit > 0 else hidden // heads
-        kv_heads = _kv_heads(cfg, heads)
+        kv_heads = _kv_heads(cfg, heads, model_id)
     if not is_mla and heads % kv_heads:
         raise ArchError(f"{model_id}: num_attention_heads ({heads}) is not a multiple of the KV heads ({kv_heads})")
     intermediate = int(cfg.get("intermediate_size") or cfg.get("ffn_dim") or cfg.get("n_inner") or 4 * hidden)

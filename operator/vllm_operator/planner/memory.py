@@ -284,12 +284,17 @@ def _check_parallelism(arch: ModelArch, flags: EngineFlags) -> PredictedFailure 
     if arch.num_heads % tp:
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                 message=messages.heads_divisibility_message(arch.num_heads, tp))
+    # then the layers' shard asserts, in the order vLLM builds them: embedding (vocab), attention (KV heads), MLP
+    for size in (arch.vocab_size,):
+        if size % tp:
+            return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                    message=messages.shard_divisibility_message(size, tp))
     if not arch.is_mla:
         kv = arch.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(kv, tp))
-    for size in (arch.vocab_size, arch.intermediate_size, arch.moe_intermediate_size):
+    for size in (arch.intermediate_size, arch.moe_intermediate_size):
         if size and size % tp:
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(size, tp))
@@ -398,15 +403,15 @@ def _first_failure(
     bad = _check_parallelism(arch, flags)
     if bad:
         return bad
-    if profile.free_memory_check and not gpu.uma and free < requested:
+    tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink) * GiB
+    loadable = free - tp_init  # what cudaMemGetInfo reports free once vLLM's own context exists
+    if profile.free_memory_check and not gpu.uma and loadable < requested:
         return PredictedFailure(
             kind=FailureKind.INSUFFICIENT_FREE_GPU_MEMORY,
             message=messages.free_memory_message(
-                profile, device=0, free_gib=gib(free), total_gib=gpu.total_gib,
+                profile, device=0, free_gib=gib(loadable), total_gib=gpu.total_gib,
                 util=flags.gpu_memory_utilization, requested_gib=gib(requested)),
         )
-    tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink) * GiB
-    loadable = free - tp_init
     if weights > loadable:
         oom = messages.cuda_oom_message(
             device=0, tried_mib=min(1024.0, gib(weights) * 1024 / 10), total_gib=gpu.total_gib,

@@ -509,6 +509,18 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit; fp8 halves KV bytes per token "
                        "(small quality cost).")
+    defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              max_model_len=flags.max_model_len)
+    if request.pinned.max_num_batched_tokens:
+        reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens} is pinned.")
+    elif flags.max_num_batched_tokens != defaults.max_num_batched_tokens:
+        reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens}: below vLLM's default of "
+                       f"{defaults.max_num_batched_tokens} to shrink the activation peak (learned from an earlier "
+                       "failure).")
+    if request.workload.prefix_caching is not None and request.pinned.enable_prefix_caching is None:
+        state = "on" if request.workload.prefix_caching else "off"
+        reasons.append(f"enable-prefix-caching {state}: as spec.workload.prefixCaching asks (agent and RAG workloads "
+                       "reuse long prompt prefixes).")
     if flags.enforce_eager and request.pinned.enforce_eager is None:
         reasons.append("enforce-eager: CUDA graphs would not fit; eager mode gives their memory to the KV cache "
                        "at some decode speed.")
@@ -573,9 +585,17 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
             "pinned": request.pinned.model_copy(update={"max_model_len": None}),
             "workload": Workload(prefix_caching=request.workload.prefix_caching)})
         option = attempt("Unpin max-model-len and let the planner size the context", relaxed)
-        if option:
+        wanted = request.pinned.max_model_len or request.workload.context_length or 0
+        if option and option.max_model_len < wanted:
             option.summary = f"Shorter context: max-model-len {option.max_model_len}"
             found.append(option)
+        elif option and request.workload.concurrency and request.workload.context_length:
+            per_request = min(request.workload.context_length, option.max_model_len)
+            holds = int(option.max_concurrency * option.max_model_len / per_request)
+            if holds >= 1:
+                option.summary = (f"Fewer concurrent requests: the KV cache holds about {holds} requests of "
+                                  f"{per_request} tokens (the workload asks for {request.workload.concurrency})")
+                found.append(option)
     # fp8 KV cache
     if request.pinned.kv_cache_dtype in (None, "auto") and _supports_fp8_kv(request.gpu):
         option = attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={

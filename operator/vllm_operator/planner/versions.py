@@ -68,8 +68,8 @@ def version_from_image(image: str) -> str | None:
         return None
     tag = last.split(":", 1)[1]
     match = _VERSION_RE.search(tag)
-    if not match:
-        return None
+    if not match or int(match.group(1)) >= 10:
+        return None  # e.g. NGC's YY.MM tags (nvcr.io/nvidia/vllm:25.11-py3) name the container release
     return f"{match.group(1)}.{match.group(2)}.{match.group(3) or 0}"
 
 

@@ -1,0 +1,400 @@
+"""planner.arch: config.json → the numbers vLLM's memory arithmetic reads (heads, head_dim, layers, windows, …)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from vllm_operator.planner.arch import ArchError, LayerKind, ModelArch, arch_from_config, checkpoint_bytes
+
+LoadArch = Callable[[str], ModelArch]
+FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
+
+# A Llama-2-7B-shaped config; tests override single fields.
+LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "float16",
+}
+
+
+def llama(**changes: Any) -> dict[str, Any]:
+    config = dict(LLAMA)
+    for key, value in changes.items():
+        if value is ...:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+def config_arch(config: Any, model_id: str = "test/model") -> ModelArch:
+    return arch_from_config(config, model_id=model_id)
+
+
+def kinds(arch: ModelArch) -> Counter[LayerKind]:
+    return Counter(arch.layer_kinds)
+
+
+# --- attention families -----------------------------------------------------------------------------------
+
+
+def test_mha_codellama_7b_has_one_kv_head_per_attention_head(load_arch: LoadArch) -> None:
+    arch = load_arch("codellama/CodeLlama-7b-hf")
+    assert (arch.num_layers, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (32, 32, 32, 128)
+    assert arch.family.startswith("MHA")
+
+
+def test_gqa_llama_3_1_8b(load_arch: LoadArch) -> None:
+    arch = load_arch("meta-llama/Llama-3.1-8B-Instruct")
+    assert (arch.num_layers, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (32, 32, 8, 128)
+    assert arch.family.startswith("GQA")
+    assert not arch.is_mla and not arch.is_moe and not arch.is_hybrid and not arch.multimodal
+
+
+def test_mqa_synthetic_single_kv_head() -> None:
+    arch = config_arch(llama(num_key_value_heads=1))
+    assert arch.num_kv_heads == 1
+    assert arch.family.startswith("MQA")
+
+
+def test_kv_heads_default_to_attention_heads_when_absent() -> None:
+    assert config_arch(llama(num_key_value_heads=...)).num_kv_heads == 32
+
+
+@pytest.mark.parametrize("key", ["n_head_kv", "num_kv_heads", "multi_query_group_num", "num_attention_groups"])
+def test_kv_heads_read_from_vllm_synonyms(key: str) -> None:
+    assert config_arch({**llama(num_key_value_heads=...), key: 4}).num_kv_heads == 4
+
+
+def test_head_dim_is_hidden_over_heads_without_explicit_head_dim() -> None:
+    assert config_arch(llama(hidden_size=5120, num_attention_heads=40, num_key_value_heads=8)).head_dim == 128
+
+
+def test_explicit_head_dim_wins_gemma_2_27b(load_arch: LoadArch) -> None:
+    arch = load_arch("google/gemma-2-27b-it")
+    assert arch.hidden_size // arch.num_heads == 144
+    assert arch.head_dim == 128
+
+
+def test_head_dim_null_falls_back_to_hidden_over_heads() -> None:
+    assert config_arch(llama(head_dim=None)).head_dim == 128
+
+
+# --- MoE ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_id", "experts", "top_k", "moe_inter"),
+    [
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", 8, 2, 14336),
+        ("Qwen/Qwen3-30B-A3B", 128, 8, 768),
+        ("openai/gpt-oss-20b", 32, 4, 2880),
+        ("openai/gpt-oss-120b", 128, 4, 2880),
+        ("deepseek-ai/DeepSeek-V2-Lite", 64, 6, 1408),
+    ],
+)
+def test_moe_fields(model_id: str, experts: int, top_k: int, moe_inter: int, load_arch: LoadArch) -> None:
+    arch = load_arch(model_id)
+    assert arch.is_moe
+    assert (arch.num_experts, arch.experts_per_token, arch.moe_intermediate_size) == (experts, top_k, moe_inter)
+    assert "MoE" in arch.family
+
+
+def test_moe_parameters_count_every_expert(load_arch: LoadArch) -> None:
+    mixtral = load_arch("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    assert 44e9 < mixtral.param_count < 49e9  # 46.7B total, not the 12.9B active
+
+
+def test_dense_model_is_not_moe(load_arch: LoadArch) -> None:
+    arch = load_arch("Qwen/Qwen2.5-7B-Instruct")
+    assert not arch.is_moe
+    assert arch.num_experts == 0
+
+
+# --- MLA ----------------------------------------------------------------------------------------------------
+
+
+def test_mla_deepseek_v2_lite_one_latent_head_of_576(load_arch: LoadArch) -> None:
+    arch = load_arch("deepseek-ai/DeepSeek-V2-Lite")
+    assert arch.is_mla
+    assert (arch.kv_lora_rank, arch.qk_rope_head_dim) == (512, 64)
+    assert arch.head_dim == 576
+    assert arch.num_kv_heads == 1  # config says 16; MLA caches one latent vector
+    assert arch.num_layers == 27
+    assert arch.family.startswith("MLA")
+
+
+def test_mla_requires_rope_dim() -> None:
+    config = llama(kv_lora_rank=512, model_type="deepseek_v2")
+    with pytest.raises(ArchError, match="qk_rope_head_dim"):
+        config_arch(config)
+
+
+# --- sliding window / hybrid --------------------------------------------------------------------------------
+
+
+def test_gemma_2_alternates_sliding_and_full_starting_with_sliding(load_arch: LoadArch) -> None:
+    arch = load_arch("google/gemma-2-27b-it")
+    assert arch.num_layers == 46
+    assert arch.layer_kinds[:4] == (SLIDING, FULL, SLIDING, FULL)
+    assert kinds(load_arch("google/gemma-2-27b-it")) == {SLIDING: 23, FULL: 23}
+    assert arch.sliding_window == 4096
+    assert arch.is_hybrid
+
+
+def test_gemma_3_27b_has_10_full_and_52_sliding_layers(load_arch: LoadArch) -> None:
+    arch = load_arch("google/gemma-3-27b-it")
+    assert kinds(load_arch("google/gemma-3-27b-it")) == {FULL: 10, SLIDING: 52}
+    assert arch.sliding_window == 1024
+    # every 6th layer is global
+    assert [i for i, kind in enumerate(arch.layer_kinds) if kind is FULL] == list(range(5, 62, 6))
+
+
+def test_gpt_oss_layer_kinds_come_from_layer_types(load_arch: LoadArch) -> None:
+    arch = load_arch("openai/gpt-oss-20b")
+    assert arch.layer_kinds[:2] == (SLIDING, FULL)
+    assert kinds(load_arch("openai/gpt-oss-20b")) == {SLIDING: 12, FULL: 12}
+    assert arch.sliding_window == 128
+
+
+def test_layer_types_override_the_window_pattern() -> None:
+    config = llama(model_type="gemma3_text", sliding_window=512, num_hidden_layers=4,
+                   layer_types=["full_attention", "sliding_attention", "full_attention", "full_attention"])
+    arch = config_arch(config)
+    assert arch.layer_kinds == (FULL, SLIDING, FULL, FULL)
+    assert arch.sliding_window == 512
+
+
+def test_layer_types_without_sliding_layers_have_no_window() -> None:
+    config = llama(sliding_window=512, num_hidden_layers=2, layer_types=["full_attention", "full_attention"])
+    arch = config_arch(config)
+    assert arch.layer_kinds == (FULL, FULL)
+    assert arch.sliding_window is None
+
+
+def test_qwen2_with_sliding_window_but_use_sliding_window_false_is_all_full(load_arch: LoadArch) -> None:
+    arch = load_arch("Qwen/Qwen2.5-7B-Instruct")
+    assert set(arch.layer_kinds) == {FULL}
+    assert arch.sliding_window is None
+    assert not arch.is_hybrid
+
+
+def test_qwen2_with_use_sliding_window_true_uses_the_window() -> None:
+    config = llama(model_type="qwen2", sliding_window=4096, use_sliding_window=True)
+    assert set(config_arch(config).layer_kinds) == {SLIDING}
+
+
+def test_mistral_7b_v0_1_every_layer_is_windowed() -> None:
+    config = llama(architectures=["MistralForCausalLM"], model_type="mistral", num_key_value_heads=8,
+                   intermediate_size=14336, max_position_embeddings=32768, sliding_window=4096)
+    arch = config_arch(config, model_id="mistralai/Mistral-7B-v0.1")
+    assert set(arch.layer_kinds) == {SLIDING}
+    assert len(arch.layer_kinds) == 32
+    assert arch.sliding_window == 4096
+    assert not arch.is_hybrid
+    assert "SWA" in arch.family
+
+
+def test_no_sliding_window_means_all_full(load_arch: LoadArch) -> None:
+    arch = load_arch("mistralai/Mistral-7B-Instruct-v0.2")
+    assert set(arch.layer_kinds) == {FULL}
+    assert arch.sliding_window is None
+
+
+def test_layer_kinds_cover_every_layer(load_arch: LoadArch) -> None:
+    for model_id in ("google/gemma-3-4b-it", "google/gemma-2-2b-it", "openai/gpt-oss-120b",
+                     "meta-llama/Llama-3.1-8B-Instruct"):
+        arch = load_arch(model_id)
+        assert len(arch.layer_kinds) == arch.num_layers
+
+
+# --- multimodal (text_config) -------------------------------------------------------------------------------
+
+
+def test_gemma_3_4b_sparse_text_config_gets_transformers_defaults(load_arch: LoadArch) -> None:
+    arch = load_arch("google/gemma-3-4b-it")
+    assert arch.multimodal
+    assert arch.model_type == "gemma3_text"
+    assert (arch.num_layers, arch.hidden_size) == (34, 2560)  # from text_config
+    assert (arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.vocab_size) == (8, 4, 256, 262208)  # defaults
+    assert kinds(load_arch("google/gemma-3-4b-it")) == {FULL: 5, SLIDING: 29}
+    assert arch.derived_max_model_len == 131072  # gemma-3's linear rope factor 8 is not applied again
+
+
+def test_mistral_small_3_1_reads_the_language_model_from_text_config(load_arch: LoadArch) -> None:
+    arch = load_arch("mistralai/Mistral-Small-3.1-24B-Instruct-2503")
+    assert arch.multimodal
+    assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (40, 5120, 32, 8, 128)
+    assert arch.vocab_size == 131072
+    assert arch.derived_max_model_len == 131072
+    assert arch.architectures == ("Mistral3ForConditionalGeneration",)
+
+
+def test_text_only_model_is_not_multimodal(load_arch: LoadArch) -> None:
+    assert not load_arch("meta-llama/Llama-3.1-8B-Instruct").multimodal
+
+
+def test_text_config_fields_win_over_top_level() -> None:
+    config = {"model_type": "wrapper", "num_hidden_layers": 99, "vision_config": {"hidden_size": 1},
+              "text_config": {**llama(), "num_hidden_layers": 12}}
+    arch = config_arch(config)
+    assert arch.num_layers == 12
+    assert arch.multimodal
+
+
+# --- quantization -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model_id", "method", "bits", "group"),
+    [
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 4.0, 128),
+        ("TheBloke/Mistral-7B-Instruct-v0.2-GPTQ", "gptq", 4.0, 128),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "gptq", 4.0, 128),
+        ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "compressed-tensors", 8.0, None),  # fp8 weights
+        ("RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8", "compressed-tensors", 8.0, None),  # int8 weights
+        ("openai/gpt-oss-20b", "mxfp4", 4.25, None),
+        ("Qwen/Qwen3-235B-A22B-FP8", "fp8", 8.0, None),  # fp8 with 128x128 weight blocks
+    ],
+)
+def test_quantization_detected(model_id: str, method: str, bits: float, group: int | None, load_arch: LoadArch) -> None:
+    q = load_arch(model_id).quantization
+    assert q is not None
+    assert (q.method, q.weight_bits, q.group_size) == (method, bits, group)
+    assert not q.kv_cache_fp8
+    assert method in load_arch(model_id).family
+
+
+def test_compressed_tensors_w4a16_group_quantization() -> None:
+    quant = {
+        "quant_method": "compressed-tensors", "format": "pack-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                      "weights": {"num_bits": 4, "group_size": 128, "strategy": "group",
+                                                  "type": "int", "symmetric": True}}},
+        "ignore": ["lm_head"],
+    }
+    q = config_arch(llama(quantization_config=quant)).quantization
+    assert q is not None
+    assert (q.method, q.weight_bits, q.group_size) == ("compressed-tensors", 4.0, 128)
+
+
+def test_kv_cache_scheme_marks_an_fp8_kv_checkpoint() -> None:
+    quant = {"quant_method": "compressed-tensors",
+             "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+             "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}
+    q = config_arch(llama(quantization_config=quant)).quantization
+    assert q is not None and q.kv_cache_fp8
+
+
+def test_unquantized_model_has_no_quantization(load_arch: LoadArch) -> None:
+    assert load_arch("meta-llama/Llama-3.1-8B-Instruct").quantization is None
+
+
+def test_checkpoint_bytes_come_from_the_index_when_known(load_arch: LoadArch) -> None:
+    arch = load_arch("Qwen/Qwen2.5-7B-Instruct")
+    assert arch.total_size == 15231233024
+    assert checkpoint_bytes(arch) == arch.total_size
+
+
+def test_checkpoint_bytes_estimated_from_params_without_an_index() -> None:
+    arch = config_arch(llama())  # Llama-2-7B shape, fp16
+    assert arch.total_size is None
+    assert 6.5e9 < arch.param_count < 7.0e9
+    assert checkpoint_bytes(arch) == arch.param_count * 2
+
+
+# --- derived max_model_len ----------------------------------------------------------------------------------
+
+
+def test_llama3_rope_is_not_multiplied(load_arch: LoadArch) -> None:
+    arch = load_arch("meta-llama/Llama-3.1-8B-Instruct")
+    assert arch.derived_max_model_len == 131072  # max_position_embeddings, not × rope factor 8
+
+
+def test_yarn_uses_original_times_factor() -> None:
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    arch = config_arch(llama(model_type="qwen2", max_position_embeddings=32768, rope_scaling=yarn))
+    assert arch.derived_max_model_len == 131072
+
+
+def test_yarn_legacy_type_key(load_arch: LoadArch) -> None:
+    arch = load_arch("deepseek-ai/DeepSeek-V2-Lite")  # {"type": "yarn", factor 40, original 4096}
+    assert arch.derived_max_model_len == 4096 * 40
+
+
+def test_linear_rope_factor_is_applied() -> None:
+    arch = config_arch(llama(rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    assert arch.derived_max_model_len == 8192
+
+
+def test_phi_2_is_2048(load_arch: LoadArch) -> None:
+    assert load_arch("microsoft/phi-2").derived_max_model_len == 2048
+
+
+def test_smallest_length_key_wins() -> None:
+    assert config_arch(llama(model_max_length=2048)).derived_max_model_len == 2048
+
+
+def test_no_length_key_defaults_to_2048() -> None:
+    config = llama(max_position_embeddings=..., model_type="custom")
+    assert config_arch(config).derived_max_model_len == 2048
+
+
+# --- malformed configs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [[], "config", None, 3])
+def test_config_not_an_object(bad: Any) -> None:
+    with pytest.raises(ArchError, match="JSON object"):
+        config_arch(bad)
+
+
+def test_missing_num_hidden_layers_is_named() -> None:
+    with pytest.raises(ArchError, match="num_hidden_layers"):
+        config_arch(llama(num_hidden_layers=...))
+
+
+def test_missing_layers_raises_arch_error() -> None:
+    with pytest.raises(ArchError):
+        config_arch(llama(num_hidden_layers=...))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_attention_heads", -32), ("num_attention_heads", 0), ("num_hidden_layers", 0),
+     ("num_hidden_layers", "32"), ("hidden_size", -1), ("num_hidden_layers", True)],
+)
+def test_bad_numbers_raise_naming_the_field(field: str, value: Any) -> None:
+    with pytest.raises(ArchError, match=field):
+        config_arch(llama(**{field: value}))
+
+
+@pytest.mark.parametrize("value", [-8, 0])
+def test_bad_kv_heads_raise_naming_the_field(value: int) -> None:
+    with pytest.raises(ArchError, match="num_key_value_heads"):
+        config_arch(llama(num_key_value_heads=value))
+
+
+def test_heads_not_divisible_by_kv_heads() -> None:
+    with pytest.raises(ArchError, match=r"num_attention_heads \(32\).*\(5\)"):
+        config_arch(llama(num_key_value_heads=5))
+
+
+def test_arch_error_names_the_model() -> None:
+    with pytest.raises(ArchError, match="my-org/broken"):
+        config_arch(llama(num_attention_heads=-1), model_id="my-org/broken")
+
+
+def test_arch_error_is_a_value_error() -> None:
+    assert issubclass(ArchError, ValueError)

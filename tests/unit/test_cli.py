@@ -1,0 +1,291 @@
+"""The `vllm-operator plan` command: outputs, exit codes, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vllm_operator.cli import main
+
+MEMORY_KEYS = {"gpu_total_gib", "requested_gib", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
+               "kv_cache_gib"}
+
+
+@pytest.fixture(autouse=True)
+def _offline(offline_hub: list[Any]) -> list[Any]:
+    """Every CLI test runs offline with an empty hub cache; catalog models need no network."""
+    return offline_hub
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse errors exit from inside main()
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = run(capsys, "plan", *argv, "-o", "json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def assert_one_line_error(code: int, out: str, err: str) -> None:
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("vllm-operator")
+    assert "error" in lines[0]
+    assert "Traceback" not in err
+    assert out == ""
+
+
+# --- outputs ------------------------------------------------------------------------------------------------
+
+
+def test_json_output_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert code == 0
+    assert doc["fits"] is True
+    assert doc["failure"] is None
+    assert doc["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert set(doc["flags"]) >= {"tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs"}
+    assert all(name == name.lower() and "-" not in name for name in doc["flags"])
+    assert set(doc["memory"]) >= MEMORY_KEYS
+    assert all(isinstance(doc["memory"][k], (int, float)) for k in MEMORY_KEYS)
+    assert isinstance(doc["kv_cache_tokens"], int) and doc["kv_cache_tokens"] > 0
+    assert isinstance(doc["max_concurrency"], (int, float)) and doc["max_concurrency"] > 0
+    assert isinstance(doc["reasons"], list) and doc["reasons"]
+    assert doc["pinned"] == []
+    assert doc["args"][:2] == ["--tensor-parallel-size", "1"]
+
+
+def test_json_failure_object_when_it_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-70b", "--gpu", "4090")
+    assert code == 1
+    assert doc["fits"] is False
+    assert set(doc["failure"]) == {"kind", "message"}
+    assert doc["failure"]["kind"] == "WeightsDoNotFit"
+    assert doc["options"] and all(o["kv_cache_tokens"] > 0 for o in doc["options"])
+
+
+def test_yaml_output_parses_to_the_same_document(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--model", "qwen2.5-7b", "--gpu", "l4", "-o", "yaml")
+    assert code == 0
+    doc = yaml.safe_load(out)
+    _, as_json = plan_json(capsys, "--model", "qwen2.5-7b", "--gpu", "l4")
+    assert doc == as_json
+
+
+def test_text_output_has_the_bar_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("FITS: meta-llama/Llama-3.1-8B-Instruct on 1× H100-SXM-80GB")
+    bars = [line for line in lines if line.startswith("  [") and line.endswith("]")]
+    assert len(bars) == 1 and len(bars[0].strip()) == 62
+    assert "Why:" in lines
+    assert any(line.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 1") for line in lines)
+
+
+def test_exit_1_and_options_when_it_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-70b", "--gpu", "4090")
+    assert code == 1
+    assert err == ""
+    assert out.startswith("DOES NOT FIT")
+    assert "Options that would fit:" in out
+
+
+def test_pinned_flags_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "8192",
+                          "--gpu-memory-utilization", "0.85", "--enforce-eager", "--kv-cache-dtype", "fp8")
+    assert code == 0
+    assert set(doc["pinned"]) == {"max_model_len", "gpu_memory_utilization", "enforce_eager", "kv_cache_dtype"}
+    assert doc["flags"]["max_model_len"] == 8192
+    assert doc["flags"]["gpu_memory_utilization"] == 0.85
+    assert doc["flags"]["enforce_eager"] is True
+    assert doc["flags"]["kv_cache_dtype"] == "fp8"
+    assert "--enforce-eager" in doc["args"]
+
+
+def test_pinned_tp_widens_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "-tp", "4")
+    assert code == 0
+    assert doc["flags"]["tensor_parallel_size"] == 4
+    assert doc["gpu_count"] == 4
+    assert "tensor_parallel_size" in doc["pinned"]
+
+
+def test_gpu_count_lets_the_planner_use_tensor_parallelism(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "--gpu-count", "8")
+    assert code == 0
+    assert doc["flags"]["tensor_parallel_size"] == 2
+
+
+def test_gpu_accepts_a_gfd_label(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "NVIDIA-H100-80GB-HBM3")
+    assert code == 0
+    assert doc["gpu"] == "H100-SXM-80GB"
+    assert doc["memory"]["gpu_total_gib"] == 79.19
+
+
+def test_gpu_accepts_a_bare_size(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "24GB")
+    assert code == 0
+    assert 23 < doc["memory"]["gpu_total_gib"] < 24
+    assert doc["flags"]["max_model_len"] < 131072
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("32k", 32000), ("32K", 32768), ("8192", 8192), ("1k", 1000)])
+def test_max_model_len_human_readable(capsys: pytest.CaptureFixture[str], text: str, tokens: int) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", text)
+    assert code == 0
+    assert doc["flags"]["max_model_len"] == tokens
+
+
+def test_image_tag_gives_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--image", "vllm/vllm-openai:v0.11.0")
+    assert doc["vllm_version"] == "0.11.0"
+
+
+def test_vllm_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--vllm-version", "v0.8.5.post1")
+    assert doc["vllm_version"] == "0.8.5"
+
+
+def test_workload_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--context-length", "8k",
+                          "--concurrency", "32")
+    assert code == 0
+    assert doc["kv_cache_tokens"] >= 32 * 8000
+    assert doc["flags"]["max_model_len"] >= 8000
+
+
+def test_local_model_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from vllm_operator.sources import load_model_files
+
+    files = load_model_files("qwen2.5-7b", offline=True)
+    model = tmp_path / "Qwen__Qwen2.5-7B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(files.config))
+    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": files.total_size}}))
+    _, from_dir = plan_json(capsys, "--model", str(model), "--gpu", "l4")
+    _, from_catalog = plan_json(capsys, "--model", "qwen2.5-7b", "--gpu", "l4")
+    assert from_dir["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert from_dir["flags"] == from_catalog["flags"]
+    assert from_dir["kv_cache_tokens"] == from_catalog["kv_cache_tokens"]
+
+
+# --- bad input: one line on stderr, exit 2 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu", "no-such-gpu-9000"],
+        ["--gpu", "h100", "--tensor-parallel-size", "two"],
+        ["--gpu", "h100", "-tp", "0"],
+        ["--gpu", "h100", "--gpu-memory-utilization", "0"],
+        ["--gpu", "h100", "--gpu-memory-utilization", "1.5"],
+        ["--gpu", "h100", "--gpu-memory-utilization", "lots"],
+        ["--gpu", "h100", "--max-model-len", "long"],
+        ["--gpu", "h100", "--max-model-len", "0"],
+        ["--gpu", "h100", "--image", "vllm/vllm-openai:latest"],
+        ["--gpu", "h100", "--image", "vllm/vllm-openai"],
+        ["--gpu", "h100", "--vllm-version", "banana"],
+        ["--gpu", "h100", "--gpu-free-gib", "100"],
+        ["--gpu", "h100", "--gpu-free-gib", "-1"],
+        ["--gpu", "h100", "--kv-cache-dtype", "int3"],
+        ["--gpu", "h100", "-o", "xml"],
+    ],
+    ids=lambda argv: " ".join(argv[2:]) or argv[1],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert_one_line_error(*run(capsys, "plan", "--model", "llama-3.1-8b", *argv))
+
+
+def test_unknown_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "no-such-gpu-9000")
+    assert_one_line_error(code, out, err)
+    assert "no-such-gpu-9000" in err
+
+
+def test_image_without_version_says_pass_vllm_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--image",
+                         "vllm/vllm-openai:latest")
+    assert_one_line_error(code, out, err)
+    assert "--vllm-version" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": -3,
+          "vocab_size": 32000}, "num_attention_heads"),
+        ({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+          "num_key_value_heads": 5, "vocab_size": 32000}, "num_attention_heads"),
+        ({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}, "num_hidden_layers"),
+        ([1, 2, 3], "JSON object"),
+        ("{not json", "not valid JSON"),
+    ],
+    ids=["negative-heads", "heads-not-divisible", "no-layers", "not-an-object", "not-json"],
+)
+def test_malformed_config_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: Any,
+                                    expected: str) -> None:
+    model = tmp_path / "broken-model"
+    model.mkdir()
+    (model / "config.json").write_text(content if isinstance(content, str) else json.dumps(content))
+    code, out, err = run(capsys, "plan", "--model", str(model), "--gpu", "h100")
+    assert_one_line_error(code, out, err)
+    assert expected in err
+
+
+def test_missing_path_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert_one_line_error(*run(capsys, "plan", "--model", str(tmp_path / "nope"), "--gpu", "h100"))
+
+
+def test_unknown_model_offline_fails_without_network(capsys: pytest.CaptureFixture[str],
+                                                     offline_hub: list[Any]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "no-such-org/no-such-model-xyz", "--gpu", "h100")
+    assert_one_line_error(code, out, err)
+    assert "no-such-org/no-such-model-xyz" in err
+    assert "HF_HUB_OFFLINE" in err
+    assert offline_hub == [], f"tried the network: {offline_hub}"
+
+
+def test_missing_required_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_line_error(*run(capsys, "plan", "--model", "llama-3.1-8b"))
+
+
+# --- the installed console script ---------------------------------------------------------------------------
+
+
+def test_console_script_prints_json(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("vllm-operator")
+    exe = str(script) if script.exists() else shutil.which("vllm-operator")
+    if exe is None:
+        pytest.skip("the vllm-operator console script is not installed")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([exe, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "-o", "json"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] is True
+    assert doc["flags"]["tensor_parallel_size"] == 1
+    assert set(doc["memory"]) >= MEMORY_KEYS
+
+    bad = subprocess.run([exe, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "-tp", "0"],
+                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr

@@ -1,0 +1,430 @@
+"""planner.memory: vLLM's startup arithmetic (research notes §1, §2, §7) — exact figures and the failure order."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.planner.memory import (
+    EngineFlags,
+    GPUFacts,
+    StartupPrediction,
+    pp_layer_counts,
+    predict_startup,
+)
+from vllm_operator.planner.versions import profile_for
+
+LoadArch = Callable[[str], ModelArch]
+GiB = 2**30
+H100 = 79.19  # what vLLM reports for an H100-80GB
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+LLAMA_3_70B = "meta-llama/Meta-Llama-3-70B-Instruct"
+LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
+QWEN_72B = "Qwen/Qwen2.5-72B-Instruct"
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"
+QWEN3_235B = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+DSV2_LITE = "deepseek-ai/DeepSeek-V2-Lite"
+GEMMA3_27B = "google/gemma-3-27b-it"
+
+
+def predict(arch: ModelArch, version: str = "0.19.0", total_gib: float = H100, other_gib: float = 0.0,
+            **flags: Any) -> StartupPrediction:
+    flags.setdefault("max_model_len", 8192)
+    flags.setdefault("max_num_seqs", 1024)
+    flags.setdefault("max_num_batched_tokens", 8192)
+    gpu = GPUFacts(total_gib=total_gib, other_used_gib=other_gib)
+    return predict_startup(arch, EngineFlags(**flags), gpu, profile_for(version))
+
+
+# --- KV bytes per token per GPU (§2, §7) ---------------------------------------------------------------------
+
+
+def test_llama_3_1_8b_kv_bytes_per_token(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    assert predict(arch).kv_bytes_per_token == 131_072  # 2·32·8·128·2
+    assert predict(arch, kv_cache_dtype="fp8").kv_bytes_per_token == 65_536
+
+
+def test_llama_3_70b_fp16_is_0_3125_mib_per_token_and_80_gib_for_8x32k(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_3_70B)
+    per_token = predict(arch, total_gib=178.41).kv_bytes_per_token
+    assert per_token == 327_680
+    assert per_token / 2**20 == 0.3125
+    assert 32 * 1024 * 8 * per_token / GiB == pytest.approx(80, rel=0.01)
+
+
+def test_qwen2_5_72b_tp2_splits_kv_heads(load_arch: LoadArch) -> None:
+    assert predict(load_arch(QWEN_72B), tensor_parallel_size=2).kv_bytes_per_token == 163_840  # 2·80·4·128·2
+
+
+def test_qwen3_235b_tp8_replicates_kv_heads(load_arch: LoadArch) -> None:
+    arch = load_arch(QWEN3_235B)  # 4 KV heads < TP 8 → one (replicated) head per GPU
+    tp8 = predict(arch, tensor_parallel_size=8).kv_bytes_per_token
+    tp4 = predict(arch, tensor_parallel_size=4).kv_bytes_per_token
+    assert tp8 == 48_128  # 2·94·1·128·2
+    assert tp8 == tp4
+
+
+def test_deepseek_v2_lite_mla_not_divided_by_tp(load_arch: LoadArch) -> None:
+    arch = load_arch(DSV2_LITE)
+    assert predict(arch).kv_bytes_per_token == 31_104  # 27·576·2, one latent, no K/V factor 2
+    assert predict(arch, tensor_parallel_size=2).kv_bytes_per_token == 31_104
+    assert predict(arch, kv_cache_dtype="fp8").kv_bytes_per_token == 15_552
+
+
+def test_pp_stage_split_gives_earlier_stages_the_remainder() -> None:
+    assert pp_layer_counts(27, 2) == [14, 13]
+    assert pp_layer_counts(80, 3) == [27, 27, 26]
+    assert pp_layer_counts(62, 4) == [15, 16, 16, 15]
+    assert pp_layer_counts(32, 4) == [8, 8, 8, 8]
+    assert sum(pp_layer_counts(61, 8)) == 61
+
+
+def test_pp_holds_only_the_stage_layers(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(DSV2_LITE), pipeline_parallel_size=2)
+    assert pred.kv_bytes_per_token in (14 * 1152, 13 * 1152)
+
+
+# --- weights ------------------------------------------------------------------------------------------------
+
+
+def test_7b_fp16_weights_about_14_gib(load_arch: LoadArch) -> None:
+    assert predict(load_arch(QWEN_7B)).memory.weights_gib == pytest.approx(14.2, rel=0.05)
+
+
+def test_tp_shrinks_weights_about_linearly(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    tp1 = predict(arch).memory.weights_gib
+    tp2 = predict(arch, tensor_parallel_size=2).memory.weights_gib
+    tp4 = predict(arch, tensor_parallel_size=4).memory.weights_gib
+    assert tp1 == pytest.approx(15.0, rel=0.03)  # logged 14.99
+    assert 0.45 <= tp2 / tp1 <= 0.55
+    assert 0.45 <= tp4 / tp2 <= 0.55
+
+
+def test_quantized_weights_are_smaller(load_arch: LoadArch) -> None:
+    full = predict(load_arch(QWEN_7B)).memory.weights_gib
+    awq = predict(load_arch("Qwen/Qwen2.5-7B-Instruct-AWQ")).memory.weights_gib
+    fp8 = predict(load_arch("RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic")).memory.weights_gib
+    assert awq < fp8 < full
+    assert awq == pytest.approx(5.29, rel=0.05)
+    assert fp8 == pytest.approx(8.14, rel=0.05)
+
+
+# --- budget -------------------------------------------------------------------------------------------------
+
+
+def test_requested_is_ceil_of_total_times_util(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), gpu_memory_utilization=0.95)
+    assert pred.memory.requested_gib == 75.23  # research §7.1
+    assert pred.memory.headroom_gib == pytest.approx(79.19 - 75.23, abs=0.01)
+
+
+def test_budget_terms_add_up(load_arch: LoadArch) -> None:
+    for version in ("0.19.0", "0.21.0"):
+        mem = predict(load_arch(LLAMA_8B), version=version, gpu_memory_utilization=0.95).memory
+        used = mem.weights_gib + mem.activation_gib + mem.non_torch_gib + mem.kv_cache_gib
+        if version == "0.21.0":
+            used += mem.cudagraph_gib
+        assert used == pytest.approx(mem.requested_gib, abs=0.03)
+
+
+def test_kv_cache_memory_bytes_overrides_the_budget(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), kv_cache_memory_bytes=4 * GiB)
+    assert pred.memory.kv_cache_gib == 4.0
+    assert pred.num_blocks == 4 * GiB // (2 * 2**20)
+
+
+def test_utilization_raises_kv_monotonically(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    for version in ("0.19.0", "0.26.0"):
+        preds = [predict(arch, version=version, gpu_memory_utilization=u / 100) for u in range(40, 100, 5)]
+        kv = [p.memory.kv_cache_gib for p in preds]
+        assert kv == sorted(kv) and len(set(kv)) == len(kv)
+        tokens = [p.kv_cache_tokens for p in preds]
+        assert tokens == sorted(tokens)
+
+
+def test_enforce_eager_frees_cudagraph_memory_only_from_v0_21(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    before, before_eager = predict(arch, "0.20.0"), predict(arch, "0.20.0", enforce_eager=True)
+    assert before_eager.memory.kv_cache_gib == before.memory.kv_cache_gib
+    assert before_eager.kv_cache_tokens == before.kv_cache_tokens
+
+    after, after_eager = predict(arch, "0.21.0"), predict(arch, "0.21.0", enforce_eager=True)
+    assert after.memory.cudagraph_gib > 0
+    assert after_eager.memory.cudagraph_gib == 0
+    assert after_eager.memory.kv_cache_gib == pytest.approx(
+        after.memory.kv_cache_gib + after.memory.cudagraph_gib, abs=0.02)
+    assert after_eager.kv_cache_tokens > after.kv_cache_tokens
+
+
+def test_v0_21_subtracts_cuda_graphs_from_the_same_budget(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    old, new = predict(arch, "0.20.0"), predict(arch, "0.21.0")
+    assert new.memory.kv_cache_gib < old.memory.kv_cache_gib
+
+
+# --- blocks and the logged token count (§2.3) ---------------------------------------------------------------
+
+
+def test_blocks_to_tokens_uniform_model(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    block_bytes = 16 * 131_072  # 16 tokens × 32 layers' K and V
+    avail = 1234 * block_bytes + block_bytes - 1  # floor(avail / block) = 1234
+    profile = profile_for("0.8.0")
+    assert profile.tokens_definition == "blocks"
+    pred = predict(arch, "0.8.0", kv_cache_memory_bytes=avail)
+    assert pred.num_blocks == 1234
+    assert pred.kv_cache_tokens == 19_744
+
+
+def test_llama_8b_h100_v0_19_research_example(load_arch: LoadArch) -> None:
+    # §7.1: 58.11 GiB available → 29,752 blocks → 476,032 tokens (logged 476,016)
+    pred = predict(load_arch(LLAMA_8B), kv_cache_memory_bytes=int(58.11 * GiB))
+    assert pred.num_blocks == 29_752
+    assert pred.kv_cache_tokens == 476_032
+    assert pred.max_concurrency == pytest.approx(58.11, abs=0.01)
+
+
+def test_gemma_3_27b_hybrid_v0_19_research_example(load_arch: LoadArch) -> None:
+    # §7.5: group_size 10, 7 groups (1 full + 6 sliding); 19.53 GiB → 15,998 blocks → 36,560 tokens, 4.46×
+    pred = predict(load_arch(GEMMA3_27B), kv_cache_memory_bytes=int(19.53 * GiB))
+    assert pred.num_blocks == 15_998  # floor(19.53 GiB / (131,072 B × group_size 10))
+    assert pred.kv_cache_tokens == 36_560  # 15,998 // 7 groups × 16
+    assert pred.max_concurrency == pytest.approx(4.46, abs=0.005)
+
+
+def test_hybrid_without_the_hybrid_manager_counts_every_layer_as_full(load_arch: LoadArch) -> None:
+    # before the hybrid allocator (v0.8, "blocks"): sliding layers get full-length caches
+    pred = predict(load_arch(GEMMA3_27B), "0.8.0", kv_cache_memory_bytes=int(19.53 * GiB))
+    assert pred.num_blocks == int(19.53 * GiB) // (131_072 * 62)
+
+
+def test_v0_21_tokens_are_concurrency_times_max_model_len(load_arch: LoadArch) -> None:
+    arch = load_arch(GEMMA3_27B)
+    avail = int(19.53 * GiB)
+    for mml in (8192, 32768):
+        pred = predict(arch, "0.21.0", kv_cache_memory_bytes=avail, max_model_len=mml)
+        assert abs(pred.kv_cache_tokens - pred.max_concurrency * mml) <= 0.005 * mml + 1
+    old = predict(arch, "0.20.0", kv_cache_memory_bytes=avail, max_model_len=32768)
+    new = predict(arch, "0.21.0", kv_cache_memory_bytes=avail, max_model_len=32768)
+    assert old.num_blocks == new.num_blocks
+    assert old.kv_cache_tokens == 36_560  # ignores the window savings
+    assert new.kv_cache_tokens > 2.5 * old.kv_cache_tokens  # window-aware (#41069)
+
+
+def test_uniform_model_token_count_is_the_same_under_every_definition(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    avail = int(20 * GiB)
+    counts = {v: predict(arch, v, kv_cache_memory_bytes=avail).kv_cache_tokens for v in ("0.8.0", "0.19.0", "0.21.0")}
+    assert counts["0.8.0"] == counts["0.19.0"]
+    assert counts["0.21.0"] == pytest.approx(counts["0.19.0"], abs=16)
+
+
+def test_block_size_does_not_change_capacity_beyond_rounding(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    small = predict(arch, kv_cache_memory_bytes=int(20 * GiB))
+    large = predict(arch, kv_cache_memory_bytes=int(20 * GiB), block_size=128)
+    assert large.kv_cache_tokens == pytest.approx(small.kv_cache_tokens, abs=128)
+
+
+def test_estimated_max_model_len_is_what_fits(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), kv_cache_memory_bytes=2 * GiB, max_model_len=8192)
+    assert pred.estimated_max_model_len == 16_384  # 2 GiB / 131,072 B
+
+
+# --- failures: order and messages (§3) ----------------------------------------------------------------------
+
+
+def test_failure_order_free_memory_check_first(load_arch: LoadArch) -> None:
+    # weights would not fit either, but the free-memory check runs first
+    pred = predict(load_arch(LLAMA_70B), other_gib=30)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+
+
+def test_failure_order_weights_before_kv(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_70B))
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.WEIGHTS_DO_NOT_FIT
+    assert not pred.starts
+
+
+def test_failure_order_no_kv_memory(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(QWEN_72B), tensor_parallel_size=2, gpu_memory_utilization=0.9)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.NO_KV_CACHE_MEMORY
+    assert pred.memory.kv_cache_gib == 0
+    assert pred.kv_cache_tokens == 0
+
+
+def test_failure_order_kv_too_small_last(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), gpu_memory_utilization=0.3, max_model_len=131072)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.KV_CACHE_TOO_SMALL
+    assert 0 < pred.estimated_max_model_len < 131072
+
+
+def test_fitting_config_has_no_failure(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), gpu_memory_utilization=0.9)
+    assert pred.starts and pred.failure is None
+
+
+def test_max_model_len_above_derived_fails(load_arch: LoadArch) -> None:
+    pred = predict(load_arch("microsoft/phi-2"), max_model_len=8192)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
+    assert "User-specified max_model_len (8192) is greater than the derived max_model_len" in pred.failure.message
+    assert "2048" in pred.failure.message
+
+
+def test_invalid_tp_fails(load_arch: LoadArch) -> None:
+    pred = predict(load_arch("Qwen/Qwen3-14B"), tensor_parallel_size=5)  # 40 heads ok, 8 KV heads not
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.INVALID_PARALLELISM
+    assert "is not divisible by 5" in pred.failure.message
+
+
+def test_tp_not_dividing_heads_fails(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), tensor_parallel_size=3)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.INVALID_PARALLELISM
+    assert "Total number of attention heads (32) must be divisible by tensor parallel size (3)" in pred.failure.message
+
+
+def test_invalid_tp_message_matches_the_real_log(load_arch: LoadArch) -> None:
+    pred = predict(load_arch("Qwen/Qwen3-14B"), tensor_parallel_size=5)
+    assert pred.failure is not None
+    assert "151936 is not divisible by 5" in pred.failure.message
+
+
+# Release attributions are ±1 minor (research notes §0): the tests stay clear of the era boundaries.
+@pytest.mark.parametrize("version", ["0.15.0", "0.19.0", "0.26.0"])
+def test_free_memory_message_names_the_device_in_recent_releases(load_arch: LoadArch, version: str) -> None:
+    pred = predict(load_arch(LLAMA_8B), version, other_gib=20, gpu_memory_utilization=0.9)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    msg = pred.failure.message
+    # 20 GiB held by another process, 0.51 GiB by vLLM's own CUDA context: vLLM sees 58.68 GiB free
+    assert "Free memory on device cuda:0 (58.68/79.19 GiB) on startup is less than desired GPU memory " \
+           "utilization (0.9, 71.27 GiB)" in msg
+    assert "Decrease GPU memory utilization or reduce GPU memory used by other processes." in msg
+
+
+@pytest.mark.parametrize("version", ["0.9.1", "0.10.0", "0.12.0"])
+def test_free_memory_message_without_device_0_9_to_0_12(load_arch: LoadArch, version: str) -> None:
+    pred = predict(load_arch(LLAMA_8B), version, other_gib=20, gpu_memory_utilization=0.9)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    assert "Free memory on device (58.68/79.19 GiB)" in pred.failure.message  # 20 GiB others + 0.51 own context
+    assert "cuda:" not in pred.failure.message
+
+
+def test_before_v0_9_1_other_processes_shrink_kv_instead(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    alone = predict(arch, "0.8.5", gpu_memory_utilization=0.9)
+    shared = predict(arch, "0.8.5", other_gib=20, gpu_memory_utilization=0.9)
+    assert shared.failure is None or shared.failure.kind is not FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    assert shared.memory.kv_cache_gib == pytest.approx(alone.memory.kv_cache_gib - 20, abs=0.02)
+
+
+def test_from_v0_9_1_other_processes_do_not_shrink_kv(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    alone = predict(arch, "0.19.0", gpu_memory_utilization=0.5)
+    shared = predict(arch, "0.19.0", other_gib=20, gpu_memory_utilization=0.5)
+    assert shared.memory.kv_cache_gib == alone.memory.kv_cache_gib
+
+
+def test_weights_oom_message_from_v0_13(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_70B), "0.19.0")
+    assert pred.failure is not None
+    msg = pred.failure.message
+    assert msg.startswith("ValueError: Failed to load model - not enough GPU memory.")
+    assert "GPU 0 has a total capacity of 79.19 GiB" in msg
+
+
+def test_weights_oom_message_before_v0_13_is_raw_torch(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_70B), "0.11.0")
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.WEIGHTS_DO_NOT_FIT
+    assert pred.failure.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert "Failed to load model" not in pred.failure.message
+
+
+def test_no_kv_memory_message_per_release(load_arch: LoadArch) -> None:
+    arch = load_arch(QWEN_72B)
+    old = predict(arch, "0.19.0", tensor_parallel_size=2)
+    new = predict(arch, "0.26.0", tensor_parallel_size=2)
+    for pred in (old, new):
+        assert pred.failure is not None
+        assert pred.failure.kind is FailureKind.NO_KV_CACHE_MEMORY
+        assert "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`" in pred.failure.message
+    assert "CPU backend" not in old.failure.message  # type: ignore[union-attr]
+    assert "CPU backend" in new.failure.message  # type: ignore[union-attr]
+
+
+def _kv_too_small(load_arch: LoadArch, version: str) -> StartupPrediction:
+    pred = predict(load_arch(LLAMA_8B), version, gpu_memory_utilization=0.3, max_model_len=131072)
+    assert pred.failure is not None
+    assert pred.failure.kind is FailureKind.KV_CACHE_TOO_SMALL
+    return pred
+
+
+@pytest.mark.parametrize("version", ["0.5.4", "0.6.5"])
+def test_kv_too_small_v0_wording(load_arch: LoadArch, version: str) -> None:
+    pred = _kv_too_small(load_arch, version)
+    msg = pred.failure.message  # type: ignore[union-attr]
+    tokens = pred.num_blocks * 16
+    assert (f"The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
+            f"KV cache ({tokens})") in msg
+    assert tokens < 131072
+
+
+@pytest.mark.parametrize("version", ["0.10.0", "0.15.0", "0.20.0"])
+def test_kv_too_small_typo_wording_0_10_to_0_20(load_arch: LoadArch, version: str) -> None:
+    pred = _kv_too_small(load_arch, version)
+    msg = pred.failure.message  # type: ignore[union-attr]
+    assert "To serve at least one request with the models's max seq len (131072), (16.00 GiB KV cache is needed" in msg
+    assert f"available KV cache memory ({pred.memory.kv_cache_gib:.2f} GiB)" in msg
+    assert f"the estimated maximum model length is {pred.estimated_max_model_len}." in msg
+
+
+@pytest.mark.parametrize("version", ["0.22.0", "0.26.0"])
+def test_kv_too_small_current_wording_in_the_newest_releases(load_arch: LoadArch, version: str) -> None:
+    pred = _kv_too_small(load_arch, version)
+    msg = pred.failure.message  # type: ignore[union-attr]
+    assert "models's" not in msg
+    assert "To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed" in msg
+    match = re.search(r"the estimated maximum model length is (\d+)\.", msg)
+    assert match is not None
+    assert int(match.group(1)) == pred.estimated_max_model_len
+    assert "(which also controls CPU memory on the CPU backend)" in msg
+
+
+def test_kv_needed_for_32k_of_llama_3_70b_is_10_gib(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_3_70B), total_gib=178.41, kv_cache_memory_bytes=GiB, max_model_len=8192)
+    assert pred.failure is not None and pred.failure.kind is FailureKind.KV_CACHE_TOO_SMALL
+    assert "(2.50 GiB KV cache is needed" in pred.failure.message  # 8192 × 0.3125 MiB
+
+
+def test_mla_needed_bytes_issue_15871(load_arch: LoadArch) -> None:
+    # issue #15871: 32,768 tokens of DeepSeek-V2-Lite need 32,768 × 31,104 B = 0.95 GiB
+    pred = predict(load_arch(DSV2_LITE), "0.19.0", kv_cache_memory_bytes=GiB // 2, max_model_len=32768)
+    assert pred.failure is not None and pred.failure.kind is FailureKind.KV_CACHE_TOO_SMALL
+    assert "(0.95 GiB KV cache is needed" in pred.failure.message
+
+
+def test_sliding_window_needs_less_for_one_long_request(load_arch: LoadArch) -> None:
+    arch = load_arch(GEMMA3_27B)
+    pred = predict(arch, "0.19.0", kv_cache_memory_bytes=10 * GiB, max_model_len=131072)
+    # 52 sliding layers hold at most ~window + batch tokens each; only the 10 full layers grow with the length
+    every_layer_full = 10 * GiB // (62 * 8192)
+    assert pred.estimated_max_model_len > 3 * every_layer_full
+    assert pred.estimated_max_model_len < 10 * GiB // (10 * 8192)

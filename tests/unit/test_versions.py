@@ -1,0 +1,185 @@
+"""planner.versions: reading vLLM versions (strings, image tags) and the rules each release applies."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_operator.planner.versions import (
+    NEWEST_KNOWN_VERSION,
+    VersionError,
+    batch_defaults,
+    parse_version,
+    profile_for,
+    version_from_image,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.11.0", (0, 11, 0)),
+        ("v0.8.5.post1", (0, 8, 5)),
+        ("0.11.0+582e4e37.nv25.11", (0, 11, 0)),
+        ("0.10", (0, 10, 0)),
+        ("  v0.19.1  ", (0, 19, 1)),
+        ("0.6.4.post1", (0, 6, 4)),
+    ],
+)
+def test_parse_version(text: str, expected: tuple[int, int, int]) -> None:
+    assert parse_version(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "latest", "banana", "v"])
+def test_parse_version_rejects_non_versions(text: str) -> None:
+    with pytest.raises(VersionError, match="version"):
+        parse_version(text)
+
+
+def test_version_error_is_a_value_error() -> None:
+    assert issubclass(VersionError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("vllm/vllm-openai:v0.11.0", "0.11.0"),
+        ("vllm/vllm-openai:0.9.2", "0.9.2"),
+        ("docker.io/vllm/vllm-openai:v0.8.5.post1", "0.8.5"),
+        ("registry.example.com:5000/ml/vllm-openai:v0.10.1", "0.10.1"),
+        ("vllm/vllm-openai:v0.11.0@sha256:" + "a" * 64, "0.11.0"),
+        ("vllm/vllm-openai:latest", None),
+        ("vllm/vllm-openai", None),
+        ("registry.example.com:5000/vllm-openai", None),
+        ("vllm/vllm-openai@sha256:" + "0123456789abcdef" * 4, None),
+        ("vllm/vllm-openai:nightly", None),
+    ],
+)
+def test_version_from_image(image: str, expected: str | None) -> None:
+    assert version_from_image(image) == expected
+
+
+def test_ngc_container_tag_is_not_a_vllm_version() -> None:
+    assert version_from_image("nvcr.io/nvidia/vllm:25.11-py3") is None
+
+
+# --- eras ---------------------------------------------------------------------------------------------------
+
+
+def test_v0_era() -> None:
+    profile = profile_for("0.6.3")
+    assert profile.engine == "V0"
+    assert profile.tokens_definition == "blocks"
+    assert profile.kv_error_style == "v0"
+    assert not profile.free_memory_check
+    assert profile.default_utilization == 0.90
+    assert profile.version == "0.6.3"
+
+
+def test_v0_6_4_counted_other_processes() -> None:
+    assert profile_for("0.6.4").others_memory_counted
+    assert not profile_for("0.6.5").others_memory_counted
+
+
+def test_v1_from_0_8() -> None:
+    profile = profile_for("0.8.0")
+    assert profile.engine == "V1"
+    assert profile.others_memory_counted  # before #18974
+    assert not profile.free_memory_check
+    assert not profile.cudagraph_subtracted
+
+
+def test_free_memory_check_from_0_9_1() -> None:
+    assert not profile_for("0.9.0").free_memory_check
+    profile = profile_for("0.9.1")
+    assert profile.free_memory_check
+    assert not profile.others_memory_counted
+    assert profile.free_check_style == "no_device"
+    assert profile_for("0.12.0").free_check_style == "no_device"
+    assert profile_for("0.15.0").free_check_style == "device"  # #30868, Dec 2025 (v0.13/v0.14)
+
+
+def test_kv_error_wording_eras() -> None:
+    assert profile_for("0.6.5").kv_error_style == "v0"
+    assert profile_for("0.7.0").kv_error_style == "v1_gb"
+    assert profile_for("0.10.0").kv_error_style.startswith("v1_typo")
+    assert profile_for("0.20.5").kv_error_style.startswith("v1_typo")
+    assert profile_for("0.26.0").kv_error_style == "v1_current"
+
+
+def test_v0_21_raises_default_util_and_subtracts_cuda_graphs() -> None:
+    before, after = profile_for("0.20.9"), profile_for("0.21.0")
+    assert (before.default_utilization, before.cudagraph_subtracted) == (0.90, False)
+    assert (after.default_utilization, after.cudagraph_subtracted) == (0.92, True)
+    assert before.tokens_definition == "blocks_per_group"
+    assert after.tokens_definition == "concurrency"
+
+
+def test_none_means_the_newest_known_release() -> None:
+    profile = profile_for(None)
+    assert profile.version == NEWEST_KNOWN_VERSION
+    assert profile == profile_for(NEWEST_KNOWN_VERSION)
+    assert profile.cudagraph_subtracted
+    assert profile.default_utilization == 0.92
+
+
+def test_future_release_uses_the_newest_rules() -> None:
+    assert profile_for("1.2.0").cudagraph_subtracted
+    assert profile_for("1.2.0").version == "1.2.0"
+
+
+def test_release_before_the_first_era_uses_the_oldest_rules() -> None:
+    assert profile_for("0.2.0").engine == "V0"
+
+
+def test_version_tuple() -> None:
+    assert profile_for("v0.8.5.post1").version_tuple == (0, 8, 5)
+
+
+def test_bad_version_raises() -> None:
+    with pytest.raises(VersionError):
+        profile_for("nightly")
+
+
+# --- batch defaults (EngineArgs.get_batch_defaults) ----------------------------------------------------------
+
+
+def _defaults(version: str, gib: float, a100: bool = False, mml: int = 8192, chunked: bool = True) -> tuple[int, int]:
+    d = batch_defaults(profile_for(version), gpu_memory_gib=gib, is_a100=a100, max_model_len=mml,
+                       chunked_prefill=chunked)
+    return d.max_num_seqs, d.max_num_batched_tokens
+
+
+def test_h100_gets_1024_sequences_and_8192_tokens() -> None:
+    assert _defaults("0.19.0", 79.19) == (1024, 8192)
+    assert _defaults("0.26.0", 139.75) == (1024, 8192)
+
+
+def test_a100_80gb_carve_out() -> None:
+    assert _defaults("0.19.0", 79.35, a100=True) == (256, 2048)
+    assert _defaults("0.8.0", 79.35, a100=True) == (1024, 8192)  # before the carve-out
+
+
+def test_small_gpus_get_256_and_2048() -> None:
+    assert _defaults("0.19.0", 21.84) == (256, 2048)  # L4
+    assert _defaults("0.19.0", 44.42) == (256, 2048)  # L40S
+
+
+def test_batched_tokens_never_exceed_seqs_times_len() -> None:
+    assert _defaults("0.19.0", 79.19, mml=4) == (1024, 4096)
+    assert _defaults("0.19.0", 79.19, mml=1) == (1024, 1024)
+
+
+def test_chunked_prefill_off_batches_a_whole_request() -> None:
+    assert _defaults("0.19.0", 79.19, mml=32768, chunked=False) == (1024, 32768)
+
+
+def test_v0_defaults() -> None:
+    assert _defaults("0.6.5", 79.19, mml=4096) == (256, 4096)
+    assert _defaults("0.6.5", 79.19, mml=1024) == (256, 2048)
+    assert _defaults("0.6.5", 23.58, mml=20000) == (256, 20000)
+    assert _defaults("0.6.5", 79.19, mml=131072) == (256, 512)  # chunked prefill auto-enabled above 32k
+
+
+def test_batch_defaults_say_why() -> None:
+    d = batch_defaults(profile_for("0.19.0"), gpu_memory_gib=79.19, is_a100=False, max_model_len=8192)
+    assert "1024" in d.reason and "8192" in d.reason
