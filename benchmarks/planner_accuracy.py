@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             err = (pred.kv_cache_tokens - logged) / logged
             row["error"] = err
             errors.append(abs(err))
-            by_group[(request.arch.family, _catalog_query(gpu_name(record)[0]))].append(abs(err))
+            by_group[(request.arch.family, request.gpu.name)].append(abs(err))
         if expected is not None:
             failures_total += 1
             row["failure_ok"] = result.failure is not None and result.failure.kind == expected
