@@ -24,6 +24,7 @@ import difflib
 import json
 import os
 import re
+import socket
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, cast
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -498,6 +500,15 @@ class HuggingFaceHubClient:
         import huggingface_hub
         from huggingface_hub.utils.tqdm import silent_tqdm
 
+        if not offline and not self._resolvable():
+            # no route to the hub at all (air-gapped, no DNS): use the cache instead of retrying for ~20 s
+            try:
+                path = huggingface_hub.hf_hub_download(
+                    repo_id, filename, revision=revision, token=token, cache_dir=cache_dir, local_files_only=True,
+                    endpoint=self.endpoint, tqdm_class=cast(Any, silent_tqdm))
+            except Exception:
+                raise HubUnreachable(f"cannot resolve {urlsplit(self.endpoint).hostname}") from None
+            return Path(path)
         try:
             path = huggingface_hub.hf_hub_download(
                 repo_id,
@@ -514,6 +525,17 @@ class HuggingFaceHubClient:
                 return None
             return self._translate(e, offline=offline)
         return Path(path)
+
+    def _resolvable(self) -> bool:
+        """Whether the hub's host name resolves (a failed lookup answers at once; the hub client would retry)."""
+        host = urlsplit(self.endpoint).hostname
+        if not host:
+            return False
+        try:
+            socket.getaddrinfo(host, None)
+        except OSError:
+            return False
+        return True
 
     def file_size(
         self,
