@@ -146,6 +146,11 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
     workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
                         prefix_caching=spec.workload.prefix_caching)
     version = version_from_image(spec.image or DEFAULT_IMAGE)
+    if spec.gpu.count and not pinned.tensor_parallel_size:
+        # spec.gpu.count is the GPUs each pod gets: tensor parallelism uses all of them
+        wanted = max(spec.gpu.count // (pinned.pipeline_parallel_size or 1), 1)
+        constraints = constraints.model_copy(update={
+            "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
                        constraints=constraints, vllm_version=version)
 
