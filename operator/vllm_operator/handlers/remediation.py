@@ -63,9 +63,11 @@ def classify_pod(pod: Mapping[str, Any]) -> list[tuple[ContainerEvidence, Failur
         failure = classify(evidence)
         if failure is None:
             continue
-        if not evidence.termination_message.strip() and evidence.terminated_reason != "OOMKilled":
+        vague = failure.kind == "Unknown" or (failure.kind.startswith("CUDAOOM") and failure.phase is None)
+        if (vague or not evidence.termination_message.strip()) and evidence.terminated_reason != "OOMKilled":
+            # the termination message is the last 2 KB: the log tail has the traceback that tells load from profile
             tail = read_log_tail(evidence.namespace, evidence.pod_name)
-            if tail:
+            if tail and tail.strip() != evidence.termination_message.strip():
                 evidence = evidence.model_copy(update={"log_tail": tail})
                 failure = classify_text(tail, terminated_reason=evidence.terminated_reason,
                                         exit_code=evidence.exit_code, was_ready_before=evidence.was_ready_before,

@@ -1,0 +1,915 @@
+"""A simulated kubelet, scheduler and Deployment controller for the emulated API, on a compressed clock.
+
+:class:`Kubelet` does what a real cluster's control plane and node agents would do for the operator's objects,
+through the emulator's thread-safe direct API:
+
+* **Deployment controller**: one ReplicaSet per pod-template hash (``pod-template-hash`` label, owner references
+  Deployment → ReplicaSet → Pod, so the emulator's garbage collector cascades deletes). A changed template rolls
+  out: the new ReplicaSet's pods are created; old pods that are not Ready are deleted at once (as the real controller
+  scales unhealthy replicas down first), Ready ones once the new pods are Ready. Deployment and ReplicaSet status
+  (replicas, updatedReplicas, readyReplicas, availableReplicas, observedGeneration, conditions) follow.
+* **Scheduler**: a pod goes to a node whose labels match its ``nodeSelector`` and which has enough allocatable
+  ``nvidia.com/gpu`` and memory left; otherwise it stays Pending with ``PodScheduled=False, Unschedulable`` and the
+  scheduler's message.
+* **Kubelet**: Pending → ContainerCreating (image pull, once per node) → Running, not ready while vLLM loads →
+  Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message`` is the log tail, as with
+  ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with back-off 10 s, 20 s, 40 s …
+  capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
+  :func:`vllm_operator.sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
+  revealed line by line as simulated time passes (``GET pods/log``).
+* **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
+  batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
+
+Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds) or call :meth:`tick`
+yourself with a manual :class:`~vllm_operator.sim.clock.SimClock` (tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
+from ..planner.memory import EngineFlags
+from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
+from .clock import SimClock
+from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
+
+__all__ = ["BACKOFF_CAP_S", "BACKOFF_INITIAL_S", "Kubelet", "ServiceStats", "SimEvent", "backoff_delay"]
+
+log = logging.getLogger(__name__)
+
+LABEL_SERVICE = "vllm-operator.dev/service"
+LABEL_HASH = "pod-template-hash"
+GPU = "nvidia.com/gpu"
+BACKOFF_INITIAL_S = 10.0
+BACKOFF_CAP_S = 300.0
+BACKOFF_RESET_S = 600.0  # a container that ran this long before dying starts its back-off again at 10 s
+TERMINATED_SHOWN_S = 1.0  # how long state.terminated shows before the kubelet reports CrashLoopBackOff
+SCHEDULE_S = 1.0
+CREATE_S = 2.0
+GENERIC_READY_S = 2.0
+
+
+def backoff_delay(failures: int) -> float:
+    """The kubelet's restart back-off after the n-th consecutive failure: 10 s, 20 s, 40 s, … 300 s."""
+    return float(min(BACKOFF_INITIAL_S * 2.0 ** max(failures - 1, 0), BACKOFF_CAP_S))
+
+
+class DirectAPI(Protocol):
+    """The part of the emulator's direct API the kubelet uses (KubeEmulator or EmulatedAPIServer)."""
+
+    def create_object(self, resource: str, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
+    def get_object(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any] | None: ...
+    def list_objects(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+                     field_selector: str | None = None) -> list[dict[str, Any]]: ...
+    def patch_object(self, resource: str, name: str, patch: Any, namespace: str | None = None, *,
+                     patch_type: str = "merge", subresource: str | None = None) -> dict[str, Any]: ...
+    def delete_object(self, resource: str, name: str, namespace: str | None = None, *,
+                      propagation_policy: str | None = None) -> dict[str, Any] | None: ...
+    def set_pod_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class SimEvent:
+    """Something the kubelet did, for live views (``t`` in simulated seconds)."""
+
+    t: float
+    namespace: str
+    service: str
+    pod: str
+    kind: str  # scheduled unschedulable pulling started ready failed backoff restarted deleted
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ServiceStats:
+    """Per VLLMService (by the pods' service label): what its pods went through, in simulated time."""
+
+    first_pod_at: float | None = None
+    ready_at: float | None = None          # first time all replicas of the current template were Ready
+    failed_starts: int = 0                 # container runs that died before becoming Ready
+    serving_failures: int = 0              # Ready containers that died while serving
+    pods_created: int = 0
+    last_failure: str = ""
+    last_outcome: StartupOutcome | None = None
+
+
+@dataclass
+class _Pod:
+    namespace: str
+    name: str
+    uid: str
+    service: str
+    owner_rs: str | None
+    created: float
+    image: str
+    args: list[str]
+    gpus: int
+    memory_limit_gib: float | None
+    memory_request_gib: float
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+    vllm: bool
+    node: str | None = None
+    state: str = "Unscheduled"  # Unscheduled Creating Running Ready Terminated BackOff
+    due: float = float("inf")
+    unschedulable_message: str = ""
+    scheduled_at: float | None = None
+    started_at: float | None = None       # pod startTime
+    run_started: float | None = None
+    run_finished: float | None = None
+    restart_count: int = 0
+    consecutive_failures: int = 0
+    outcome: StartupOutcome | None = None
+    serving: list[LogLine] = field(default_factory=list)  # serving-time lines, offsets from run start
+    death: tuple[str, int, str, str] | None = None  # (reason, exit code, message, summary) of the run ending at `due`
+    last_terminated: dict[str, Any] | None = None
+    conditions: dict[str, tuple[str, float]] = field(default_factory=dict)  # type → (status, since)
+    traffic_checked: tuple[int, int] | None = None
+    pulling: bool = False
+    secrets: tuple[str, ...] = ()   # Secrets the container's env needs (not optional)
+    logs_as_message: bool = False   # terminationMessagePolicy: FallbackToLogsOnError
+    config_error: str = ""
+    log_lines_shown: int = -1
+    written: dict[str, Any] | None = None
+
+
+@dataclass
+class _Deploy:
+    conditions: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # type → (status, reason, since)
+    written: dict[str, Any] | None = None
+    revision: dict[str, int] = field(default_factory=dict)  # template hash → revision
+
+
+def _quantity_gib(value: Any) -> float | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9,
+             "T": 10**12}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * factor / 2**30
+            except ValueError:
+                return None
+    try:
+        return float(text) / 2**30
+    except ValueError:
+        return None
+
+
+def _template_hash(template: Mapping[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True, default=str).encode()).hexdigest()
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    number = int(digest[:16], 16)
+    chars = []
+    for _ in range(10):
+        number, rest = divmod(number, len(alphabet))
+        chars.append(alphabet[rest])
+    return "".join(chars)
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("metadata") or {})
+
+
+def _is_vllm(container: Mapping[str, Any]) -> bool:
+    words = " ".join([str(container.get("image", "")), *map(str, container.get("command") or []), str(
+        container.get("name", ""))])
+    return "vllm" in words.lower()
+
+
+class Kubelet:
+    """The simulated control plane and node agents (see the module docstring)."""
+
+    def __init__(self, api: DirectAPI, clock: SimClock, *, hidden: Callable[[str, str], HiddenFacts] | None = None,
+                 catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
+                 seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
+                 post_events: bool = True) -> None:
+        self.api = api
+        self.clock = clock
+        self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
+        self.catalog = catalog or load_gpu_catalog()
+        self.image_pull_s = image_pull_s
+        self.tick_s = tick_s
+        self.on_event = on_event
+        self.post_events = post_events
+        self.events: list[SimEvent] = []
+        self._rng = random.Random(seed)
+        self._pods: dict[str, _Pod] = {}
+        self._deploys: dict[tuple[str, str], _Deploy] = {}
+        self._stats: dict[tuple[str, str], ServiceStats] = {}
+        self._images: dict[str, dict[str, float]] = {}  # node → image → available at
+        self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
+        self._models: dict[str, ModelFiles | None] = {}
+        self._node_gpus: dict[str, GPUSpec | None] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+
+    # --- running -------------------------------------------------------------------------------------------
+
+    def start(self) -> Kubelet:
+        if self._thread is not None:
+            raise RuntimeError("the kubelet is already running")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="sim-kubelet", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> Kubelet:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.tick()
+            except Exception as exc:  # keep simulating; the error is kept for tests and logs
+                log.exception("simulated kubelet tick failed")
+                self.errors.append(repr(exc))
+
+    # --- public queries and inputs -------------------------------------------------------------------------
+
+    def stats(self, service: str, namespace: str = "default") -> ServiceStats:
+        with self._lock:
+            return copy.copy(self._stats.setdefault((namespace, service), ServiceStats()))
+
+    def send_traffic(self, service: str, concurrency: int, context: int, namespace: str = "default") -> None:
+        """Give the service's Ready pods (now and later) ``concurrency`` requests of ``context`` tokens."""
+        with self._lock:
+            self._traffic[namespace, service] = (concurrency, context)
+            for pod in self._pods.values():
+                if (pod.namespace, pod.service) == (namespace, service):
+                    pod.traffic_checked = None
+
+    def stop_traffic(self, service: str, namespace: str = "default") -> None:
+        with self._lock:
+            self._traffic.pop((namespace, service), None)
+
+    def pod_outcome(self, name: str, namespace: str = "default") -> StartupOutcome | None:
+        with self._lock:
+            for pod in self._pods.values():
+                if (pod.namespace, pod.name) == (namespace, name):
+                    return pod.outcome
+        return None
+
+    # --- one pass ------------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Bring the cluster up to the clock's current time."""
+        with self._lock:
+            now = self.clock.now()
+            self._sync_pods()
+            self._control_deployments(now)
+            self._sync_pods()
+            self._schedule(now)
+            for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
+                self._advance(pod, now)
+                self._write_pod(pod, now)
+            self._control_deployments(now, status_only=True)
+
+    # --- events --------------------------------------------------------------------------------------------
+
+    def _event(self, pod: _Pod, t: float, kind: str, message: str, k8s_reason: str | None = None,
+               warning: bool = False, **details: Any) -> None:
+        """Record a SimEvent (and post a core/v1 Event with ``k8s_reason``, as the kubelet would)."""
+        event = SimEvent(t=t, namespace=pod.namespace, service=pod.service, pod=pod.name, kind=kind,
+                         message=message, details=details)
+        self.events.append(event)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # a view must not break the cluster
+                log.exception("event callback failed")
+        if self.post_events and k8s_reason:
+            self._post(pod, k8s_reason, message, warning)
+
+    def _post(self, pod: _Pod, reason: str, message: str, warning: bool) -> None:
+        stamp = self.clock.timestamp()
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+                                   "uid": pod.uid},
+                "type": "Warning" if warning else "Normal", "reason": reason, "message": message[:1024],
+                "source": {"component": "kubelet" if reason != "Scheduled" else "default-scheduler",
+                           "host": pod.node or ""},
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        with contextlib.suppress(Exception):
+            self.api.create_object("events", body, namespace=pod.namespace)
+
+    # --- pods: discovery -----------------------------------------------------------------------------------
+
+    def _sync_pods(self) -> None:
+        seen = set()
+        for obj in self.api.list_objects("pods"):
+            meta = _meta(obj)
+            uid = meta.get("uid", "")
+            seen.add(uid)
+            if uid in self._pods:
+                continue
+            self._pods[uid] = self._new_record(obj)
+        for uid in [u for u in self._pods if u not in seen]:
+            pod = self._pods.pop(uid)
+            self._event(pod, self.clock.now(), "deleted", f"pod {pod.name} deleted")
+
+    def _new_record(self, obj: Mapping[str, Any]) -> _Pod:
+        meta = _meta(obj)
+        spec = obj.get("spec") or {}
+        containers = spec.get("containers") or [{}]
+        main = next((c for c in containers if c.get("name") == "vllm"), containers[0])
+        resources = main.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        gpus = int(str(limits.get(GPU) or requests.get(GPU) or 0))
+        labels = meta.get("labels") or {}
+        owner = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "ReplicaSet"), None)
+        service = labels.get(LABEL_SERVICE) or labels.get("app.kubernetes.io/instance") or meta.get("name", "")
+        now = self.clock.now()
+        pod = _Pod(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uid=meta.get("uid", ""),
+                   service=service, owner_rs=owner, created=now, image=str(main.get("image", "")),
+                   args=[*map(str, main.get("command") or []), *map(str, main.get("args") or [])], gpus=gpus,
+                   memory_limit_gib=_quantity_gib(limits.get("memory")),
+                   memory_request_gib=_quantity_gib(requests.get("memory") or limits.get("memory")) or 0.0,
+                   node_selector=dict(spec.get("nodeSelector") or {}),
+                   tolerations=list(spec.get("tolerations") or []), vllm=_is_vllm(main), secrets=_secret_refs(main),
+                   logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
+                   node=spec.get("nodeName"))
+        stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
+        stats.pods_created += 1
+        if stats.first_pod_at is None:
+            stats.first_pod_at = now
+        self._set_condition(pod, "PodScheduled", "False", now)
+        if pod.node:
+            self._bind(pod, pod.node, now)
+        return pod
+
+    # --- scheduling ----------------------------------------------------------------------------------------
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.api.list_objects("nodes") if not (n.get("spec") or {}).get("unschedulable")]
+
+    def _schedule(self, now: float) -> None:
+        waiting = [p for p in self._pods.values() if p.node is None]
+        if not waiting:
+            return
+        nodes = self._nodes()
+        for pod in sorted(waiting, key=lambda p: (p.created, p.name)):
+            chosen, message = self._fit(pod, nodes)
+            if chosen is None:
+                if message != pod.unschedulable_message:
+                    pod.unschedulable_message = message
+                    self._event(pod, now, "unschedulable", message, "FailedScheduling", warning=True)
+                continue
+            self._bind(pod, chosen, now)
+            self.api.patch_object("pods", pod.name, {"spec": {"nodeName": chosen}}, pod.namespace)
+            self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
+                        "Scheduled", node=chosen, gpus=pod.gpus)
+            if pod.pulling:
+                self._event(pod, now, "pulling", f'Pulling image "{pod.image}"', "Pulling")
+
+    def _used(self, node: str) -> tuple[int, float]:
+        gpus, memory = 0, 0.0
+        for pod in self._pods.values():
+            if pod.node == node:
+                gpus += pod.gpus
+                memory += pod.memory_request_gib
+        return gpus, memory
+
+    def _fit(self, pod: _Pod, nodes: list[dict[str, Any]]) -> tuple[str | None, str]:
+        no_match = no_gpu = no_memory = tainted = 0
+        candidates = []
+        for node in nodes:
+            meta = _meta(node)
+            labels = meta.get("labels") or {}
+            if any(labels.get(k) != v for k, v in pod.node_selector.items()):
+                no_match += 1
+                continue
+            taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                      if t.get("effect") in ("NoSchedule", "NoExecute")]
+            if not all(_tolerates(pod.tolerations, t) for t in taints):
+                tainted += 1
+                continue
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            used_gpus, used_memory = self._used(meta["name"])
+            if pod.gpus and used_gpus + pod.gpus > int(str(allocatable.get(GPU) or 0)):
+                no_gpu += 1
+                continue
+            node_memory = _quantity_gib(allocatable.get("memory"))
+            if node_memory is not None and used_memory + pod.memory_request_gib > node_memory:
+                no_memory += 1
+                continue
+            candidates.append((used_gpus, meta["name"]))
+        if candidates:
+            return min(candidates)[1], ""
+        parts = []
+        if no_gpu:
+            parts.append(f"{no_gpu} Insufficient {GPU}")
+        if no_memory:
+            parts.append(f"{no_memory} Insufficient memory")
+        if no_match:
+            parts.append(f"{no_match} node(s) didn't match Pod's node affinity/selector")
+        if tainted:
+            parts.append(f"{tainted} node(s) had untolerated taint(s)")
+        total = len(nodes)
+        return None, (f"0/{total} nodes are available: {', '.join(parts) or 'no nodes'}. preemption: 0/{total} "
+                      f"nodes are available: {total} Preemption is not helpful for scheduling.")
+
+    def _bind(self, pod: _Pod, node: str, now: float) -> None:
+        pod.node = node
+        pod.scheduled_at = now
+        pod.started_at = now
+        self._set_condition(pod, "PodScheduled", "True", now)
+        self._set_condition(pod, "Initialized", "True", now)
+        self._set_condition(pod, "ContainersReady", "False", now)
+        self._set_condition(pod, "Ready", "False", now)
+        images = self._images.setdefault(node, {})
+        available = images.get(pod.image)
+        if available is None:
+            available = images[pod.image] = now + SCHEDULE_S + self.image_pull_s
+            pod.pulling = True
+        pod.state = "Creating"
+        pod.due = max(available, now + SCHEDULE_S) + CREATE_S
+
+    # --- the pod state machine -----------------------------------------------------------------------------
+
+    def _set_condition(self, pod: _Pod, kind: str, status: str, now: float) -> None:
+        current = pod.conditions.get(kind)
+        if current is None or current[0] != status:
+            pod.conditions[kind] = (status, now)
+
+    def _advance(self, pod: _Pod, now: float) -> None:
+        for _ in range(100):  # several transitions may be due at once
+            if pod.state == "Ready":
+                self._check_traffic(pod, now)
+            if pod.due > now:
+                return
+            t = pod.due
+            if pod.state == "Creating":
+                missing = next((name for name in pod.secrets
+                                if self.api.get_object("secrets", name, pod.namespace) is None), None)
+                if missing is not None:
+                    error = f'secret "{missing}" not found'
+                    if error != pod.config_error:
+                        self._event(pod, t, "config-error", f"Error: {error}", "Failed", warning=True)
+                    pod.config_error, pod.due = error, t + 2.0
+                    continue
+                pod.config_error = ""
+                self._start_run(pod, t)
+            elif pod.state == "Running":
+                if pod.death is not None:
+                    self._die(pod, t)
+                else:
+                    self._become_ready(pod, t)
+            elif pod.state == "Ready":
+                self._die(pod, t)
+            elif pod.state == "Terminated":
+                pod.state = "BackOff"
+                pod.due = (pod.run_finished or t) + backoff_delay(pod.consecutive_failures)
+                delay = int(backoff_delay(pod.consecutive_failures))
+                self._event(pod, t, "backoff", f"Back-off {delay}s restarting failed container=vllm "
+                            f"pod={pod.name}_{pod.namespace}({pod.uid})", "BackOff", warning=True,
+                            delay=delay, restarts=pod.restart_count)
+            elif pod.state == "BackOff":
+                pod.restart_count += 1
+                self._start_run(pod, t)
+            else:
+                return
+
+    def _start_run(self, pod: _Pod, t: float) -> None:
+        pod.state = "Running"
+        pod.run_started = t
+        pod.run_finished = None
+        pod.serving = []
+        pod.death = None
+        pod.traffic_checked = None
+        pod.log_lines_shown = -1
+        if not pod.vllm:
+            pod.outcome = None
+            pod.due = t + GENERIC_READY_S
+            self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
+            return
+        outcome = self._simulate(pod)
+        pod.outcome = outcome
+        stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
+        stats.last_outcome = outcome
+        pod.due = t + outcome.duration_s
+        if not outcome.starts:
+            text = outcome.log_text(self.clock.datetime_at(t))
+            summary = outcome.message.splitlines()[0] if outcome.message else (
+                f"{outcome.reason}: killed while {outcome.phase.value} (host memory peak {outcome.host_peak_gib:.1f} GiB"
+                f" over the container's limit)" if outcome.reason == "OOMKilled" else str(outcome.reason))
+            pod.death = (outcome.reason or "Error", outcome.exit_code, self._message(pod, text), summary)
+        what = f"restart {pod.restart_count}" if pod.restart_count else "first start"
+        self._event(pod, t, "started", f"Started container vllm ({what}) on {pod.node}", "Started",
+                    restart=pod.restart_count, flags=_flag_summary(outcome.flags))
+
+    def _simulate(self, pod: _Pod) -> StartupOutcome:
+        gpu = self._node_gpu(pod.node or "")
+        hidden = self._hidden(pod.namespace, pod.service)
+        model_id = _model_arg(pod.args)
+        files = self._model(model_id, pod) if model_id else None
+        return simulate_startup(pod.args, pod.image, gpu if pod.gpus else None, hidden, files, gpu_count=pod.gpus,
+                                memory_limit_gib=pod.memory_limit_gib)
+
+    def _node_gpu(self, node: str) -> GPUSpec | None:
+        if node not in self._node_gpus:
+            obj = self.api.get_object("nodes", node)
+            labels = (_meta(obj).get("labels") or {}) if obj else {}
+            try:
+                found = resolve_node_gpu(labels, self.catalog)
+            except ValueError:
+                found = None
+            self._node_gpus[node] = found.spec if found else None
+        return self._node_gpus[node]
+
+    def _model(self, model_id: str, pod: _Pod) -> ModelFiles | None:
+        """The model's files: an inline config on the VLLMService, else the built-in catalog (never the network)."""
+        inline = self._inline_model(pod, model_id)
+        if inline is not None:
+            return inline
+        if model_id not in self._models:
+            try:
+                self._models[model_id] = load_model_files(model_id, offline=True)
+            except (ModelSourceError, OSError, ValueError):
+                self._models[model_id] = None
+        return self._models[model_id]
+
+    def _inline_model(self, pod: _Pod, model_id: str) -> ModelFiles | None:
+        try:
+            service = self.api.get_object("vllmservices", pod.service, pod.namespace)
+        except Exception:
+            return None
+        model = ((service or {}).get("spec") or {}).get("model") or {}
+        if not model.get("config"):
+            return None
+        try:
+            return model_files_from_inline(dict(model["config"]), model.get("safetensorsIndex"), model_id)
+        except (ModelSourceError, ValueError):
+            return None
+
+    def _become_ready(self, pod: _Pod, t: float) -> None:
+        pod.state = "Ready"
+        pod.due = float("inf")
+        self._set_condition(pod, "ContainersReady", "True", t)
+        self._set_condition(pod, "Ready", "True", t)
+        outcome = pod.outcome
+        details: dict[str, Any] = {}
+        if outcome is not None:
+            details = {"kv_cache_tokens": outcome.kv_cache_tokens, "max_concurrency": outcome.max_concurrency,
+                       "max_model_len": outcome.flags.max_model_len if outcome.flags else None}
+        self._event(pod, t, "ready", "container vllm is Ready", **details)
+
+    def _check_traffic(self, pod: _Pod, now: float) -> None:
+        traffic = self._traffic.get((pod.namespace, pod.service))
+        if traffic is None or pod.traffic_checked == traffic or pod.outcome is None:
+            return
+        pod.traffic_checked = traffic
+        hidden = self._hidden(pod.namespace, pod.service)
+        result = serving_oom(pod.outcome, hidden, traffic[0], traffic[1])
+        if result is None:
+            return
+        lines, message = result
+        offset = now - (pod.run_started or now)
+        pod.serving = [line.model_copy(update={"offset_s": line.offset_s + offset}) for line in lines]
+        pod.due = now + max(line.offset_s for line in lines)
+        log_text = self._log_text(pod, None)
+        pod.death = ("Error", 1, self._message(pod, log_text), message.splitlines()[0])
+
+    @staticmethod
+    def _message(pod: _Pod, log_text: str) -> str:
+        """terminated.message: vLLM writes no termination-message file, so only FallbackToLogsOnError fills it."""
+        return termination_message(log_text) if pod.logs_as_message else ""
+
+    def _die(self, pod: _Pod, t: float) -> None:
+        reason, code, message, summary = pod.death or ("Error", 1, "", "Error")
+        was_ready = pod.state == "Ready"
+        pod.state = "Terminated"
+        pod.run_finished = t
+        pod.due = t + TERMINATED_SHOWN_S
+        long_run = t - (pod.run_started or t) >= BACKOFF_RESET_S
+        pod.consecutive_failures = 1 if long_run else pod.consecutive_failures + 1
+        pod.last_terminated = {"exitCode": code, "reason": reason, "message": message,
+                               "startedAt": self.clock.timestamp(pod.run_started),
+                               "finishedAt": self.clock.timestamp(t),
+                               "containerID": f"containerd://{pod.uid[:8]}{pod.restart_count:04d}"}
+        self._set_condition(pod, "ContainersReady", "False", t)
+        self._set_condition(pod, "Ready", "False", t)
+        stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
+        kind = pod.outcome.failure_kind if pod.outcome and not was_ready else None
+        if was_ready:
+            stats.serving_failures += 1
+            kind_text = "CUDAOOMServing"
+        else:
+            stats.failed_starts += 1
+            kind_text = str(kind) if kind else reason
+        stats.last_failure = kind_text
+        self._event(pod, t, "failed", summary, failure=kind_text, exit_code=code, term_reason=reason,
+                    while_serving=was_ready, restarts=pod.restart_count)
+
+    # --- status --------------------------------------------------------------------------------------------
+
+    def _log_text(self, pod: _Pod, until: float | None) -> str:
+        if pod.outcome is None or pod.run_started is None:
+            return ""
+        start = self.clock.datetime_at(pod.run_started)
+        lines = [*pod.outcome.log, *pod.serving]
+        limit = None if until is None else until - pod.run_started
+        return "".join(line.render(start) + "\n" for line in lines if limit is None or line.offset_s <= limit)
+
+    def _write_log(self, pod: _Pod, now: float) -> None:
+        if pod.outcome is None or pod.run_started is None:
+            return
+        limit = now - pod.run_started
+        if pod.state in ("Terminated", "BackOff"):
+            limit = float("inf")
+        shown = sum(1 for line in [*pod.outcome.log, *pod.serving] if line.offset_s <= limit)
+        if shown != pod.log_lines_shown:
+            pod.log_lines_shown = shown
+            self.api.set_pod_log(pod.namespace, pod.name, self._log_text(pod, None if limit == float("inf")
+                                                                          else now))
+
+    def _pod_status(self, pod: _Pod) -> dict[str, Any]:
+        ts = self.clock.timestamp
+        conditions = []
+        for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
+            if kind not in pod.conditions:
+                continue
+            value, since = pod.conditions[kind]
+            cond: dict[str, Any] = {"type": kind, "status": value, "lastProbeTime": None,
+                                    "lastTransitionTime": ts(since)}
+            if kind == "PodScheduled" and value == "False" and pod.unschedulable_message:
+                cond.update(reason="Unschedulable", message=pod.unschedulable_message)
+            elif kind in ("ContainersReady", "Ready") and value == "False":
+                cond.update(reason="ContainersNotReady", message="containers with unready status: [vllm]")
+            conditions.append(cond)
+        status: dict[str, Any] = {"phase": "Pending", "conditions": conditions, "qosClass": "Burstable"}
+        if pod.node is None:
+            return status
+        status.update(hostIP=f"10.0.{_octet(pod.node)}.1", startTime=ts(pod.started_at))
+        container: dict[str, Any] = {"name": "vllm", "image": pod.image, "imageID": "", "ready": pod.state == "Ready",
+                                     "started": pod.state in ("Running", "Ready"), "restartCount": pod.restart_count,
+                                     "lastState": {}, "state": {}}
+        if pod.last_terminated is not None:
+            container["lastState"] = {"terminated": pod.last_terminated}
+        if pod.state == "Creating" and pod.config_error:
+            container["state"] = {"waiting": {"reason": "CreateContainerConfigError", "message": pod.config_error}}
+        elif pod.state == "Creating":
+            container["state"] = {"waiting": {"reason": "ContainerCreating"}}
+        else:
+            status.update(phase="Running", podIP=f"10.244.{_octet(pod.node)}.{_octet(pod.uid)}")
+            container["imageID"] = f"{pod.image.split(':')[0]}@sha256:{hashlib.sha256(pod.image.encode()).hexdigest()}"
+            container["containerID"] = f"containerd://{pod.uid[:8]}{pod.restart_count:04d}"
+            if pod.state in ("Running", "Ready"):
+                container["state"] = {"running": {"startedAt": ts(pod.run_started)}}
+            elif pod.state == "Terminated" and pod.last_terminated is not None:
+                container["state"] = {"terminated": pod.last_terminated}
+                container["lastState"] = {}
+            elif pod.state == "BackOff":
+                delay = int(backoff_delay(pod.consecutive_failures))
+                container["state"] = {"waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay}s restarting failed container=vllm pod={pod.name}_{pod.namespace}"
+                               f"({pod.uid})"}}
+        status["containerStatuses"] = [container]
+        return status
+
+    def _write_pod(self, pod: _Pod, now: float) -> None:
+        status = self._pod_status(pod)
+        if status != pod.written:
+            try:
+                self.api.patch_object("pods", pod.name, [{"op": "replace", "path": "/status", "value": status}],
+                                      pod.namespace, patch_type="json", subresource="status")
+            except Exception as exc:  # deleted meanwhile
+                log.debug("pod %s/%s status not written: %s", pod.namespace, pod.name, exc)
+                return
+            pod.written = status
+        self._write_log(pod, now)
+
+    # --- the Deployment controller -------------------------------------------------------------------------
+
+    def _control_deployments(self, now: float, *, status_only: bool = False) -> None:
+        deployments = self.api.list_objects("deployments")
+        alive = set()
+        for deployment in deployments:
+            meta = _meta(deployment)
+            key = (meta.get("namespace", "default"), meta["name"])
+            alive.add(key)
+            record = self._deploys.setdefault(key, _Deploy())
+            try:
+                self._control(deployment, record, now, status_only)
+            except Exception as exc:
+                log.debug("deployment %s/%s: %s", key[0], key[1], exc)
+        for key in [k for k in self._deploys if k not in alive]:
+            del self._deploys[key]
+
+    def _replicasets(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        return [rs for rs in self.api.list_objects("replicasets", namespace)
+                if any(r.get("uid") == uid for r in _meta(rs).get("ownerReferences") or [])]
+
+    def _control(self, deployment: dict[str, Any], record: _Deploy, now: float, status_only: bool) -> None:
+        meta = _meta(deployment)
+        namespace, name, uid = meta.get("namespace", "default"), meta["name"], meta.get("uid", "")
+        spec = deployment.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        template = copy.deepcopy(spec.get("template") or {})
+        digest = _template_hash(template)
+        rs_name = f"{name}-{digest}"
+        sets = self._replicasets(namespace, uid)
+        current = next((rs for rs in sets if _meta(rs)["name"] == rs_name), None)
+        if digest not in record.revision:
+            record.revision[digest] = max(record.revision.values(), default=0) + 1
+        pods_by_rs: dict[str, list[_Pod]] = {}
+        for pod in self._pods.values():
+            if pod.namespace == namespace and pod.owner_rs:
+                pods_by_rs.setdefault(pod.owner_rs, []).append(pod)
+        new_pods = pods_by_rs.get(rs_name, [])
+        old_pods = [p for rs in sets if _meta(rs)["name"] != rs_name for p in pods_by_rs.get(_meta(rs)["name"], [])]
+        if not status_only:
+            if current is None:
+                current = self._create_replicaset(deployment, rs_name, digest, replicas, record.revision[digest])
+            new_ready = sum(1 for p in new_pods if p.state == "Ready")
+            for pod in old_pods:
+                if pod.state != "Ready" or new_ready >= replicas:
+                    self._delete_pod(pod, now, "superseded by a new pod template")
+            for _ in range(replicas - len(new_pods)):
+                self._create_pod(current, template, digest)
+            extra = len(new_pods) - replicas
+            for pod in sorted(new_pods, key=lambda p: (p.state == "Ready", p.created))[:max(extra, 0)]:
+                self._delete_pod(pod, now, "scaled down")
+            for rs in sets:
+                rs_meta = _meta(rs)
+                want = replicas if rs_meta["name"] == rs_name else len(
+                    [p for p in old_pods if p.owner_rs == rs_meta["name"] and p.uid in self._pods])
+                if int((rs.get("spec") or {}).get("replicas", 0)) != want:
+                    self.api.patch_object("replicasets", rs_meta["name"], {"spec": {"replicas": want}}, namespace)
+            return
+        self._write_statuses(deployment, record, sets, pods_by_rs, rs_name, replicas, now)
+
+    def _create_replicaset(self, deployment: dict[str, Any], rs_name: str, digest: str, replicas: int,
+                           revision: int) -> dict[str, Any]:
+        meta = _meta(deployment)
+        spec = deployment.get("spec") or {}
+        template = copy.deepcopy(spec.get("template") or {})
+        template.setdefault("metadata", {}).setdefault("labels", {})[LABEL_HASH] = digest
+        selector = copy.deepcopy(spec.get("selector") or {})
+        selector.setdefault("matchLabels", {})[LABEL_HASH] = digest
+        body = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": rs_name, "namespace": meta.get("namespace", "default"),
+                             "labels": {**(template["metadata"].get("labels") or {})},
+                             "annotations": {"deployment.kubernetes.io/revision": str(revision),
+                                             "deployment.kubernetes.io/desired-replicas": str(replicas)},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                                                  "uid": meta.get("uid"), "controller": True,
+                                                  "blockOwnerDeletion": True}]},
+                "spec": {"replicas": replicas, "selector": selector, "template": template}}
+        return self.api.create_object("replicasets", body, namespace=meta.get("namespace", "default"))
+
+    def _create_pod(self, rs: dict[str, Any], template: Mapping[str, Any], digest: str) -> None:
+        rs_meta = _meta(rs)
+        tmeta = copy.deepcopy(dict(template.get("metadata") or {}))
+        labels = {**(tmeta.get("labels") or {}), LABEL_HASH: digest}
+        suffix = "".join(self._rng.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
+        spec = copy.deepcopy(dict(template.get("spec") or {}))
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("schedulerName", "default-scheduler")
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"{rs_meta['name']}-{suffix}", "namespace": rs_meta.get("namespace", "default"),
+                             "labels": labels, "annotations": tmeta.get("annotations") or {},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                  "name": rs_meta["name"], "uid": rs_meta.get("uid"),
+                                                  "controller": True, "blockOwnerDeletion": True}]},
+                "spec": spec, "status": {"phase": "Pending"}}
+        created = self.api.create_object("pods", body, namespace=rs_meta.get("namespace", "default"))
+        self._pods[_meta(created)["uid"]] = self._new_record(created)
+
+    def _delete_pod(self, pod: _Pod, now: float, why: str) -> None:
+        self.api.delete_object("pods", pod.name, pod.namespace)
+        self._pods.pop(pod.uid, None)
+        self._event(pod, now, "deleted", f"pod {pod.name} deleted: {why}", "Killing",
+                    state=pod.state)
+
+    def _write_statuses(self, deployment: dict[str, Any], record: _Deploy, sets: list[dict[str, Any]],
+                        pods_by_rs: dict[str, list[_Pod]], rs_name: str, replicas: int, now: float) -> None:
+        meta = _meta(deployment)
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        all_pods = [p for rs in sets for p in pods_by_rs.get(_meta(rs)["name"], [])]
+        new_pods = pods_by_rs.get(rs_name, [])
+        ready = sum(1 for p in all_pods if p.state == "Ready")
+        new_ready = sum(1 for p in new_pods if p.state == "Ready")
+        for rs in sets:
+            rs_meta = _meta(rs)
+            pods = pods_by_rs.get(rs_meta["name"], [])
+            rs_ready = sum(1 for p in pods if p.state == "Ready")
+            rs_status = {"replicas": len(pods), "fullyLabeledReplicas": len(pods), "readyReplicas": rs_ready,
+                         "availableReplicas": rs_ready, "observedGeneration": rs_meta.get("generation", 1)}
+            if {k: v for k, v in (rs.get("status") or {}).items() if k in rs_status} != rs_status:
+                self.api.patch_object("replicasets", rs_meta["name"],
+                                      [{"op": "replace", "path": "/status", "value": rs_status}], namespace,
+                                      patch_type="json", subresource="status")
+        complete = new_ready >= replicas and len(all_pods) == len(new_pods)
+        available = ready >= replicas
+        self._transition(record, "Available", "True" if available else "False",
+                         "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable", now)
+        self._transition(record, "Progressing", "True",
+                         "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated", now)
+        conditions = []
+        for kind, (value, reason, since) in record.conditions.items():
+            message = (f'ReplicaSet "{rs_name}" has successfully progressed.' if reason == "NewReplicaSetAvailable"
+                       else f'ReplicaSet "{rs_name}" is progressing.' if kind == "Progressing"
+                       else "Deployment has minimum availability." if value == "True"
+                       else "Deployment does not have minimum availability.")
+            conditions.append({"type": kind, "status": value, "reason": reason, "message": message,
+                               "lastUpdateTime": self.clock.timestamp(since),
+                               "lastTransitionTime": self.clock.timestamp(since)})
+        status: dict[str, Any] = {"observedGeneration": meta.get("generation", 1), "replicas": len(all_pods),
+                                  "updatedReplicas": len(new_pods), "readyReplicas": ready,
+                                  "availableReplicas": ready,
+                                  "unavailableReplicas": max(replicas - ready, 0) if replicas else 0,
+                                  "conditions": conditions}
+        if status != record.written:
+            self.api.patch_object("deployments", name, [{"op": "replace", "path": "/status", "value": status}],
+                                  namespace, patch_type="json", subresource="status")
+            record.written = status
+        if complete and replicas > 0:
+            service = ((meta.get("labels") or {}).get(LABEL_SERVICE)) or name
+            stats = self._stats.setdefault((namespace, service), ServiceStats())
+            if stats.ready_at is None:
+                stats.ready_at = now
+
+    @staticmethod
+    def _transition(record: _Deploy, kind: str, status: str, reason: str, now: float) -> None:
+        current = record.conditions.get(kind)
+        if current is None or current[:2] != (status, reason):
+            since = now if current is None or current[0] != status else current[2]
+            record.conditions[kind] = (status, reason, since)
+
+
+def _secret_refs(container: Mapping[str, Any]) -> tuple[str, ...]:
+    names = []
+    for env in container.get("env") or []:
+        ref = ((env.get("valueFrom") or {}).get("secretKeyRef")) or {}
+        if ref.get("name") and not ref.get("optional"):
+            names.append(str(ref["name"]))
+    for source in container.get("envFrom") or []:
+        ref = source.get("secretRef") or {}
+        if ref.get("name") and not ref.get("optional"):
+            names.append(str(ref["name"]))
+    return tuple(dict.fromkeys(names))
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        if tol.get("operator") == "Exists" and (not tol.get("key") or tol.get("key") == taint.get("key")):
+            return True
+        if tol.get("key") == taint.get("key") and tol.get("value") == taint.get("value"):
+            return True
+    return False
+
+
+def _octet(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:4], 16) % 250 + 1
+
+
+def _model_arg(args: list[str]) -> str | None:
+    items = list(args)
+    if items[:2] == ["vllm", "serve"] and len(items) > 2 and not items[2].startswith("-"):
+        return items[2]
+    if "--model" in items:
+        index = items.index("--model")
+        if index + 1 < len(items):
+            return items[index + 1]
+    return None
+
+
+def _flag_summary(flags: EngineFlags | None) -> str:
+    if flags is None:
+        return ""
+    parts = [f"TP={flags.tensor_parallel_size}", f"util={flags.gpu_memory_utilization:g}",
+             f"max-model-len={flags.max_model_len}", f"max-num-seqs={flags.max_num_seqs}"]
+    if flags.kv_cache_dtype != "auto":
+        parts.append(f"kv={flags.kv_cache_dtype}")
+    if flags.enforce_eager:
+        parts.append("eager")
+    return " ".join(parts)

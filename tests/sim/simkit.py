@@ -1,0 +1,125 @@
+"""Fixtures for the simulated cluster's tests: a startup-simulator toolbox, and a kubelet on a manual clock.
+
+The kubelet tests use the emulator's direct API without serving HTTP and a :meth:`SimClock.manual` clock, so every
+transition happens exactly when the test advances time (no sleeps, no threads).
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import pytest
+
+from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
+from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
+from vllm_operator.sim.clock import SimClock
+from vllm_operator.sim.cluster import gpu_node
+from vllm_operator.sim.emulator import EmulatedAPIServer, KubeEmulator
+from vllm_operator.sim.kubelet import Kubelet, SimEvent
+from vllm_operator.sim.startup import HiddenFacts
+from vllm_operator.sources import ModelFiles, load_model_files
+
+IMAGE_026 = "vllm/vllm-openai:v0.26.0"
+IMAGE_011 = "vllm/vllm-openai:v0.11.0"
+
+
+@cache
+def model(model_id: str) -> ModelFiles:
+    return load_model_files(model_id, offline=True)
+
+
+@cache
+def gpu(name: str) -> GPUSpec:
+    return load_gpu_catalog().get(name)
+
+
+def serve_args(model_id: str, **flags: Any) -> list[str]:
+    """`vllm serve MODEL --flag value ...` as the operator renders it (True → bare switch)."""
+    args = ["vllm", "serve", model_id, "--host", "0.0.0.0", "--port", "8000"]
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is not False and value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def deployment(name: str, model_id: str, flags: Mapping[str, Any], *, product: str = "NVIDIA-L4", gpus: int = 1,
+               image: str = IMAGE_026, replicas: int = 1, memory: str | None = None) -> dict[str, Any]:
+    """A Deployment exactly as the operator renders it (labels, nodeSelector, tolerations, resources, args)."""
+    files = model(model_id)
+    inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=model_id,
+                      image=image, vllm_version=image.rsplit(":v", 1)[-1], flags=dict(flags), gpu_count=gpus,
+                      gpu_product_label=product, weights_gib_total=(files.total_size or 0) / 2**30,
+                      replicas=replicas, memory=memory)
+    deploy = build_deployment(inp)
+    deploy["metadata"].pop("ownerReferences", None)  # no VLLMService owner in these tests
+    return deploy
+
+
+@dataclass
+class SimHarness:
+    api: KubeEmulator
+    clock: SimClock
+    kubelet: Kubelet
+    server: EmulatedAPIServer
+    hidden: dict[str, HiddenFacts] = field(default_factory=dict)
+    events: list[SimEvent] = field(default_factory=list)
+
+    def run(self, seconds: float, step: float = 0.5) -> None:
+        """Advance simulated time by ``seconds`` in steps, ticking the kubelet after each."""
+        self.kubelet.tick()
+        elapsed = 0.0
+        while elapsed < seconds:
+            self.clock.advance(min(step, seconds - elapsed))
+            elapsed += step
+            self.kubelet.tick()
+
+    def run_until(self, predicate: Callable[[], Any], limit: float = 900.0, step: float = 0.5) -> float:
+        """Advance until ``predicate()`` is truthy; returns the simulated time then. Fails after ``limit`` s."""
+        self.kubelet.tick()
+        start = self.clock.now()
+        while not predicate():
+            if self.clock.now() - start > limit:
+                raise AssertionError(f"not reached within {limit} simulated seconds")
+            self.clock.advance(step)
+            self.kubelet.tick()
+        return self.clock.now()
+
+    def pods(self, service: str) -> list[dict[str, Any]]:
+        return self.api.list_objects("pods", "default", label_selector=f"vllm-operator.dev/service={service}")
+
+    def log(self, pod: str) -> str:
+        """`GET pods/log` over HTTP, as kubectl logs and the operator read it."""
+        url = f"{self.server.url}/api/v1/namespaces/default/pods/{pod}/log"
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
+            text: str = response.read().decode()
+        return text
+
+    def container(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        return dict(statuses[0])
+
+
+@pytest.fixture
+def sim() -> Iterator[SimHarness]:
+    """An emulated API (served on 127.0.0.1 for log reads) with one 4×L4 node and one 2×A100-40GB node, and a
+    kubelet on a manual clock, driven by the test."""
+    server = EmulatedAPIServer().start()
+    api = server.emulator
+    clock = SimClock.manual()
+    hidden: dict[str, HiddenFacts] = {}
+    harness_events: list[SimEvent] = []
+    kubelet = Kubelet(api, clock, hidden=lambda _ns, name: hidden.get(name, HiddenFacts()), image_pull_s=30.0,
+                      on_event=harness_events.append)
+    api.create_object("nodes", gpu_node("gpu-l4-0", gpu("L4"), 4))
+    api.create_object("nodes", gpu_node("gpu-a100-0", gpu("A100-SXM4-40GB"), 2))
+    try:
+        yield SimHarness(api=api, clock=clock, kubelet=kubelet, server=server, hidden=hidden, events=harness_events)
+    finally:
+        server.stop()

@@ -1,0 +1,243 @@
+"""The startup simulator: vLLM's startup, release by release, with a ground truth the planner cannot see."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from simkit import IMAGE_011, IMAGE_026, gpu, model, serve_args
+
+from vllm_operator.planner.arch import arch_from_config
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.planner.memory import EngineFlags, GPUFacts, activation_bytes, predict_startup
+from vllm_operator.planner.versions import profile_for
+from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
+from vllm_operator.sim.startup import (
+    HiddenFacts,
+    Phase,
+    StartupOutcome,
+    parse_vllm_args,
+    perturbations,
+    serving_oom,
+    simulate_startup,
+    termination_message,
+)
+
+START = datetime(2026, 5, 19, 12, 0, tzinfo=UTC)
+LLAMA3_8B = "meta-llama/Meta-Llama-3-8B-Instruct"
+PLANNED_8B_L4 = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 13}
+
+
+def run(model_id: str = LLAMA3_8B, image: str = IMAGE_026, gpu_name: str = "L4", hidden: HiddenFacts | None = None,
+        **flags: object) -> StartupOutcome:
+    return simulate_startup(serve_args(model_id, **flags), image, gpu(gpu_name), hidden or HiddenFacts(),
+                            model(model_id))
+
+
+def classified(outcome: StartupOutcome, *, whole_log: bool = False) -> Failure:
+    """What the operator's classifier reads from the container's termination message (FallbackToLogsOnError: the
+    last 2 KB of the log), or from the whole log."""
+    text = outcome.log_text(START)
+    message = text if whole_log else termination_message(text)
+    return classify_text(message, terminated_reason=outcome.reason, exit_code=outcome.exit_code)
+
+
+def test_a_planned_llama3_8b_on_l4_starts_and_logs_what_vllm_logs() -> None:
+    outcome = run(**PLANNED_8B_L4)
+    assert outcome.starts and outcome.phase is Phase.READY and outcome.exit_code == 0
+    text = outcome.log_text(START)
+    assert "Model loading took 14.98" in text and "GiB memory and" in text
+    assert f"Available KV cache memory: {outcome.available_kv_gib:.2f} GiB" in text
+    assert f"GPU KV cache size: {outcome.kv_cache_tokens:,} tokens" in text
+    assert f"Maximum concurrency for 8,192 tokens per request: {outcome.max_concurrency:.2f}x" in text
+    assert "Application startup complete." in text
+    assert outcome.kv_cache_tokens > 8192
+    assert 30 < outcome.duration_s < 120  # simulated seconds: load, compile, profile, graphs, server
+
+
+def test_ground_truth_differs_from_the_planners_model() -> None:
+    files = model(LLAMA3_8B)
+    arch = arch_from_config(files.config, model_id=LLAMA3_8B, total_size=files.total_size)
+    flags = EngineFlags(gpu_memory_utilization=0.9, max_model_len=8192, max_num_seqs=13, max_num_batched_tokens=2048)
+    profile = profile_for("0.26.0")
+    predicted = predict_startup(arch, flags, GPUFacts(total_gib=gpu("L4").reported_gib), profile)
+    outcome = run(**PLANNED_8B_L4)
+    planner_activation = activation_bytes(arch, flags, profile, last_stage=True) / 2**30
+    assert outcome.activation_gib > planner_activation  # 2-8 % more, per model
+    assert outcome.kv_cache_tokens < predicted.kv_cache_tokens
+    assert outcome.weights_gib == pytest.approx(predicted.memory.weights_gib, abs=0.01)  # weights are deterministic
+
+
+def test_perturbations_are_per_model_and_within_a_few_percent() -> None:
+    a, b = perturbations(LLAMA3_8B), perturbations("Qwen/Qwen2.5-7B-Instruct")
+    assert a != b and a == perturbations(LLAMA3_8B)
+    for p in (a, b):
+        assert 0.02 <= p["activation"] <= 0.08
+        assert -0.05 <= p["non_torch"] <= 0.15
+        assert 0.0 <= p["cudagraph"] <= 0.10
+
+
+def test_deterministic() -> None:
+    hidden = HiddenFacts(extra_activation_gib=0.5)
+    first, second = run(hidden=hidden, **PLANNED_8B_L4), run(hidden=hidden, **PLANNED_8B_L4)
+    assert first == second
+    assert first.log_text(START) == second.log_text(START)
+
+
+@pytest.mark.parametrize(("image", "wording", "needle"), [
+    (IMAGE_011, "v1-models's", "the models's max seq len (8192)"),
+    (IMAGE_026, "v1", "which also controls CPU memory on the CPU backend"),
+])
+def test_kv_cache_too_small_with_each_releases_message(image: str, wording: str, needle: str) -> None:
+    # a larger activation peak than anyone planned for leaves too little for one 8192-token request
+    outcome = run(image=image, hidden=HiddenFacts(extra_activation_gib=3.4), **PLANNED_8B_L4)
+    assert not outcome.starts and outcome.phase is Phase.KV_CACHE and outcome.exit_code == 1
+    assert outcome.failure_kind is FailureKind.KV_CACHE_TOO_SMALL
+    assert needle in outcome.message
+    assert "the estimated maximum model length is" in outcome.message
+    failure = classified(outcome)
+    assert failure.kind is FailureClass.KVCacheTooSmall
+    assert failure.wording == wording
+    assert failure.max_model_len == 8192
+    assert failure.estimated_max_model_len is not None and failure.estimated_max_model_len < 8192
+    assert failure.available_kv_gib == pytest.approx(outcome.available_kv_gib, abs=0.01)
+
+
+@pytest.mark.parametrize(("image", "device"), [(IMAGE_011, "device ("), (IMAGE_026, "device cuda:0 (")])
+def test_free_memory_failure_with_a_hidden_other_process(image: str, device: str) -> None:
+    outcome = run(image=image, hidden=HiddenFacts(other_process_gib=6.0), **PLANNED_8B_L4)
+    assert not outcome.starts and outcome.phase is Phase.INIT
+    assert outcome.failure_kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    free = 21.84 - 6.0 - 0.51  # total - the other process - this process's CUDA context
+    assert f"Free memory on {device}{free:.2f}/21.84 GiB) on startup is less than desired GPU memory utilization " \
+           "(0.9, 19.66 GiB)" in outcome.message
+    failure = classified(outcome)
+    assert failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure.free_gib == pytest.approx(free, abs=0.01) and failure.requested_gib == pytest.approx(19.66)
+
+
+def test_the_free_memory_check_passes_below_what_is_free() -> None:
+    hidden = HiddenFacts(other_process_gib=2.0)
+    util = round((21.84 - 2.0 - 0.51 - 0.3) / 21.84, 2)
+    outcome = run(hidden=hidden, tensor_parallel_size=1, gpu_memory_utilization=util, max_model_len=4096,
+                  max_num_seqs=8)
+    assert outcome.phase is not Phase.INIT
+
+
+def test_weights_that_do_not_fit_the_gpu() -> None:
+    outcome = run("meta-llama/Meta-Llama-3-70B-Instruct", gpu_name="RTX-4090", tensor_parallel_size=1,
+                  max_model_len=8192)
+    assert not outcome.starts and outcome.phase is Phase.LOADING
+    assert outcome.failure_kind is FailureKind.WEIGHTS_DO_NOT_FIT
+    assert outcome.message.startswith("ValueError: Failed to load model - not enough GPU memory.")
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in outcome.message
+    assert classified(outcome).kind is FailureClass.WeightsDoNotFit
+
+
+def test_weights_oom_before_0_13_is_pytorchs_own_text_placed_by_its_frames() -> None:
+    outcome = run("meta-llama/Meta-Llama-3-70B-Instruct", image=IMAGE_011, gpu_name="RTX-4090",
+                  tensor_parallel_size=1, max_model_len=8192)
+    assert outcome.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    # only the frames of the traceback say it was loading; they are in the log, beyond the message's 2 KB
+    assert classified(outcome, whole_log=True).kind is FailureClass.WeightsDoNotFit
+
+
+def test_host_memory_over_the_limit_is_an_oom_kill_while_loading() -> None:
+    outcome = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), IMAGE_026, gpu("L4"),
+                               HiddenFacts(host_memory_limit_gib=6.0), model(LLAMA3_8B), memory_limit_gib=24.0)
+    assert not outcome.starts and outcome.phase is Phase.LOADING
+    assert (outcome.reason, outcome.exit_code) == ("OOMKilled", 137)
+    assert outcome.failure_kind is FailureKind.HOST_OOM_KILLED
+    assert "Loading safetensors checkpoint shards:" in outcome.log_text(START).splitlines()[-1]
+    assert classified(outcome).kind is FailureClass.HostOOMKilled
+    # the container's own limit counts too
+    small = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), IMAGE_026, gpu("L4"),
+                             HiddenFacts(extra_host_memory_gib=20.0), model(LLAMA3_8B), memory_limit_gib=24.0)
+    assert small.reason == "OOMKilled"
+
+
+def test_cuda_graph_capture_out_of_memory() -> None:
+    outcome = run(hidden=HiddenFacts(extra_cudagraph_gib=2.5), **PLANNED_8B_L4)
+    assert not outcome.starts and outcome.phase is Phase.CUDA_GRAPHS
+    assert outcome.failure_kind is FailureKind.CUDA_OOM_STARTUP
+    failure = classified(outcome, whole_log=True)
+    assert failure.kind is FailureClass.CUDAOOMStartup and failure.phase == "cudagraph"
+    assert classified(outcome).kind is FailureClass.CUDAOOMStartup
+    assert run(hidden=HiddenFacts(extra_cudagraph_gib=2.5), enforce_eager=True, **PLANNED_8B_L4).starts
+
+
+def test_no_memory_left_for_the_kv_cache() -> None:
+    outcome = run(hidden=HiddenFacts(extra_activation_gib=4.5), **PLANNED_8B_L4)
+    assert outcome.failure_kind is FailureKind.NO_KV_CACHE_MEMORY
+    assert classified(outcome).kind is FailureClass.NoKVCacheMemory
+
+
+def test_max_model_len_above_the_models_context() -> None:
+    outcome = run(tensor_parallel_size=1, max_model_len=16384)
+    assert outcome.failure_kind is FailureKind.MAX_MODEL_LEN_TOO_LONG and outcome.phase is Phase.CONFIG
+    assert classified(outcome).kind is FailureClass.MaxModelLenTooLong
+
+
+def test_parallelism_that_does_not_divide_the_model_or_exceeds_the_gpus() -> None:
+    odd = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=3), IMAGE_026, gpu("L4"), None,
+                           model(LLAMA3_8B), gpu_count=4)
+    assert odd.failure_kind is FailureKind.INVALID_PARALLELISM
+    assert classified(odd).kind is FailureClass.InvalidParallelism
+    wide = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=2), IMAGE_026, gpu("L4"), None,
+                            model(LLAMA3_8B), gpu_count=1)
+    assert wide.failure_kind is FailureKind.INVALID_PARALLELISM
+    assert "World size (2) is larger than the number of available GPUs (1)" in wide.message
+
+
+def test_argument_errors_exit_2_as_argparse_does() -> None:
+    outcome = run(no_such_flag=1)
+    assert (outcome.exit_code, outcome.phase) == (2, Phase.ARGS)
+    assert outcome.message == "vllm serve: error: unrecognized arguments: --no-such-flag 1"
+    assert classified(outcome).kind is FailureClass.InvalidArgument
+    # a flag the image's release does not have yet
+    old = run(image="vllm/vllm-openai:v0.10.0", kv_cache_memory_bytes=2**30)
+    assert old.exit_code == 2 and "--kv-cache-memory-bytes" in old.message
+
+
+def test_parse_vllm_args_reads_both_command_styles() -> None:
+    serve = parse_vllm_args(serve_args(LLAMA3_8B, max_model_len="32k", enable_prefix_caching=True), "0.26.0")
+    assert (serve.model, serve.max_model_len, serve.enable_prefix_caching) == (LLAMA3_8B, 32000, True)
+    module = parse_vllm_args(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", LLAMA3_8B,
+                              "--no-enable-chunked-prefill", "-tp", "2"], "0.26.0")
+    assert (module.model, module.enable_chunked_prefill, module.tensor_parallel_size) == (LLAMA3_8B, False, 2)
+
+
+def test_an_unknown_model_fails_as_the_hub_says() -> None:
+    outcome = simulate_startup(serve_args("acme/not-a-model"), IMAGE_026, gpu("L4"), None, None)
+    assert outcome.failure_kind is FailureKind.MODEL_NOT_FOUND
+    assert classified(outcome).kind is FailureClass.ModelNotFound
+
+
+def test_every_failure_keeps_its_root_cause_in_the_termination_message() -> None:
+    cases = [run(hidden=HiddenFacts(extra_activation_gib=3.4), **PLANNED_8B_L4),
+             run(hidden=HiddenFacts(other_process_gib=6.0), **PLANNED_8B_L4),
+             run("meta-llama/Meta-Llama-3-70B-Instruct", gpu_name="RTX-4090", tensor_parallel_size=1,
+                 max_model_len=8192),
+             run(hidden=HiddenFacts(extra_cudagraph_gib=2.5), **PLANNED_8B_L4)]
+    for outcome in cases:
+        message = termination_message(outcome.log_text(START))
+        assert len(message.encode()) <= 2048 and len(message.splitlines()) <= 80
+        assert outcome.message.splitlines()[0][:60] in message
+        assert message.rstrip().endswith("Failed core proc(s): {}")
+
+
+def test_serving_oom_when_the_batch_is_larger_than_the_hidden_limit() -> None:
+    outcome = run(**PLANNED_8B_L4)
+    hidden = HiddenFacts(serving_oom_above_seqs=8)
+    assert serving_oom(outcome, HiddenFacts(), 64, 2048) is None
+    assert serving_oom(outcome, hidden, 8, 2048) is None  # vLLM never runs more than the traffic offers
+    lines, message = serving_oom(outcome, hidden, 64, 2048) or ([], "")
+    assert message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert any("Running: 13 reqs" in line.text for line in lines)  # max_num_seqs caps the batch
+    smaller = run(tensor_parallel_size=1, gpu_memory_utilization=0.9, max_model_len=8192, max_num_seqs=6)
+    assert serving_oom(smaller, hidden, 64, 2048) is None
+
+
+def test_no_gpu_visible() -> None:
+    outcome = simulate_startup(serve_args(LLAMA3_8B), IMAGE_026, None, None, model(LLAMA3_8B))
+    assert not outcome.starts and "Failed to infer device type" in outcome.message
