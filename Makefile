@@ -27,6 +27,7 @@ contracts: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/python -m vllm_operator.api.crd --write crds/
+	cp crds/vllmservices.vllm-operator.dev.yaml charts/vllm-operator/crds/
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/planner_accuracy.py

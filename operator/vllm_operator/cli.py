@@ -124,8 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     r.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL (empty disables)")
     r.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (0 disables)")
-    r.add_argument("--peering", default="vllm-operator", help="peering name, so two replicas do not both act")
-    r.add_argument("--standalone", action="store_true", help="no peering (single replica, tests)")
+    r.add_argument("--peering", default=None,
+                   help="kopf peering name, so that of several replicas only one acts (needs the peering CRDs and "
+                        "object, which the Helm chart installs); default: standalone")
+    r.add_argument("--standalone", action="store_true", help="no peering, even if --peering is given")
+    r.add_argument("--priority", type=int, default=None,
+                   help="peering priority; default: derived from $POD_ID so that replicas differ")
+    r.add_argument("--default-image", default=os.environ.get("VLLM_OPERATOR_DEFAULT_IMAGE"),
+                   help="vLLM image for VLLMServices that name none (env VLLM_OPERATOR_DEFAULT_IMAGE)")
     r.add_argument("--prometheus-url", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_URL"),
                    help="Prometheus to read vLLM's metrics from (env VLLM_OPERATOR_PROMETHEUS_URL)")
     r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),
@@ -242,6 +248,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         prometheus_url=args.prometheus_url,
         gpu_catalog=args.gpu_catalog,
+        priority=args.priority,
+        default_image=args.default_image,
     ))
 
 

@@ -64,6 +64,7 @@ class Observed:
     status: Mapping[str, Any]
     now: datetime
     nodes: Sequence[Mapping[str, str]] = ()          # labels of nodes matching the pod's nodeSelector
+    default_image: str = DEFAULT_IMAGE               # for specs that name no image (operator-wide setting)
     model_files: ModelFiles | None = None
     model_error: str | None = None                  # why the model files could not be read
     catalog: GPUCatalog | None = None
@@ -193,6 +194,8 @@ def desired_state(observed: Observed) -> Desired:
     if errors:
         return _invalid(observed, errors)
     spec = parse_spec(dict(observed.spec))
+    if not spec.image:
+        spec = spec.model_copy(update={"image": observed.default_image})
     version = version_from_image(spec.image or DEFAULT_IMAGE)
     if version is None:
         return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "

@@ -17,6 +17,7 @@ class OperatorConfig:
     prometheus_url: str | None = None
     gpu_catalog_file: str | None = None
     metrics_interval_seconds: int = 60
+    default_image: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

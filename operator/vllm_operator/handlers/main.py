@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 import kopf
 
@@ -10,14 +11,23 @@ from . import config, kube
 from .service import registry
 
 
+def peering_priority(explicit: int | None) -> int:
+    """Replicas with equal priority all pause in kopf: derive a distinct one from the pod name unless given."""
+    if explicit is not None:
+        return explicit
+    pod = os.environ.get("POD_ID") or os.environ.get("HOSTNAME") or ""
+    return zlib.crc32(pod.encode()) % 2**31 if pod else 0
+
+
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
                  metrics_port: int, peering: str | None, verbose: bool, prometheus_url: str | None = None,
-                 gpu_catalog: str | None = None) -> int:
+                 gpu_catalog: str | None = None, priority: int | None = None, default_image: str | None = None) -> int:
     """Run until stopped (SIGINT/SIGTERM). Two replicas with the same peering name never both act."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's login handler and the client read it
     kube.configure(kubeconfig)
-    config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None)
+    config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None,
+                     default_image=default_image or None)
     if metrics_port:
         from ..metrics import start_metrics_server
 
@@ -29,6 +39,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
         namespaces=() if all_namespaces else namespaces,
         liveness_endpoint=liveness or None,
         standalone=peering is None,
+        priority=peering_priority(priority),
         peering_name=peering,  # kopf makes peering mandatory when a name is given: the chart installs its CRDs
     )
     return 0

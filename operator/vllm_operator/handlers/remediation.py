@@ -16,7 +16,7 @@ import kopf
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
-from ..api.v1alpha1 import RemediationEvent, RemediationStatus, SpecValidationError, parse_spec
+from ..api.v1alpha1 import DEFAULT_IMAGE, RemediationEvent, RemediationStatus, SpecValidationError, parse_spec
 from ..remediation.classifier import Failure, classify, classify_text
 from ..remediation.evidence import ContainerEvidence, evidence_from_pod
 from ..remediation.policy import (
@@ -210,7 +210,8 @@ def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any]
         desired = reconcile.desired_state(reconcile.Observed(
             name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
             status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error,
-            catalog=config.CONFIG.catalog))
+            catalog=config.CONFIG.catalog,
+                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
         if desired.plan is None or not desired.plan.fits:
             why = desired.plan.failure.message if desired.plan and desired.plan.failure else "no plan"
             options = "; ".join(o.summary for o in (desired.plan.options if desired.plan else [])[:3])

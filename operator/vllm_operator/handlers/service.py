@@ -16,7 +16,7 @@ import kopf
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
-from ..api.v1alpha1 import GROUP, PLURAL, VERSION
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY
 from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
 from . import config, kube
@@ -36,7 +36,7 @@ def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.execution.max_workers = 8
-    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 
 
 @kopf.on.login(registry=registry)
@@ -139,7 +139,8 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
         nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(), nodes=nodes, model_files=files,
-                                  model_error=model_error, catalog=config.CONFIG.catalog)
+                                  model_error=model_error, catalog=config.CONFIG.catalog,
+                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,

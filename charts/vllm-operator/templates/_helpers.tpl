@@ -1,0 +1,132 @@
+{{/* Names, labels and the operator's RBAC rules. Nothing here is random or time-dependent: the same values
+render the same bytes (GitOps). */}}
+
+{{- define "vllm-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "vllm-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "vllm-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "vllm-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "vllm-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "vllm-operator.labels" -}}
+helm.sh/chart: {{ include "vllm-operator.chart" . }}
+{{ include "vllm-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: vllm-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "vllm-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "vllm-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "vllm-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The GPU catalog overrides file, as the operator reads it (--gpu-catalog): a YAML list of rows. */}}
+{{- define "vllm-operator.gpuCatalog" -}}
+{{ toYaml .Values.gpuCatalog.overrides }}
+{{- end }}
+
+{{/*
+Rules for namespaced resources: in a ClusterRole when the operator watches every namespace, in a Role per
+watched namespace otherwise. Exactly what the operator and kopf call; tests/chart/test_rbac.py runs the real
+operator against an emulated API server and fails when a call is not allowed here, or when a verb here is
+never called.
+*/}}
+{{- define "vllm-operator.rules.namespaced" -}}
+# VLLMServices: kopf watches them and patches its finalizer and last-handled-configuration annotation;
+# the operator reads them and writes only status (never spec).
+- apiGroups: [vllm-operator.dev]
+  resources: [vllmservices]
+  verbs: [get, list, watch, patch]
+- apiGroups: [vllm-operator.dev]
+  resources: [vllmservices/status]
+  verbs: [patch]
+# The children of a VLLMService (garbage-collected by their ownerReferences; the operator deletes nothing).
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create]
+# vLLM pods: watched for failures; a bounded log tail is read when the termination message is empty.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+# spec.model.configMapRef: a model's config.json kept in a ConfigMap.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
+# Events on VLLMServices (the operator's and kopf's).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+
+{{/* kopf's peering object(s): list/watch to see the other replicas, patch to write its own keep-alive. */}}
+{{- define "vllm-operator.rules.peering" -}}
+{{- $plural := ternary "clusterkopfpeerings" "kopfpeerings" (empty .Values.watchNamespaces) -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ $plural }}]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [{{ $plural }}]
+  resourceNames: [{{ .Values.peering.name }}]
+  verbs: [patch]
+{{- end }}
+
+{{/* Cluster-scoped reads, in a ClusterRole in both modes. */}}
+{{- define "vllm-operator.rules.cluster" -}}
+# Nodes: the planner reads GPU Feature Discovery labels (nvidia.com/gpu.product, gpu.memory, gpu.count) and
+# allocatable memory.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list]
+# kopf's resource discovery: notices the VLLMService CRD being installed, upgraded or removed.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- if .Values.watchNamespaces }}
+# kopf's namespace observation: notices the watched namespaces being created or deleted.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}
+{{- end }}

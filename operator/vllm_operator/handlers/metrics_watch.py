@@ -1,0 +1,425 @@
+"""Watch each VLLMService's vLLM metrics in Prometheus and act on sustained trouble (observe → decide → apply).
+
+For every VLLMService with ``spec.prometheus.enabled`` a kopf daemon on the operator's registry wakes up every
+``config.CONFIG.metrics_interval_seconds`` (read at every wake-up, so it can be changed at run time) and, when the
+operator has a Prometheus URL (``vllm-operator run --prometheus-url``):
+
+1. reads the service's metrics over the policy window (`metrics.observe`: ≤ 5 s for all queries, no retries);
+2. writes ``status.metrics`` (KV-cache usage, preemption rate, waiting, running) when a value changed, and the
+   condition ``MetricsAvailable`` (True ``MetricsObserved``; False ``PrometheusUnreachable`` or ``NoMetricsFound``);
+3. decides (`metrics.policy.decide`, pure) and applies at most one bounded action, recorded in
+   ``status.remediation.history`` and as an Event: lower ``max_num_seqs`` (a remediation step: the constraint goes
+   into ``status.remediation.profile``, the plan is recomputed and the Deployment rolled), scale the Deployment's
+   replicas within ``spec.replicas``..``spec.maxReplicas`` (the VLLMService's spec is never written), or recommend
+   a replica count.
+
+It is a daemon rather than a ``@kopf.timer`` because a timer's interval is fixed when the module is imported (before
+``vllm-operator run`` has read its flags) and kopf reports every timer run as an INFO Event on the object. The
+daemon's loop is a timer in all but name: one asyncio task per enabled service, the work runs in a thread, and
+every exception is caught and logged — a missing, slow or broken Prometheus never blocks or fails a reconcile.
+
+Operator-wide settings (`config.CONFIG`): ``prometheus_url``, ``metrics_interval_seconds``; and, until they get
+their own fields/flags, in ``config.CONFIG.extra``: ``prometheus_selector`` (the label-matcher template, see
+`metrics.observe`; also env ``VLLM_OPERATOR_PROMETHEUS_SELECTOR``), ``prometheus_rate_window`` (``5m``),
+``prometheus_timeout_seconds`` (5, at most 5) and ``metrics_policy`` (a mapping of `PolicySettings` fields).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from .. import metrics, reconcile
+from ..api import conditions as cond
+from ..api.v1alpha1 import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    RemediationEvent,
+    RemediationStatus,
+    SpecValidationError,
+    VLLMServiceSpec,
+    VLLMServiceStatus,
+    parse_spec,
+)
+from ..metrics.observe import DEFAULT_TIMEOUT_SECONDS, PrometheusReader, PrometheusUnavailable
+from ..metrics.policy import (
+    MetricsAction,
+    MetricsDecision,
+    Observation,
+    PolicySettings,
+    decide,
+    metrics_status,
+)
+from ..remediation.policy import constraints_to_profile, profile_constraints
+from . import config, kube
+from .service import apply_children, list_gpu_nodes, load_model, registry
+
+log = logging.getLogger("vllm_operator.metrics")
+
+#: Condition type: whether the operator can read the service's vLLM metrics from Prometheus.
+METRICS_AVAILABLE: Final = "MetricsAvailable"
+#: Reasons of MetricsAvailable.
+METRICS_OBSERVED: Final = "MetricsObserved"
+PROMETHEUS_UNREACHABLE: Final = "PrometheusUnreachable"
+NO_METRICS_FOUND: Final = "NoMetricsFound"
+METRICS_DISABLED: Final = "MetricsDisabled"
+METRICS_REASONS: Final = (METRICS_OBSERVED, PROMETHEUS_UNREACHABLE, NO_METRICS_FOUND, METRICS_DISABLED)
+
+#: Event reasons of the actions.
+MAX_NUM_SEQS_LOWERED: Final = "MaxNumSeqsLowered"
+SCALED_UP: Final = "ScaledUp"
+SCALED_DOWN: Final = "ScaledDown"
+REPLICAS_RECOMMENDED: Final = "MoreReplicasRecommended"
+EVENT_REASONS: Final = (MAX_NUM_SEQS_LOWERED, SCALED_UP, SCALED_DOWN, REPLICAS_RECOMMENDED)
+
+MIN_INTERVAL_SECONDS = 1.0
+MAX_TIMEOUT_SECONDS = DEFAULT_TIMEOUT_SECONDS
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------------
+
+
+def _extra(cfg: config.OperatorConfig, key: str) -> Any:
+    value = getattr(cfg, key, None)
+    return value if value is not None else (cfg.extra or {}).get(key)
+
+
+def policy_settings(cfg: config.OperatorConfig | None = None) -> PolicySettings:
+    cfg = cfg or config.CONFIG
+    values = _extra(cfg, "metrics_policy")
+    return PolicySettings.from_mapping(values if isinstance(values, Mapping) else None)
+
+
+def reader_for(cfg: config.OperatorConfig | None = None) -> PrometheusReader:
+    cfg = cfg or config.CONFIG
+    assert cfg.prometheus_url
+    selector = _extra(cfg, "prometheus_selector") or os.environ.get("VLLM_OPERATOR_PROMETHEUS_SELECTOR") or None
+    timeout = float(_extra(cfg, "prometheus_timeout_seconds") or MAX_TIMEOUT_SECONDS)
+    return PrometheusReader(cfg.prometheus_url, selector=selector, rate_window=_extra(cfg, "prometheus_rate_window"),
+                            timeout=min(timeout, MAX_TIMEOUT_SECONDS))
+
+
+def interval_seconds(cfg: config.OperatorConfig | None = None) -> float:
+    cfg = cfg or config.CONFIG
+    try:
+        return max(float(cfg.metrics_interval_seconds), MIN_INTERVAL_SECONDS)
+    except (TypeError, ValueError):
+        return 60.0
+
+
+# --------------------------------------------------------------------------------------------------
+# The daemon
+# --------------------------------------------------------------------------------------------------
+
+
+def _prometheus_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
+    prometheus = spec.get("prometheus") if isinstance(spec, Mapping) else None
+    return isinstance(prometheus, Mapping) and prometheus.get("enabled") is True
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, when=_prometheus_enabled, cancellation_backoff=5.0,
+             cancellation_timeout=10.0)
+async def vllmservice_metrics_watch(stopped: kopf.DaemonStopped, name: str, namespace: str | None,
+                                    **_: Any) -> None:
+    """Every `metrics_interval_seconds`: observe, write status.metrics, act (see the module docstring)."""
+    assert namespace is not None
+    loop = asyncio.get_running_loop()
+    while not stopped:
+        if config.CONFIG.prometheus_url:
+            try:
+                await loop.run_in_executor(None, watch_service, namespace, name)
+            except Exception as exc:  # never fail: the next round tries again
+                log.warning("metrics watch of %s/%s failed: %s", namespace, name, exc)
+        await stopped.wait(interval_seconds())
+    if stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.FILTERS_MISMATCH:
+        try:
+            await loop.run_in_executor(None, mark_disabled, namespace, name)
+        except Exception as exc:
+            log.debug("could not mark metrics disabled on %s/%s: %s", namespace, name, exc)
+
+
+def mark_disabled(namespace: str, name: str, wait_seconds: float = 4.0) -> None:
+    """spec.prometheus.enabled was turned off: an existing MetricsAvailable condition says so (Unknown).
+
+    Written once the reconcile of that spec change has written its status (observedGeneration caught up), so that
+    its write — computed from the status it was handed — does not put the old condition back."""
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        with kube.api_errors("read the VLLMService"):
+            service = kube.get(kube.VLLMSERVICES, namespace, name)
+        if service is None:
+            return
+        generation = (service.get("metadata") or {}).get("generation")
+        if (service.get("status") or {}).get("observedGeneration") == generation:
+            break
+        time.sleep(0.2)
+    update = cond.ConditionUpdate(METRICS_AVAILABLE, cond.UNKNOWN, METRICS_DISABLED,
+                                  "spec.prometheus.enabled is false: metrics are not read")
+
+    def build(status: dict[str, Any]) -> VLLMServiceStatus | None:
+        if not any(c.get("type") == METRICS_AVAILABLE for c in status.get("conditions") or []):
+            return None
+        return _fold(status, [update], datetime.now(UTC))
+
+    update_status(namespace, name, build)
+
+
+# --------------------------------------------------------------------------------------------------
+# Status writes: from a fresh read, guarded by resourceVersion, rebuilt on conflict
+# --------------------------------------------------------------------------------------------------
+
+
+def _fold(status: Mapping[str, Any], updates: list[cond.ConditionUpdate], now: datetime,
+          **changes: Any) -> VLLMServiceStatus:
+    """Status with these conditions/fields; observedGeneration is left as the reconcile wrote it."""
+    generation = status.get("observedGeneration")
+    return cond.fold_status(dict(status), conditions=updates, observed_generation=generation, now=now, **changes)
+
+
+def _status_of(service: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(service.get("status") or {})
+
+
+def _patch_status(namespace: str, name: str, service: Mapping[str, Any], new: VLLMServiceStatus) -> bool | None:
+    """Merge-patch status with the read's resourceVersion as a precondition. True: written; False: nothing to
+    write; None: the object changed since it was read (409)."""
+    patch = cond.status_patch(_status_of(service), new)
+    if not patch:
+        return False
+    version = (service.get("metadata") or {}).get("resourceVersion")
+    body: dict[str, Any] = {"status": patch}
+    if version:
+        body["metadata"] = {"resourceVersion": version}
+    with kube.api_errors(f"write status of {name}"):
+        try:
+            kube.patch(kube.VLLMSERVICES, namespace, name, body, subresource="status")
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+    return True
+
+
+def update_status(namespace: str, name: str, build: Callable[[dict[str, Any]], VLLMServiceStatus | None],
+                  attempts: int = 3) -> bool:
+    """Read the service, `build` its next status from what is stored now, write it unless someone wrote in
+    between (then read and build again). Returns whether anything was written."""
+    for _ in range(attempts):
+        with kube.api_errors("read the VLLMService"):
+            service = kube.get(kube.VLLMSERVICES, namespace, name)
+        if service is None:
+            return False
+        new = build(_status_of(service))
+        if new is None:
+            return False
+        written = _patch_status(namespace, name, service, new)
+        if written is not None:
+            return written
+    raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# One round
+# --------------------------------------------------------------------------------------------------
+
+
+def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> MetricsDecision | None:
+    """One round for one service: observe, write status.metrics and the condition, apply the decision.
+
+    Returns the decision (None when nothing was observed). API errors raise kopf.TemporaryError (the daemon logs
+    them); Prometheus errors become the condition.
+    """
+    cfg = config.CONFIG
+    url = cfg.prometheus_url
+    if not url:
+        return None
+    with kube.api_errors("read the VLLMService"):
+        service = kube.get(kube.VLLMSERVICES, namespace, name)
+    if service is None:
+        return None
+    try:
+        spec = parse_spec(service.get("spec") or {})
+    except SpecValidationError:
+        return None
+    if not spec.prometheus.enabled:
+        return None
+    status = _status_of(service)
+    now = now or datetime.now(UTC)
+    settings = policy_settings(cfg)
+    try:
+        with reader_for(cfg) as reader:
+            observation = reader.observe(namespace, name, model=spec.model.served_name or spec.model.name,
+                                         window_seconds=settings.window_seconds,
+                                         step_seconds=settings.step_seconds, now=now)
+    except PrometheusUnavailable as exc:
+        metrics.PROMETHEUS_UP.set(0)
+        down = cond.ConditionUpdate(METRICS_AVAILABLE, cond.FALSE, PROMETHEUS_UNREACHABLE,
+                                    f"{exc}. status.metrics keeps the last values seen; nothing is changed "
+                                    "from metrics until Prometheus answers again.")
+        update_status(namespace, name, lambda st: _fold(st, [down], now))
+        log.debug("%s/%s: %s", namespace, name, exc)
+        return None
+    metrics.PROMETHEUS_UP.set(1)
+    if observation.empty:
+        missing = cond.ConditionUpdate(
+            METRICS_AVAILABLE, cond.FALSE, NO_METRICS_FOUND,
+            f"Prometheus at {url} has no vLLM series matching {{{observation.selector}}}: are the pods running and "
+            "scraped (annotation prometheus.io/scrape), and does the operator's --prometheus-selector match the "
+            "series' labels?")
+        update_status(namespace, name, lambda st: _fold(st, [missing], now))
+        return None
+
+    available = cond.ConditionUpdate(METRICS_AVAILABLE, cond.TRUE, METRICS_OBSERVED,
+                                     f"{observation.pod_count} pod(s) reporting to {url}")
+    with kube.api_errors("read the Deployment"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+    replicas = _replicas(deployment)
+    decision = decide(observation, spec=spec, status=status, replicas=replicas, now=now, settings=settings)
+    log.debug("%s/%s: %s", namespace, name, decision.message)
+    if decision.action is MetricsAction.LOWER_MAX_NUM_SEQS:
+        if apply_lower_max_num_seqs(service, spec, observation, decision, available, replicas, now):
+            return decision
+        decision = MetricsDecision(action=MetricsAction.NONE, message=f"not applied: {decision.message}")
+    elif decision.action in (MetricsAction.SCALE_UP, MetricsAction.SCALE_DOWN, MetricsAction.RECOMMEND_REPLICAS):
+        apply_replicas(service, observation, decision, available, now)
+        return decision
+    update_status(namespace, name, lambda st: _fold(
+        st, [available], now, metrics=metrics_status(observation, st.get("metrics"), now)))
+    return decision
+
+
+def _replicas(deployment: Mapping[str, Any] | None) -> int | None:
+    if deployment is None:
+        return None
+    value = (deployment.get("spec") or {}).get("replicas")
+    return int(value) if isinstance(value, int) else 1
+
+
+def _involved(service: Mapping[str, Any]) -> dict[str, Any]:
+    meta = service.get("metadata") or {}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService", "name": meta.get("name"),
+            "namespace": meta.get("namespace"), "uid": meta.get("uid")}
+
+
+def _event(service: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    meta = service.get("metadata") or {}
+    with kube.api_errors("post an event"):
+        kube.post_event(meta["namespace"], _involved(service), type_, reason, message)
+
+
+def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, observation: Observation,
+                             decision: MetricsDecision, available: cond.ConditionUpdate, replicas: int | None,
+                             now: datetime) -> bool:
+    """Re-plan with the lower max_num_seqs (a remediation step), roll the Deployment, record. False when the new
+    plan would not fit or would not lower max-num-seqs (then nothing is changed)."""
+    assert decision.max_num_seqs is not None
+    meta = service.get("metadata") or {}
+    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
+    spec_dict = dict(service.get("spec") or {})
+    files, model_error = load_model(spec_dict, namespace)
+    nodes = [] if spec.gpu.product else list_gpu_nodes(dict(spec.node_selector))
+    kept_replicas = False
+    for _ in range(3):
+        with kube.api_errors("read the VLLMService"):
+            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+        if fresh is None:
+            return False
+        status = _status_of(fresh)
+        generation = int((fresh.get("metadata") or {}).get("generation") or 1)
+        remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+        learned = profile_constraints(remediation.profile)     # as stored now: a ladder step may have come in between
+        limit = min(decision.max_num_seqs, learned.max_num_seqs or decision.max_num_seqs)
+        stepped = remediation.model_copy(update={
+            "step": remediation.step + 1, "exhausted": False,
+            "profile": constraints_to_profile(learned.model_copy(update={"max_num_seqs": limit}))})
+        stepped_status = dict(status)
+        stepped_status["remediation"] = stepped.model_dump(by_alias=True, exclude_none=True)
+        desired = reconcile.desired_state(reconcile.Observed(
+            name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict, status=stepped_status,
+            now=now, nodes=nodes, model_files=files, model_error=model_error, catalog=config.CONFIG.catalog))
+        flags_before = dict((status.get("plan") or {}).get("flags") or {})
+        if desired.plan is None or not desired.plan.fits or desired.children is None:
+            log.warning("%s/%s: %s — but the re-plan does not fit; nothing changed", namespace, name,
+                        decision.message)
+            return False
+        seqs_after = desired.plan.flags.get("max_num_seqs")
+        seqs_before = flags_before.get("max_num_seqs")
+        if not isinstance(seqs_after, int) or (isinstance(seqs_before, int) and seqs_after >= seqs_before):
+            log.info("%s/%s: the re-plan keeps max-num-seqs %s; nothing changed", namespace, name, seqs_after)
+            return False
+        entry = RemediationEvent(step=stepped.step, time=cond.format_time(now),
+                                 failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
+                                 flags_before=flags_before, flags_after=desired.plan.flags, message=decision.message)
+        recorded = stepped.model_copy(update={"history": [*remediation.history, entry]})
+        new_status = cond.fold_status(desired.status, conditions=[available], observed_generation=generation,
+                                      now=now, remediation=recorded,
+                                      metrics=metrics_status(observation, status.get("metrics"), now))
+        apply_children(desired.children, namespace)             # idempotent (spec-hash): safe to repeat on retry
+        if not kept_replicas:
+            _keep_replicas(namespace, name, spec, replicas)
+            kept_replicas = True
+        if _patch_status(namespace, name, fresh, new_status) is not None:
+            break
+    else:
+        raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
+    metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
+                        desired.plan.prediction.kv_cache_tokens)
+    metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
+    _event(service, "Warning", MAX_NUM_SEQS_LOWERED, f"step {stepped.step}: {decision.message}")
+    log.info("%s/%s: step %s: %s", namespace, name, stepped.step, decision.message)
+    return True
+
+
+def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: int | None) -> None:
+    """A re-rendered Deployment carries spec.replicas; put back replicas the operator had scaled to."""
+    if replicas is None or replicas == spec.replicas or spec.max_replicas is None:
+        return
+    if not spec.replicas < replicas <= spec.max_replicas:
+        return
+    with kube.api_errors("keep the Deployment's replicas"):
+        kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": replicas}})
+
+
+def apply_replicas(service: Mapping[str, Any], observation: Observation, decision: MetricsDecision,
+                   available: cond.ConditionUpdate, now: datetime) -> None:
+    """Scale the Deployment (SCALE_UP/SCALE_DOWN) or only advise (RECOMMEND_REPLICAS); record either."""
+    assert decision.replicas is not None
+    meta = service.get("metadata") or {}
+    name, namespace = meta["name"], meta["namespace"]
+    before = decision.replicas_before
+    if decision.action is MetricsAction.RECOMMEND_REPLICAS:
+        flags_after: dict[str, Any] = {"replicas": before, "recommendedReplicas": decision.replicas}
+        event_type, reason = "Warning", REPLICAS_RECOMMENDED
+    else:
+        with kube.api_errors("scale the Deployment"):
+            kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": decision.replicas}})
+        flags_after = {"replicas": decision.replicas}
+        up = decision.action is MetricsAction.SCALE_UP
+        event_type, reason = ("Normal", SCALED_UP if up else SCALED_DOWN)
+
+    def build(status: dict[str, Any]) -> VLLMServiceStatus:
+        remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+        entry = RemediationEvent(step=remediation.step, time=cond.format_time(now),
+                                 failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
+                                 flags_before={"replicas": before} if before is not None else {},
+                                 flags_after=flags_after, message=decision.message)
+        recorded = remediation.model_copy(update={"history": [*remediation.history, entry]})
+        return _fold(status, [available], now, metrics=metrics_status(observation, status.get("metrics"), now),
+                     remediation=recorded)
+
+    update_status(namespace, name, build)
+    if decision.action is not MetricsAction.RECOMMEND_REPLICAS:
+        metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
+    _event(service, event_type, reason, decision.message)
+    log.info("%s/%s: %s", namespace, name, decision.message)
