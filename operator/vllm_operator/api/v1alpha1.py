@@ -827,16 +827,16 @@ class RemediationSpec(_Model):
     allow_step_up: bool = Field(
         default=False,
         description=(
-            "Allow steps that use more resources (more GPUs per pod, up to gpu.maxCount) when lowering flags "
-            "cannot help. Defaults to false."
+            "After stableWindowSeconds without a failure, retry the richer profile the plan chose before the "
+            "ladder's last step (one step back at a time). Defaults to false: stability first."
         ),
     )
     stable_window_seconds: int = Field(
         default=3600,
         ge=0,
         description=(
-            "After running this long without a failure, the operator tries one step back toward the plan. "
-            "Defaults to 3600; 0 keeps the remediated profile."
+            "With allowStepUp: how long the service must run without a failure before the operator tries one "
+            "step back toward the plan. Defaults to 3600."
         ),
     )
 
@@ -1194,6 +1194,9 @@ class RemediationEvent(_StatusModel):
     restart_count: int | None = Field(default=None, ge=0, description="The container's restart count then.")
     flags_before: FlagMap = Field(default_factory=dict, description="Flags before the step.")
     flags_after: FlagMap = Field(default_factory=dict, description="Flags after the step.")
+    profile_before: FlagMap = Field(
+        default_factory=dict, description="The ladder's constraints before this step (what a step back restores)."
+    )
     message: str = Field(default="", description="What was changed and why.")
 
 
@@ -1204,13 +1207,18 @@ class RemediationStatus(_StatusModel):
         default=0, ge=0, description="Steps currently applied on top of the plan (0 = the plan)."
     )
     profile: FlagMap = Field(
-        default_factory=dict, description="Flag overrides currently applied on top of the plan, by vLLM name."
+        default_factory=dict,
+        description="Constraints the ladder learned (e.g. max_model_len, gpu_free_gib), applied on top of the plan.",
     )
     history: list[RemediationEvent] = Field(default_factory=list, description="Steps taken, oldest first.")
     exhausted: bool = Field(default=False, description="No further step is allowed or would help.")
     last_failure_key: str | None = Field(
         default=None,
         description="Identifies the last failure acted on, so one failure is acted on only once.",
+    )
+    handled_keys: list[str] = Field(
+        default_factory=list,
+        description="Failures (pod UID/restart count) already reported without a step, newest last (at most 20).",
     )
 
 

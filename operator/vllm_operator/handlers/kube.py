@@ -45,6 +45,16 @@ def client() -> kubernetes.client.ApiClient:
     return _client
 
 
+_service_locks: dict[tuple[str, str], threading.RLock] = {}
+
+
+def service_lock(namespace: str, name: str) -> threading.RLock:
+    """One lock per VLLMService: kopf runs handlers for different objects (pods, the service) concurrently, and
+    a reconcile or a ladder step must read the status it is about to change under the same lock."""
+    with _lock:
+        return _service_locks.setdefault((namespace, name), threading.RLock())
+
+
 @dataclass(frozen=True)
 class Resource:
     group: str

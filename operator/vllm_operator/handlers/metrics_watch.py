@@ -13,6 +13,11 @@ operator has a Prometheus URL (``vllm-operator run --prometheus-url``):
    replicas within ``spec.replicas``..``spec.maxReplicas`` (the VLLMService's spec is never written), or recommend
    a replica count.
 
+Without a Prometheus URL nothing is read or written. When ``spec.prometheus.enabled`` is turned off the daemon
+stops, replicas it added go back to ``spec.replicas``, and ``MetricsAvailable`` turns Unknown (``MetricsDisabled``).
+Status writes start from a fresh read and carry its ``resourceVersion``; on a conflict they are rebuilt, so they
+never undo another writer's change.
+
 It is a daemon rather than a ``@kopf.timer`` because a timer's interval is fixed when the module is imported (before
 ``vllm-operator run`` has read its flags) and kopf reports every timer run as an INFO Event on the object. The
 daemon's loop is a timer in all but name: one asyncio task per enabled service, the work runs in a thread, and
@@ -40,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api.v1alpha1 import (
+    DEFAULT_IMAGE,
     GROUP,
     PLURAL,
     VERSION,
@@ -150,11 +156,13 @@ async def vllmservice_metrics_watch(stopped: kopf.DaemonStopped, name: str, name
 
 
 def mark_disabled(namespace: str, name: str, wait_seconds: float = 4.0) -> None:
-    """spec.prometheus.enabled was turned off: an existing MetricsAvailable condition says so (Unknown).
+    """spec.prometheus.enabled was turned off: replicas added from metrics go back to spec.replicas, and an
+    existing MetricsAvailable condition says metrics are not read (Unknown, MetricsDisabled).
 
     Written once the reconcile of that spec change has written its status (observedGeneration caught up), so that
     its write — computed from the status it was handed — does not put the old condition back."""
     deadline = time.monotonic() + wait_seconds
+    service: dict[str, Any] | None = None
     while time.monotonic() < deadline:
         with kube.api_errors("read the VLLMService"):
             service = kube.get(kube.VLLMSERVICES, namespace, name)
@@ -164,6 +172,8 @@ def mark_disabled(namespace: str, name: str, wait_seconds: float = 4.0) -> None:
         if (service.get("status") or {}).get("observedGeneration") == generation:
             break
         time.sleep(0.2)
+    if service is not None:
+        _scale_back(service)
     update = cond.ConditionUpdate(METRICS_AVAILABLE, cond.UNKNOWN, METRICS_DISABLED,
                                   "spec.prometheus.enabled is false: metrics are not read")
 
@@ -173,6 +183,24 @@ def mark_disabled(namespace: str, name: str, wait_seconds: float = 4.0) -> None:
         return _fold(status, [update], datetime.now(UTC))
 
     update_status(namespace, name, build)
+
+
+def _scale_back(service: Mapping[str, Any]) -> None:
+    """The Deployment runs more than spec.replicas only because this watch scaled it: return to spec.replicas."""
+    try:
+        spec = parse_spec(service.get("spec") or {})
+    except SpecValidationError:
+        return
+    meta = service.get("metadata") or {}
+    with kube.api_errors("read the Deployment"):
+        deployment = kube.get(kube.DEPLOYMENTS, meta["namespace"], meta["name"])
+    replicas = _replicas(deployment)
+    if replicas is None or replicas <= spec.replicas:
+        return
+    with kube.api_errors("scale the Deployment"):
+        kube.patch(kube.DEPLOYMENTS, meta["namespace"], meta["name"], {"spec": {"replicas": spec.replicas}})
+    _event(service, "Normal", SCALED_DOWN, f"spec.prometheus.enabled is false: replicas {replicas} → "
+                                           f"{spec.replicas} (spec.replicas)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -347,7 +375,8 @@ def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, 
         stepped_status["remediation"] = stepped.model_dump(by_alias=True, exclude_none=True)
         desired = reconcile.desired_state(reconcile.Observed(
             name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict, status=stepped_status,
-            now=now, nodes=nodes, model_files=files, model_error=model_error, catalog=config.CONFIG.catalog))
+            now=now, nodes=nodes, model_files=files, model_error=model_error, catalog=config.CONFIG.catalog,
+            default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
         flags_before = dict((status.get("plan") or {}).get("flags") or {})
         if desired.plan is None or not desired.plan.fits or desired.children is None:
             log.warning("%s/%s: %s — but the re-plan does not fit; nothing changed", namespace, name,
@@ -399,7 +428,9 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
     name, namespace = meta["name"], meta["namespace"]
     before = decision.replicas_before
     if decision.action is MetricsAction.RECOMMEND_REPLICAS:
-        flags_after: dict[str, Any] = {"replicas": before, "recommendedReplicas": decision.replicas}
+        flags_after: dict[str, Any] = {"recommendedReplicas": decision.replicas}
+        if before is not None:
+            flags_after["replicas"] = before
         event_type, reason = "Warning", REPLICAS_RECOMMENDED
     else:
         with kube.api_errors("scale the Deployment"):

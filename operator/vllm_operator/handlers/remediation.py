@@ -135,6 +135,7 @@ def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, 
     keys = {f"{h.get('podUID')}/{h.get('restartCount')}" for h in history if h.get("podUID")}
     if remediation.get("lastFailureKey"):
         keys.add(remediation["lastFailureKey"])
+    keys.update(remediation.get("handledKeys") or [])
     return Current(
         flags=dict((status.get("plan") or {}).get("flags") or {}),
         pinned=frozenset(spec.flags.to_vllm()),
@@ -146,6 +147,7 @@ def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, 
         min_interval_seconds=spec.remediation.min_interval_seconds,
         enabled=spec.remediation.enabled,
         max_gpus=spec.gpu.count or spec.gpu.max_count,
+        gpu_count_fixed=bool(spec.gpu.count),
         min_context=spec.workload.context_length,
         gpu_total_gib=(status.get("gpu") or {}).get("memoryGiB"),
         host_memory_gib=_container_memory_gib(deployment),
@@ -156,6 +158,11 @@ def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, 
 
 def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> Decision | None:
     """Look at the service's pods; take at most one ladder step. Returns the decision taken, if any."""
+    with kube.service_lock(namespace, name):
+        return _remediate_locked(namespace, name, logger)
+
+
+def _remediate_locked(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -> Decision | None:
     with kube.api_errors("read the VLLMService"):
         service = kube.get(kube.VLLMSERVICES, namespace, name)
     if service is None:
@@ -181,14 +188,14 @@ def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.L
             decision = decide(failure, key, current, _now())
             if decision.action in (Action.IGNORE, Action.WAIT):
                 continue
-            apply_decision(service, spec, status, decision, evidence, failure, key, logger)
-            return decision
+            return apply_decision(service, spec, status, decision, evidence, failure, key, logger, deployment)
     return None
 
 
 def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any], decision: Decision,
                    evidence: ContainerEvidence, failure: Failure, key: str,
-                   logger: logging.Logger | kopf.Logger) -> None:
+                   logger: logging.Logger | kopf.Logger, deployment: Mapping[str, Any] | None = None) -> Decision:
+    """Write what the decision says: a step (status, Deployment, event) or a verdict (status, event)."""
     meta = service.get("metadata") or {}
     name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
     generation = int(meta.get("generation") or 1)
@@ -219,12 +226,19 @@ def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any]
                 "action": Action.EXHAUSTED,
                 "message": f"{decision.message}, but then nothing fits: {why}"
                            + (f" Options: {options}" if options else "")})
-            return apply_decision(service, spec, status, exhausted, evidence, failure, key, logger)
+            return apply_decision(service, spec, status, exhausted, evidence, failure, key, logger, deployment)
+        if not _changes_pods(desired, deployment):
+            nothing = decision.model_copy(update={
+                "action": Action.EXHAUSTED,
+                "message": f"{decision.message}, but the plan cannot change accordingly ("
+                           f"{_why_unchanged(desired)}); {failure.summary}"})
+            return apply_decision(service, spec, status, nothing, evidence, failure, key, logger, deployment)
         flags_after = desired.plan.flags
         entry = RemediationEvent(step=remediation.step, time=cond.format_time(now), failure_class=str(failure.kind),
                                  evidence=(failure.excerpt or failure.summary)[:500], podUID=evidence.pod_uid,
                                  restart_count=evidence.restart_count, flags_before=flags_before,
-                                 flags_after=flags_after, message=decision.message)
+                                 flags_after=flags_after, message=decision.message,
+                                 profile_before=dict((status.get("remediation") or {}).get("profile") or {}))
         remediation = remediation.model_copy(update={"history": [*remediation.history, entry]})
         new_status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
             cond.DEGRADED, cond.TRUE, cond.REMEDIATING, f"step {remediation.step}: {decision.message}")],
@@ -238,8 +252,9 @@ def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any]
         _event(namespace, involved, "Warning", f"Remediated{failure.kind}",
                f"step {remediation.step}: {decision.message}. Evidence: {failure.summary}")
         logger.info("remediation step %s for %s/%s: %s", remediation.step, namespace, name, decision.message)
-        return
-    remediation = remediation.model_copy(update={"last_failure_key": key,
+        return decision
+    handled = [*[k for k in remediation.handled_keys if k != key], key][-20:]
+    remediation = remediation.model_copy(update={"last_failure_key": key, "handled_keys": handled,
                                                  "exhausted": decision.action is Action.EXHAUSTED})
     if decision.action is Action.EXHAUSTED:
         update = cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.REMEDIATION_EXHAUSTED, decision.message)
@@ -252,6 +267,26 @@ def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any]
     _write(namespace, name, status, new_status)
     _event(namespace, involved, "Warning", reason, decision.message)
     logger.warning("%s/%s: %s", namespace, name, decision.message)
+    return decision
+
+
+def _changes_pods(desired: reconcile.Desired, deployment: Mapping[str, Any] | None) -> bool:
+    """Whether the stepped plan renders a different pod template than the one running."""
+    if deployment is None or desired.children is None:
+        return True
+    for child in desired.children:
+        if child.get("kind") == "Deployment":
+            want = (((child.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations", {})
+            return bool(want.get(ANNOTATION_PLAN) != _current_plan_hash(deployment))
+    return True
+
+
+def _why_unchanged(desired: reconcile.Desired) -> str:
+    plan = desired.plan
+    if plan is None:
+        return "no plan"
+    return (f"the planner still chooses {plan.gpu_count} GPU(s) per pod on {plan.gpu} with the same flags: the "
+            "nodes or spec.gpu limit it")
 
 
 def _surface_reason(failure: Failure) -> str:
@@ -282,3 +317,85 @@ def _model_files(service: Mapping[str, Any], namespace: str) -> tuple[Any, str |
     from .service import load_model
 
     return load_model(service.get("spec") or {}, namespace)
+
+
+STEP_UP = "StepUp"
+
+
+def step_up_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> bool:
+    """spec.remediation.allowStepUp: after a stable window, restore the profile from before the last step, once
+    per profile (a profile that failed again after a step back is not retried). Returns whether it stepped."""
+    with kube.service_lock(namespace, name):
+        with kube.api_errors("read the VLLMService"):
+            service = kube.get(kube.VLLMSERVICES, namespace, name)
+        if service is None:
+            return False
+        try:
+            spec = parse_spec(service.get("spec") or {})
+        except SpecValidationError:
+            return False
+        status = dict(service.get("status") or {})
+        target = step_up_target(spec, status, _now())
+        if target is None:
+            return False
+        profile, entry = target
+        return _apply_step_up(service, spec, status, profile, entry, logger)
+
+
+def step_up_target(spec: Any, status: Mapping[str, Any], now: datetime) -> tuple[dict[str, Any], Any] | None:
+    """The profile a step back would restore, or None when not allowed or not due (pure)."""
+    if not (spec.remediation.allow_step_up and spec.remediation.enabled):
+        return None
+    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+    if not remediation.profile or not remediation.history:
+        return None
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == cond.READY), None)
+    if not ready or ready.get("status") != cond.TRUE:
+        return None
+    last = remediation.history[-1]
+    since = max(filter(None, [_parse_time(ready.get("lastTransitionTime")), _parse_time(last.time)]))
+    if (now - since).total_seconds() < spec.remediation.stable_window_seconds:
+        return None
+    steps = [h for h in remediation.history if h.failure_class != STEP_UP]
+    if not steps:
+        return None
+    restore = dict(steps[-1].profile_before)
+    tried = [h.profile_before for h in remediation.history if h.failure_class == STEP_UP]
+    if restore in tried or restore == dict(remediation.profile):
+        return None
+    return restore, steps[-1]
+
+
+def _apply_step_up(service: Mapping[str, Any], spec: Any, status: dict[str, Any], profile: dict[str, Any],
+                   undone: Any, logger: logging.Logger | kopf.Logger) -> bool:
+    meta = service.get("metadata") or {}
+    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
+    generation = int(meta.get("generation") or 1)
+    now = _now()
+    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+    stepped = dict(status)
+    stepped["remediation"] = {**(status.get("remediation") or {}), "profile": profile}
+    files, model_error = _model_files(service, namespace)
+    desired = reconcile.desired_state(reconcile.Observed(
+        name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
+        status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error,
+        catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
+    if desired.plan is None or not desired.plan.fits or desired.children is None:
+        return False
+    message = (f"stable for {spec.remediation.stable_window_seconds}s: stepping back from step "
+               f"{remediation.step} ({undone.message})")
+    entry = RemediationEvent(step=max(remediation.step - 1, 0), time=cond.format_time(now), failure_class=STEP_UP,
+                             evidence="", flags_before=dict((status.get("plan") or {}).get("flags") or {}),
+                             flags_after=desired.plan.flags, message=message, profile_before=profile)
+    remediation = remediation.model_copy(update={"step": max(remediation.step - 1, 0), "profile": profile,
+                                                 "history": [*remediation.history, entry]})
+    from .service import apply_children
+
+    apply_children(desired.children, namespace)
+    new_status = cond.fold_status(desired.status, observed_generation=generation, now=now, remediation=remediation)
+    _write(namespace, name, status, new_status)
+    involved = {"apiVersion": service.get("apiVersion"), "kind": "VLLMService", "name": name,
+                "namespace": namespace, "uid": uid}
+    _event(namespace, involved, "Normal", "SteppedUp", message)
+    logger.info("%s/%s: %s", namespace, name, message)
+    return True

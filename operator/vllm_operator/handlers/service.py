@@ -128,7 +128,18 @@ def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) ->
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
-    """Observe, compute, apply — the whole reconcile of one VLLMService."""
+    """Observe, compute, apply — the whole reconcile of one VLLMService (under the service's lock, on its
+    current status: the status in kopf's event may predate a ladder step the pod handler just wrote)."""
+    with kube.service_lock(namespace, name):
+        with kube.api_errors(f"read {name}"):
+            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+        if fresh is not None:
+            status = dict(fresh.get("status") or {})
+        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger)
+
+
+def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
+                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
     spec_dict = dict(spec)
     files, model_error = (None, None)
     if isinstance(spec_dict.get("model"), Mapping) and spec_dict["model"].get("name"):
@@ -220,10 +231,10 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
     if anything drifted. Writes nothing when nothing changed."""
-    from .remediation import remediate_service
+    from .remediation import remediate_service, step_up_service
 
     assert namespace is not None
-    if remediate_service(namespace, name, logger) is None:
+    if remediate_service(namespace, name, logger) is None and not step_up_service(namespace, name, logger):
         reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
 
 

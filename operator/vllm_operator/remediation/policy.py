@@ -48,6 +48,7 @@ class Current(BaseModel):
     min_interval_seconds: int = 60
     enabled: bool = True
     max_gpus: int = 8
+    gpu_count_fixed: bool = Field(False, description="max_gpus comes from spec.gpu.count (not gpu.maxCount)")
     min_context: int | None = Field(None, description="workload.contextLength: never plan below it")
     gpu_total_gib: float | None = None
     host_memory_gib: float | None = Field(None, description="the container's current memory limit")
@@ -133,8 +134,12 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
         return ({"min_utilization": raised},
                 f"the context cannot shrink (pinned or below workload.contextLength {minimum}); "
                 f"gpu-memory-utilization {util} → {raised}")
-    return (f"Only {fits} tokens fit per request. Set spec.flags.maxModelLen to {fits} or less, or use more "
-            "GPUs (spec.gpu.maxCount), an fp8 KV cache (spec.flags.kvCacheDtype: fp8) or a larger GPU.")
+    others = ("use more GPUs (spec.gpu.maxCount), an fp8 KV cache (spec.flags.kvCacheDtype: fp8) or a larger "
+              "GPU.")
+    if minimum and fits is not None and fits < minimum:
+        return (f"Only {fits} tokens fit per request, less than spec.workload.contextLength ({minimum}). Lower "
+                f"spec.workload.contextLength to {fits} or less, or {others}")
+    return f"Only {fits} tokens fit per request. Set spec.flags.maxModelLen to {fits} or less, or {others}"
 
 
 def _insufficient_free(failure: Failure, current: Current) -> _Step:
@@ -171,12 +176,15 @@ def _no_kv_memory(failure: Failure, current: Current) -> _Step:
 
 def _more_gpus(current: Current, why: str) -> _Step:
     tp = int(_flag(current, "tensor_parallel_size", 1))
+    pp = int(_flag(current, "pipeline_parallel_size", 1) or 1)
     if _pinned(current, "tensor_parallel_size"):
         return (f"{why}; more tensor parallelism would help but spec.flags.tensorParallelSize is pinned at {tp}: "
-                f"set it to {tp * 2} with spec.gpu.count {tp * 2}.")
-    if tp * 2 > current.max_gpus:
-        return (f"{why}; {tp * 2} GPUs per pod would be needed but spec.gpu.maxCount is {current.max_gpus}: raise "
-                "it, use a quantized variant of the model, or a larger GPU.")
+                f"set it to {tp * 2} with spec.gpu.count {tp * 2 * pp}.")
+    needed = tp * 2 * pp
+    if needed > current.max_gpus:
+        field = "spec.gpu.count" if current.gpu_count_fixed else "spec.gpu.maxCount"
+        return (f"{why}; {needed} GPUs per pod (TP {tp * 2} × PP {pp}) would be needed but {field} is "
+                f"{current.max_gpus}: raise it, use a quantized variant of the model, or a larger GPU.")
     return {"min_tensor_parallel_size": tp * 2}, f"{why}; tensor-parallel-size {tp} → {tp * 2}"
 
 
@@ -230,8 +238,11 @@ def _host_oom(failure: Failure, current: Current) -> _Step:
 def _invalid_parallelism(failure: Failure, current: Current) -> _Step:
     tp = _flag(current, "tensor_parallel_size", 1)
     if _pinned(current, "tensor_parallel_size"):
-        return (f"spec.flags.tensorParallelSize={tp} does not divide the model's shapes ({failure.summary}); "
-                "use a power of two that divides the attention heads, e.g. 1, 2, 4 or 8.")
+        shapes = [n for n in (failure.num_kv_heads, failure.num_heads, failure.dividend) if n]
+        sizes = [t for t in (1, 2, 4, 8, 16) if t != tp and all(n % t == 0 or (t % n == 0 and n == failure.num_kv_heads)
+                                                               for n in shapes)]
+        suggestion = ", ".join(map(str, sizes)) if shapes and sizes else "a power of two that divides the heads"
+        return f"spec.flags.tensorParallelSize={tp} does not divide the model's shapes; use one of: {suggestion}."
     return "the planner chose an invalid tensor-parallel size; please report this with the model's config.json."
 
 

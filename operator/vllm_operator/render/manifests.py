@@ -201,7 +201,8 @@ def build_context(inp: RenderInput) -> dict[str, Any]:
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(DEFAULT_PORT),
         "prometheus.io/path": "/metrics",
-        ANNOTATION_PLAN: spec_hash({"args": all_args, "image": inp.image}),
+        # what a pod ran with: a pod whose value differs from the template's belongs to an older profile
+        ANNOTATION_PLAN: spec_hash({"args": all_args, "image": inp.image, "memory": memory, "gpus": inp.gpu_count}),
     }
     cache_claim = inp.cache_claim
     return {
