@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vLLM image for VLLMServices that name none (env VLLM_OPERATOR_DEFAULT_IMAGE)")
     r.add_argument("--prometheus-url", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_URL"),
                    help="Prometheus to read vLLM's metrics from (env VLLM_OPERATOR_PROMETHEUS_URL)")
+    r.add_argument("--prometheus-selector", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_SELECTOR"),
+                   help="PromQL label matcher template for a service's vLLM series, with {namespace}, {service}, "
+                        "{service_regex}, {model} (default: namespace and pod name)")
+    r.add_argument("--metrics-interval", type=_positive_int, default=60,
+                   help="seconds between reads of vLLM's metrics from Prometheus (default 60)")
     r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),
                    help="YAML list of GPU catalog overrides: extra SKUs or per-GPU fields such as "
                         "default_utilization (env VLLM_OPERATOR_GPU_CATALOG)")
@@ -250,6 +255,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_catalog=args.gpu_catalog,
         priority=args.priority,
         default_image=args.default_image,
+        metrics_interval=args.metrics_interval,
+        prometheus_selector=args.prometheus_selector,
     ))
 
 

@@ -86,6 +86,21 @@ def _status(observed: Observed, updates: list[cond.ConditionUpdate], **changes: 
                             now=observed.now, **changes)
 
 
+def _already_said(observed: Observed, reason: str, message: str) -> bool:
+    """Whether the status already carries this problem (so its Warning event was posted before)."""
+    for condition in observed.status.get("conditions") or []:
+        if condition.get("type") == cond.DEGRADED and condition.get("status") == cond.TRUE:
+            return bool(condition.get("reason") == reason and condition.get("message") == message
+                        and condition.get("observedGeneration") == observed.generation)
+    return False
+
+
+def _problem(observed: Observed, reason: str, message: str, updates: list[cond.ConditionUpdate],
+             retry_after: float | None = None) -> Desired:
+    events = [] if _already_said(observed, reason, message) else [Event(EVENT_WARNING, reason, message)]
+    return Desired(status=_status(observed, updates), events=events, retry_after=retry_after)
+
+
 def _invalid(observed: Observed, errors: Sequence[SpecError]) -> Desired:
     message = "; ".join(f"{e.field}: {e.message}" for e in errors)
     updates = [
@@ -93,7 +108,7 @@ def _invalid(observed: Observed, errors: Sequence[SpecError]) -> Desired:
         cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.INVALID_SPEC, "the spec is invalid"),
         cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.INVALID_SPEC, "waiting for a valid spec"),
     ]
-    return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, cond.INVALID_SPEC, message)])
+    return _problem(observed, cond.INVALID_SPEC, message, updates)
 
 
 def resolve_gpu(spec: VLLMServiceSpec, nodes: Sequence[Mapping[str, str]],
@@ -117,15 +132,17 @@ def resolve_gpu(spec: VLLMServiceSpec, nodes: Sequence[Mapping[str, str]],
         raise UnknownGPUError("no node with NVIDIA GPU Feature Discovery labels (nvidia.com/gpu.product) matches "
                               "spec.nodeSelector; set spec.gpu.product or install GPU Feature Discovery")
     chosen, why = pick_gpu_pool(found)
-    product_label = _product_label(nodes, chosen)
+    product_label = _product_label(nodes, chosen, catalog)
     return chosen.spec, f"{chosen.how}; {why}", product_label, chosen.count
 
 
-def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU) -> str | None:
+def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU, catalog: GPUCatalog) -> str | None:
+    """The nvidia.com/gpu.product value of the chosen pool's nodes, as they carry it (time-sliced `-SHARED`,
+    MIG slice names), so the pods' nodeSelector matches exactly those nodes."""
     for labels in nodes:
         product = labels.get("nvidia.com/gpu.product")
-        if product and (product in chosen.spec.gfd_products or product.startswith(chosen.spec.name)
-                        or chosen.spec.name.endswith(product)):
+        node_gpu = resolve_node_gpu(labels, catalog) if product else None
+        if node_gpu is not None and node_gpu.spec.name == chosen.spec.name:
             return product
     return chosen.spec.gfd_products[0] if chosen.spec.gfd_products else None
 
@@ -138,14 +155,27 @@ def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
     return Constraints(**known)
 
 
+# What spec.workload.profile fills in when the explicit fields are unset: prefix caching for workloads that resend
+# long shared prefixes, and the typical request length max-num-seqs is sized for (a soft hint, never a minimum).
+PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "chat": {"prefix_caching": True, "typical_request_tokens": 2048},
+    "agent": {"prefix_caching": True, "typical_request_tokens": 8192},
+    "rag": {"prefix_caching": True, "typical_request_tokens": 8192},
+    "batch": {"prefix_caching": False, "typical_request_tokens": 1024},
+}
+
+
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
     pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
     count = spec.gpu.count or per_node
     tp_pp = (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
+    profile = PROFILE_DEFAULTS.get(spec.workload.profile or "", {})
+    prefix = spec.workload.prefix_caching
     workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
-                        prefix_caching=spec.workload.prefix_caching)
+                        prefix_caching=prefix if prefix is not None else profile.get("prefix_caching"),
+                        typical_request_tokens=profile.get("typical_request_tokens"))
     version = version_from_image(spec.image or DEFAULT_IMAGE)
     if spec.gpu.count and not pinned.tensor_parallel_size:
         # spec.gpu.count is the GPUs each pod gets: tensor parallelism uses all of them
@@ -208,8 +238,7 @@ def desired_state(observed: Observed) -> Desired:
         message = observed.model_error or "the model's config.json could not be read"
         updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
                    cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
-        return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, cond.MODEL_NOT_FOUND, message)],
-                       retry_after=60)
+        return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
     from .planner.gpus import load_gpu_catalog
 
     catalog = observed.catalog or load_gpu_catalog()
@@ -228,8 +257,7 @@ def desired_state(observed: Observed) -> Desired:
         updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
                    cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, reason, message),
                    cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason, "waiting for GPU nodes")]
-        return Desired(status=_status(observed, updates), events=[Event(EVENT_WARNING, reason, message)],
-                       retry_after=30)
+        return _problem(observed, reason, message, updates, retry_after=30)
 
     constraints = constraints_from_status(observed.status)
     request = plan_request(spec, arch, gpu, constraints, node_count)
@@ -240,7 +268,9 @@ def desired_state(observed: Observed) -> Desired:
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
     status_plan = plan_status(result, args, digest)
     events: list[Event] = []
-    previous = (observed.status.get("plan") or {}).get("specHash")
+    before = observed.status.get("plan") or {}
+    decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
+    changed = decided_before != (result.fits, args, product_label or gpu.name)
     if not result.fits:
         summary = result.failure.message if result.failure else "does not fit"
         options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
@@ -252,7 +282,7 @@ def desired_state(observed: Observed) -> Desired:
                                                                                    "not fit"),
             cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
         ]
-        if previous != digest:
+        if changed:
             events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
         status = _status(observed, updates, plan=status_plan, gpu=gpu_status)
         return Desired(status=status, children=None, events=events, plan=result)
@@ -263,7 +293,7 @@ def desired_state(observed: Observed) -> Desired:
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
         extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
-        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=spec.replicas,
+        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
         tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity,
         env=tuple(e.to_dict() for e in spec.env),
@@ -298,14 +328,22 @@ def desired_state(observed: Observed) -> Desired:
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
                                             f"{ready}/{spec.replicas} pods ready"))
-    if previous != digest:
+    if changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
         events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
     endpoint = f"http://{observed.name}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
-                     replicas=spec.replicas)
+                     replicas=render.replicas, ready_replicas=ready)
     return Desired(status=status, children=children, events=events, plan=result)
+
+
+def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
+    """spec.replicas, or what the metrics watch scaled to when the user allowed a range (spec.maxReplicas)."""
+    scaled = ((status.get("metrics") or {}).get("desiredReplicas"))
+    if spec.max_replicas is None or not isinstance(scaled, int) or not (spec.prometheus and spec.prometheus.enabled):
+        return spec.replicas
+    return max(spec.replicas, min(scaled, spec.max_replicas))
 
 
 def _cache_claim(name: str, spec: VLLMServiceSpec) -> str | None:

@@ -53,7 +53,9 @@ DEGRADED: Final = "Degraded"
 #: The model and workload fit the GPUs with the planned flags.
 PLAN_FEASIBLE: Final = "PlanFeasible"
 
-CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE)
+#: vLLM's metrics could be read from Prometheus (set only when spec.prometheus.enabled).
+METRICS_AVAILABLE: Final = "MetricsAvailable"
+CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE, METRICS_AVAILABLE)
 
 # --------------------------------------------------------------------------------------------------
 # Reasons

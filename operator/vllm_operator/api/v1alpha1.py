@@ -1087,7 +1087,7 @@ class VLLMServiceSpec(_Model):
 class Condition(_StatusModel):
     """A standard Kubernetes condition."""
 
-    type: str = Field(min_length=1, description="Ready, Progressing, Degraded or PlanFeasible.")
+    type: str = Field(min_length=1, description="Ready, Progressing, Degraded, PlanFeasible or MetricsAvailable.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(min_length=1, description="CamelCase reason, one of the constants in the operator.")
     message: str = Field(
@@ -1234,6 +1234,12 @@ class MetricsStatus(_StatusModel):
         json_schema_extra={"format": "date-time"},
         description="When these were observed (RFC 3339).",
     )
+    desired_replicas: int | None = Field(
+        default=None, ge=0,
+        description="Replicas the metrics watch scaled to, within spec.replicas..spec.maxReplicas (the Deployment "
+                    "is rendered with it; spec is never written).",
+    )
+    recommendation: str | None = Field(default=None, description="The last advice the metrics watch gave.")
 
 
 class VLLMServiceStatus(_StatusModel):

@@ -18,6 +18,7 @@ class OperatorConfig:
     gpu_catalog_file: str | None = None
     metrics_interval_seconds: int = 60
     default_image: str | None = None
+    prometheus_selector: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

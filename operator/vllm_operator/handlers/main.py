@@ -7,7 +7,11 @@ import zlib
 
 import kopf
 
-from . import config, kube
+from . import (
+    config,
+    kube,
+    metrics_watch,  # noqa: F401  (registers the metrics daemon on the registry)
+)
 from .service import registry
 
 
@@ -21,13 +25,15 @@ def peering_priority(explicit: int | None) -> int:
 
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
                  metrics_port: int, peering: str | None, verbose: bool, prometheus_url: str | None = None,
-                 gpu_catalog: str | None = None, priority: int | None = None, default_image: str | None = None) -> int:
+                 gpu_catalog: str | None = None, priority: int | None = None, default_image: str | None = None,
+                 metrics_interval: int = 60, prometheus_selector: str | None = None) -> int:
     """Run until stopped (SIGINT/SIGTERM). Two replicas with the same peering name never both act."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's login handler and the client read it
     kube.configure(kubeconfig)
     config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None,
-                     default_image=default_image or None)
+                     default_image=default_image or None, metrics_interval_seconds=metrics_interval,
+                     prometheus_selector=prometheus_selector or None)
     if metrics_port:
         from ..metrics import start_metrics_server
 

@@ -199,6 +199,9 @@ def _scale_back(service: Mapping[str, Any]) -> None:
         return
     with kube.api_errors("scale the Deployment"):
         kube.patch(kube.DEPLOYMENTS, meta["namespace"], meta["name"], {"spec": {"replicas": spec.replicas}})
+    with kube.api_errors("clear status.metrics.desiredReplicas"):
+        kube.patch(kube.VLLMSERVICES, meta["namespace"], meta["name"],
+                   {"status": {"metrics": {"desiredReplicas": None}}}, subresource="status")
     _event(service, "Normal", SCALED_DOWN, f"spec.prometheus.enabled is false: replicas {replicas} → "
                                            f"{spec.replicas} (spec.replicas)")
 
@@ -242,18 +245,20 @@ def _patch_status(namespace: str, name: str, service: Mapping[str, Any], new: VL
 def update_status(namespace: str, name: str, build: Callable[[dict[str, Any]], VLLMServiceStatus | None],
                   attempts: int = 3) -> bool:
     """Read the service, `build` its next status from what is stored now, write it unless someone wrote in
-    between (then read and build again). Returns whether anything was written."""
-    for _ in range(attempts):
-        with kube.api_errors("read the VLLMService"):
-            service = kube.get(kube.VLLMSERVICES, namespace, name)
-        if service is None:
-            return False
-        new = build(_status_of(service))
-        if new is None:
-            return False
-        written = _patch_status(namespace, name, service, new)
-        if written is not None:
-            return written
+    between (then read and build again). Returns whether anything was written. Holds the service's lock (the
+    reconcile and the remediation ladder take it too), so in this process nothing interleaves at all."""
+    with kube.service_lock(namespace, name):
+        for _ in range(attempts):
+            with kube.api_errors("read the VLLMService"):
+                service = kube.get(kube.VLLMSERVICES, namespace, name)
+            if service is None:
+                return False
+            new = build(_status_of(service))
+            if new is None:
+                return False
+            written = _patch_status(namespace, name, service, new)
+            if written is not None:
+                return written
     raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
 
 
@@ -358,50 +363,52 @@ def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, 
     files, model_error = load_model(spec_dict, namespace)
     nodes = [] if spec.gpu.product else list_gpu_nodes(dict(spec.node_selector))
     kept_replicas = False
-    for _ in range(3):
-        with kube.api_errors("read the VLLMService"):
-            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
-        if fresh is None:
-            return False
-        status = _status_of(fresh)
-        generation = int((fresh.get("metadata") or {}).get("generation") or 1)
-        remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-        learned = profile_constraints(remediation.profile)     # as stored now: a ladder step may have come in between
-        limit = min(decision.max_num_seqs, learned.max_num_seqs or decision.max_num_seqs)
-        stepped = remediation.model_copy(update={
-            "step": remediation.step + 1, "exhausted": False,
-            "profile": constraints_to_profile(learned.model_copy(update={"max_num_seqs": limit}))})
-        stepped_status = dict(status)
-        stepped_status["remediation"] = stepped.model_dump(by_alias=True, exclude_none=True)
-        desired = reconcile.desired_state(reconcile.Observed(
-            name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict, status=stepped_status,
-            now=now, nodes=nodes, model_files=files, model_error=model_error, catalog=config.CONFIG.catalog,
-            default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
-        flags_before = dict((status.get("plan") or {}).get("flags") or {})
-        if desired.plan is None or not desired.plan.fits or desired.children is None:
-            log.warning("%s/%s: %s — but the re-plan does not fit; nothing changed", namespace, name,
-                        decision.message)
-            return False
-        seqs_after = desired.plan.flags.get("max_num_seqs")
-        seqs_before = flags_before.get("max_num_seqs")
-        if not isinstance(seqs_after, int) or (isinstance(seqs_before, int) and seqs_after >= seqs_before):
-            log.info("%s/%s: the re-plan keeps max-num-seqs %s; nothing changed", namespace, name, seqs_after)
-            return False
-        entry = RemediationEvent(step=stepped.step, time=cond.format_time(now),
-                                 failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
-                                 flags_before=flags_before, flags_after=desired.plan.flags, message=decision.message)
-        recorded = stepped.model_copy(update={"history": [*remediation.history, entry]})
-        new_status = cond.fold_status(desired.status, conditions=[available], observed_generation=generation,
-                                      now=now, remediation=recorded,
-                                      metrics=metrics_status(observation, status.get("metrics"), now))
-        apply_children(desired.children, namespace)             # idempotent (spec-hash): safe to repeat on retry
-        if not kept_replicas:
-            _keep_replicas(namespace, name, spec, replicas)
-            kept_replicas = True
-        if _patch_status(namespace, name, fresh, new_status) is not None:
-            break
-    else:
-        raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
+    with kube.service_lock(namespace, name):  # as the reconcile and the ladder: no step in between
+        for _ in range(3):
+            with kube.api_errors("read the VLLMService"):
+                fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+            if fresh is None:
+                return False
+            status = _status_of(fresh)
+            generation = int((fresh.get("metadata") or {}).get("generation") or 1)
+            remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+            learned = profile_constraints(remediation.profile)  # as stored now: a ladder step may have come since
+            limit = min(decision.max_num_seqs, learned.max_num_seqs or decision.max_num_seqs)
+            stepped = remediation.model_copy(update={
+                "step": remediation.step + 1, "exhausted": False,
+                "profile": constraints_to_profile(learned.model_copy(update={"max_num_seqs": limit}))})
+            stepped_status = dict(status)
+            stepped_status["remediation"] = stepped.model_dump(by_alias=True, exclude_none=True)
+            desired = reconcile.desired_state(reconcile.Observed(
+                name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
+                status=stepped_status, now=now, nodes=nodes, model_files=files, model_error=model_error,
+                catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
+            flags_before = dict((status.get("plan") or {}).get("flags") or {})
+            if desired.plan is None or not desired.plan.fits or desired.children is None:
+                log.warning("%s/%s: %s — but the re-plan does not fit; nothing changed", namespace, name,
+                            decision.message)
+                return False
+            seqs_after = desired.plan.flags.get("max_num_seqs")
+            seqs_before = flags_before.get("max_num_seqs")
+            if not isinstance(seqs_after, int) or (isinstance(seqs_before, int) and seqs_after >= seqs_before):
+                log.info("%s/%s: the re-plan keeps max-num-seqs %s; nothing changed", namespace, name, seqs_after)
+                return False
+            entry = RemediationEvent(step=stepped.step, time=cond.format_time(now),
+                                     failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
+                                     flags_before=flags_before, flags_after=desired.plan.flags,
+                                     message=decision.message, profile_before=dict(remediation.profile))
+            recorded = stepped.model_copy(update={"history": [*remediation.history, entry]})
+            new_status = cond.fold_status(desired.status, conditions=[available], observed_generation=generation,
+                                          now=now, remediation=recorded,
+                                          metrics=metrics_status(observation, status.get("metrics"), now))
+            apply_children(desired.children, namespace)  # idempotent (spec hash): safe to repeat on a retry
+            if not kept_replicas:
+                _keep_replicas(namespace, name, spec, replicas)
+                kept_replicas = True
+            if _patch_status(namespace, name, fresh, new_status) is not None:
+                break
+        else:
+            raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
     metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                         desired.plan.prediction.kv_cache_tokens)
     metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
@@ -444,10 +451,15 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
         entry = RemediationEvent(step=remediation.step, time=cond.format_time(now),
                                  failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
                                  flags_before={"replicas": before} if before is not None else {},
-                                 flags_after=flags_after, message=decision.message)
+                                 flags_after=flags_after, message=decision.message,
+                                 profile_before=dict(remediation.profile))  # the profile is not changed
         recorded = remediation.model_copy(update={"history": [*remediation.history, entry]})
-        return _fold(status, [available], now, metrics=metrics_status(observation, status.get("metrics"), now),
-                     remediation=recorded)
+        observed = metrics_status(observation, status.get("metrics"), now)
+        if decision.action is MetricsAction.RECOMMEND_REPLICAS:
+            observed = observed.model_copy(update={"recommendation": decision.message})
+        else:
+            observed = observed.model_copy(update={"desired_replicas": decision.replicas})
+        return _fold(status, [available], now, metrics=observed, remediation=recorded)
 
     update_status(namespace, name, build)
     if decision.action is not MetricsAction.RECOMMEND_REPLICAS:

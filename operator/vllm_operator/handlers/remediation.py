@@ -356,7 +356,9 @@ def step_up_target(spec: Any, status: Mapping[str, Any], now: datetime) -> tuple
     since = max(filter(None, [_parse_time(ready.get("lastTransitionTime")), _parse_time(last.time)]))
     if (now - since).total_seconds() < spec.remediation.stable_window_seconds:
         return None
-    steps = [h for h in remediation.history if h.failure_class != STEP_UP]
+    # entries that only scaled replicas or advised (metrics watch) did not change the profile
+    steps = [h for h in remediation.history if h.failure_class != STEP_UP and set(h.flags_before) != {"replicas"}
+             and "recommendedReplicas" not in h.flags_after]
     if not steps:
         return None
     restore = dict(steps[-1].profile_before)

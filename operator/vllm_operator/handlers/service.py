@@ -248,13 +248,18 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
     namespace = meta.get("namespace")
     if not owner or not namespace:
         return
+    with kube.service_lock(namespace, owner):
+        _fold_readiness(namespace, owner, body)
+
+
+def _fold_readiness(namespace: str, owner: str, body: Mapping[str, Any]) -> None:
     with kube.api_errors("read the VLLMService"):
         service = kube.get(kube.VLLMSERVICES, namespace, owner)
     if service is None:
         return
     status = service.get("status") or {}
-    if not (status.get("plan") or {}).get("fits"):
-        return
+    if (status.get("plan") or {}).get("fits") is False:
+        return  # an infeasible plan has no Deployment of ours to report on
     deployment_status = body.get("status") or {}
     replicas = int((body.get("spec") or {}).get("replicas") or 0)
     ready = int(deployment_status.get("readyReplicas") or 0)

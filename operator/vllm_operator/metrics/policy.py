@@ -12,10 +12,11 @@ one VLLMService over the last `settings.window_seconds` (see `metrics.observe`) 
   (`max_num_seqs`), applied like a remediation step: it counts against `spec.remediation.maxSteps`, needs
   `spec.remediation.enabled`, and never touches a pinned `spec.flags.maxNumSeqs`.
 * **A full KV cache with a queue** — usage ≥ `kv_full` and requests waiting at every point of the window: the
-  replicas are at capacity (while the pods also preempt but the preemption rate's samples do not cover the window
-  yet, wait: whether max-num-seqs is the cause is decided first). Add replicas: scale the Deployment (never the VLLMService's spec) when the user allowed a
-  range (`spec.maxReplicas` above the current count), else recommend a count. Sustained preemptions that
-  `max_num_seqs` can no longer answer (pinned, at the floor, steps exhausted) take this path too.
+  replicas are at capacity. Add replicas: scale the Deployment (never the VLLMService's spec) when the user allowed
+  a range (`spec.maxReplicas` above the current count), else recommend a count, once per count. Sustained
+  preemptions that `max_num_seqs` can no longer answer (pinned, at the floor, steps exhausted) take this path too.
+  While the pods also preempt but the preemption rate's samples do not cover the window yet, wait: whether
+  max-num-seqs is the cause is decided first.
 * **Idle extra replicas** — replicas the operator added earlier (the Deployment runs more than `spec.replicas`), while
   over the window nothing waited and the fullest replica's cache stayed below `scale_down_kv`: remove one. Replicas
   above `spec.maxReplicas` (the user lowered it; `spec.replicas` when it is unset) are removed at once.
@@ -184,7 +185,8 @@ def metrics_status(observation: Observation, previous: Mapping[str, Any] | None,
     old = MetricsStatus.model_validate(dict(previous or {}))
     unchanged = all(_same(getattr(old, name), value) for name, value in values.items())
     time = old.time if unchanged and old.time else _format_time(now)
-    return MetricsStatus(**values, time=time)
+    return MetricsStatus(**values, time=time, desired_replicas=old.desired_replicas,
+                         recommendation=old.recommendation)
 
 
 def _same(a: float | None, b: float | None) -> bool:

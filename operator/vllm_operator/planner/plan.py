@@ -68,6 +68,7 @@ class Workload(BaseModel):
     context_length: int | None = Field(None, ge=1, description="typical p99 prompt+output tokens")
     concurrency: int | None = Field(None, ge=1, description="peak concurrent requests")
     prefix_caching: bool | None = None
+    typical_request_tokens: int | None = Field(None, ge=1, description="soft: the length max-num-seqs is sized for")
 
 
 class Constraints(BaseModel):
@@ -356,7 +357,8 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
 def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags,
                        notes: list[str]) -> int:
     """As many sequences as the KV cache holds at the typical request length, not vLLM's 256/1024."""
-    typical = request.workload.context_length or min(flags.max_model_len, 2048)
+    typical = request.workload.context_length or min(flags.max_model_len,
+                                                     request.workload.typical_request_tokens or 2048)
     capacity = int(prediction.max_concurrency * flags.max_model_len / typical) if typical else flags.max_num_seqs
     seqs = max(1, min(flags.max_num_seqs, capacity))
     if request.constraints.max_num_seqs:
@@ -431,6 +433,13 @@ def plan(request: PlanRequest) -> Plan:
     reasons = _reasons(request, profile, result, chosen is not None)
     flags = _explicit_flags(request, result.flags, profile)
     failure = result.prediction.failure
+    wanted = request.workload.context_length
+    if chosen is None and wanted and wanted > request.arch.derived_max_model_len:
+        failure = PredictedFailure(
+            kind=FailureKind.MAX_MODEL_LEN_TOO_LONG,
+            message=f"The workload's context length ({wanted}) is longer than the model's own maximum "
+                    f"({request.arch.derived_max_model_len}, from config.json); lower it or pick a model with a "
+                    "longer context.")
     if chosen is None and failure is None:
         failure = PredictedFailure(kind=FailureKind.KV_CACHE_TOO_SMALL, message=_workload_message(request, result))
     options = [] if chosen is not None else list(_options(request, profile))

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 import yaml
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined
 from pydantic import BaseModel, ConfigDict, Field
 
 from .flags import flag_table
@@ -24,9 +24,15 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
 
 
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _toyaml(value: Any, indent: int = 0) -> str:
     """Flow-style YAML on one line: safe to place after a key at any indentation."""
-    text: str = yaml.safe_dump(value, default_flow_style=True, sort_keys=True, width=10**9)
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()  # a missing template value names itself, also behind the filter
+    text: str = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, sort_keys=True, width=10**9)
     return text.strip()
 
 
@@ -242,32 +248,32 @@ def build_context(inp: RenderInput) -> dict[str, Any]:
 
 def _render(template: str, context: dict[str, Any]) -> dict[str, Any]:
     text = _ENV.get_template(template).render(**context)
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = yaml.load(text, Loader=_Loader)
     return data
 
 
-def build_deployment(inp: RenderInput) -> dict[str, Any]:
-    context = build_context(inp)
-    deployment = _render("deployment.yaml.j2", context)
+def build_deployment(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    deployment = _render("deployment.yaml.j2", context or build_context(inp))
     deployment["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(deployment["spec"])
     return deployment
 
 
-def build_service(inp: RenderInput) -> dict[str, Any]:
-    service = _render("service.yaml.j2", build_context(inp))
+def build_service(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    service = _render("service.yaml.j2", context or build_context(inp))
     service["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(service["spec"])
     return service
 
 
-def build_cache_pvc(inp: RenderInput) -> dict[str, Any] | None:
+def build_cache_pvc(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A PVC for the model cache when the user asked us to create one."""
     if not (inp.cache_create and inp.cache_claim):
         return None
-    return _render("pvc.yaml.j2", build_context(inp))
+    return _render("pvc.yaml.j2", context or build_context(inp))
 
 
 def build_children(inp: RenderInput) -> list[dict[str, Any]]:
-    """Every object one VLLMService owns, in apply order."""
-    children = [build_deployment(inp), build_service(inp)]
-    pvc = build_cache_pvc(inp)
+    """Every object one VLLMService owns, in apply order (the template context is built once)."""
+    context = build_context(inp)
+    children = [build_deployment(inp, context), build_service(inp, context)]
+    pvc = build_cache_pvc(inp, context)
     return ([pvc] if pvc else []) + children

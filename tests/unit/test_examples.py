@@ -1,0 +1,157 @@
+"""examples/*.yaml: each is one VLLMService that validates against the CRD's openAPIV3Schema and the API's own
+validation, says what it shows, uses only catalog models (no network), and plans to the outcome it describes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from vllm_operator import reconcile
+from vllm_operator.api import conditions as cond
+from vllm_operator.api.v1alpha1 import validate_spec
+from vllm_operator.sources import find_in_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+CRD = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
+L4_NODE = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "23034"}
+
+#: What each example is meant to show, as the planner should decide it: fits (with TP) or not.
+EXPECTED: dict[str, tuple[bool, int | None]] = {
+    "minimal.yaml": (True, 1),
+    "llama3-8b-24gb.yaml": (True, 1),
+    "llama3-70b-awq-a100-40gb.yaml": (True, 4),
+    "llama3-70b-24gb-infeasible.yaml": (False, None),
+    "shared-gpu-stale-process.yaml": (True, 1),
+    "full-context-small-gpu.yaml": (True, 1),
+}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert len(documents) == 1, f"{path.name}: one VLLMService per file"
+    document: dict[str, Any] = documents[0]
+    return document
+
+
+def _to_jsonschema(node: Any) -> Any:
+    """Kubernetes' OpenAPI v3 flavour → JSON Schema; unknown fields rejected as `kubectl --validate=strict`."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], **{k: v for k, v in out.items() if k != "type"}}
+    for bound, key in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if out.get(key) is True:
+            out[key] = out.pop(bound)
+        elif out.get(key) is False:
+            del out[key]
+    if "properties" in out:
+        out["properties"] = {name: _to_jsonschema(sub) for name, sub in out["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = _to_jsonschema(out[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [_to_jsonschema(sub) for sub in out[key]]
+    out.pop("nullable", None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def crd_validator() -> jsonschema.Draft202012Validator:
+    crd = yaml.safe_load(CRD.read_text())
+    schema = _to_jsonschema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_every_situation_has_an_example() -> None:
+    assert sorted(p.name for p in EXAMPLE_FILES) == sorted(EXPECTED)
+
+
+def test_example_names_are_unique() -> None:
+    names = [_load(p)["metadata"]["name"] for p in EXAMPLE_FILES]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_validates_against_the_crd_schema(path: Path, crd_validator: jsonschema.Draft202012Validator) -> None:
+    document = _load(path)
+    assert document["apiVersion"] == "vllm-operator.dev/v1alpha1" and document["kind"] == "VLLMService"
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator.iter_errors(document)]
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_passes_the_api_validation(path: Path) -> None:
+    assert validate_spec(_load(path)) == []
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_says_what_it_shows(path: Path) -> None:
+    lines = path.read_text().splitlines()
+    header = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    assert header and header[0].startswith(f"# {path.name}"), f"{path.name}: start with a comment naming it"
+    assert len(" ".join(header)) > 120, f"{path.name}: say what the example shows"
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_uses_a_catalog_model(path: Path) -> None:
+    model = _load(path)["spec"]["model"]["name"]
+    assert find_in_catalog(model) is not None, f"{model} is not in the built-in catalog (it would need the network)"
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_example_plans_to_the_outcome_it_describes(path: Path) -> None:
+    document = _load(path)
+    spec = document["spec"]
+    files = find_in_catalog(spec["model"]["name"])
+    observed = reconcile.Observed(name=document["metadata"]["name"], namespace="default", uid="uid-1", generation=1,
+                                  spec=spec, status={}, now=datetime(2025, 1, 1, tzinfo=UTC), nodes=[L4_NODE],
+                                  model_files=files)
+    desired = reconcile.desired_state(observed)
+    fits, tp = EXPECTED[path.name]
+    assert desired.plan is not None, desired.status.conditions
+    assert desired.plan.fits is fits, desired.plan.reasons
+    feasible = cond.find_condition(desired.status.conditions, cond.PLAN_FEASIBLE)
+    assert feasible is not None and feasible.status == (cond.TRUE if fits else cond.FALSE)
+    if fits:
+        assert desired.children is not None
+        assert desired.plan.flags["tensor_parallel_size"] == tp
+    else:
+        assert desired.children is None and desired.plan.options
+
+
+def test_full_context_example_leaves_max_model_len_to_the_planner() -> None:
+    spec = _load(EXAMPLES / "full-context-small-gpu.yaml")["spec"]
+    assert "maxModelLen" not in (spec.get("flags") or {})
+    files = find_in_catalog(spec["model"]["name"])
+    assert files is not None and files.config["max_position_embeddings"] >= 32768  # a long-context model
+    observed = reconcile.Observed(name="full", namespace="default", uid="u", generation=1, spec=spec, status={},
+                                  now=datetime(2025, 1, 1, tzinfo=UTC), model_files=files)
+    desired = reconcile.desired_state(observed)
+    assert desired.plan is not None and desired.plan.fits
+    assert desired.plan.flags["max_model_len"] < files.config["max_position_embeddings"]  # shortened to fit
+
+
+def test_agent_example_asks_for_prefix_caching_and_gets_it() -> None:
+    spec = _load(EXAMPLES / "llama3-70b-awq-a100-40gb.yaml")["spec"]
+    assert spec["workload"] == {"profile": "agent", "contextLength": 16384, "concurrency": 8, "prefixCaching": True}
+    observed = reconcile.Observed(name="agent", namespace="default", uid="u", generation=1, spec=spec, status={},
+                                  now=datetime(2025, 1, 1, tzinfo=UTC), model_files=find_in_catalog(
+                                      spec["model"]["name"]))
+    desired = reconcile.desired_state(observed)
+    assert desired.plan is not None and desired.plan.flags.get("enable_prefix_caching") is True
