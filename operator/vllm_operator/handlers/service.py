@@ -226,7 +226,7 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=60, initial_delay=60, idle=30, registry=registry)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=120, initial_delay=60, idle=30, registry=registry)
 def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
@@ -234,7 +234,9 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
     from .remediation import remediate_service, step_up_service
 
     assert namespace is not None
-    if remediate_service(namespace, name, logger) is None and not step_up_service(namespace, name, logger):
+    allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
+    if remediate_service(namespace, name, logger) is None and not (
+            allow_step_up and step_up_service(namespace, name, logger)):
         reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
 
 
