@@ -85,7 +85,6 @@ def test_planned_services_start_first_time_and_infeasible_ones_start_nothing(dem
         assert row["failed_starts"] == 0 and row["time_to_ready_s"] is None
 
 
-@pytest.mark.xfail(strict=False, reason="needs the remediation ladder (issue 4)")
 def test_the_shared_gpu_service_recovers_after_remediation(demo: DemoRun) -> None:
     rows = [r for r in demo.report if _needs(r, "remediation")]
     assert rows
@@ -95,7 +94,6 @@ def test_the_shared_gpu_service_recovers_after_remediation(demo: DemoRun) -> Non
     assert demo.returncode == 0
 
 
-@pytest.mark.xfail(strict=False, reason="needs the remediation ladder (issue 4)")
 def test_a_serving_time_oom_under_traffic_is_remediated() -> None:
     """A Ready server given more concurrent sequences than its GPU holds dies while serving; the operator lowers
     max-num-seqs until it survives the same traffic (the demo's traffic path, with the real operator)."""

@@ -130,6 +130,20 @@ def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] 
         raise
 
 
+def get_service(namespace: str, name: str) -> tuple[dict[str, Any], Any] | None:
+    """A VLLMService and its parsed spec; None when it is gone or its spec is invalid (the reconcile says so)."""
+    from ..api.v1alpha1 import SpecValidationError, parse_spec
+
+    with api_errors(f"read VLLMService {name}"):
+        service = get(VLLMSERVICES, namespace, name)
+    if service is None:
+        return None
+    try:
+        return service, parse_spec(service.get("spec") or {})
+    except SpecValidationError:
+        return None
+
+
 def list_objects(resource: Resource, namespace: str | None = None, label_selector: str | None = None,
                  field_selector: str | None = None) -> list[dict[str, Any]]:
     query = []

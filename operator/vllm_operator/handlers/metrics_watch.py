@@ -277,14 +277,10 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
     url = cfg.prometheus_url
     if not url:
         return None
-    with kube.api_errors("read the VLLMService"):
-        service = kube.get(kube.VLLMSERVICES, namespace, name)
-    if service is None:
+    found = kube.get_service(namespace, name)
+    if found is None:
         return None
-    try:
-        spec = parse_spec(service.get("spec") or {})
-    except SpecValidationError:
-        return None
+    service, spec = found
     if not spec.prometheus.enabled:
         return None
     status = _status_of(service)

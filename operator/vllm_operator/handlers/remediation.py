@@ -16,7 +16,8 @@ import kopf
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
-from ..api.v1alpha1 import DEFAULT_IMAGE, RemediationEvent, RemediationStatus, SpecValidationError, parse_spec
+from ..api.v1alpha1 import DEFAULT_IMAGE, RemediationEvent, RemediationStatus
+from ..quantity import quantity_gib
 from ..remediation.classifier import Failure, classify, classify_text
 from ..remediation.evidence import ContainerEvidence, evidence_from_pod
 from ..remediation.policy import (
@@ -99,30 +100,13 @@ def _container_memory_gib(deployment: Mapping[str, Any] | None) -> float | None:
     containers = ((((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
                   or [{}])
     limit = ((containers[0].get("resources") or {}).get("limits") or {}).get("memory")
-    return _quantity_gib(limit)
-
-
-def _quantity_gib(value: Any) -> float | None:
-    if value is None:
-        return None
-    text = str(value)
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            try:
-                return float(text[: -len(unit)]) * factor / 2**30
-            except ValueError:
-                return None
-    try:
-        return float(text) / 2**30
-    except ValueError:
-        return None
+    return quantity_gib(limit)
 
 
 def _node_memory_gib() -> float | None:
     with kube.api_errors("list nodes"):
         nodes = kube.list_objects(kube.NODES)
-    sizes = [_quantity_gib(((n.get("status") or {}).get("allocatable") or {}).get("memory")) for n in nodes
+    sizes = [quantity_gib(((n.get("status") or {}).get("allocatable") or {}).get("memory")) for n in nodes
              if ((n.get("metadata") or {}).get("labels") or {}).get("nvidia.com/gpu.product")]
     known = [s for s in sizes if s]
     return max(known) if known else None
@@ -163,14 +147,10 @@ def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.L
 
 
 def _remediate_locked(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -> Decision | None:
-    with kube.api_errors("read the VLLMService"):
-        service = kube.get(kube.VLLMSERVICES, namespace, name)
-    if service is None:
+    found = kube.get_service(namespace, name)
+    if found is None:
         return None
-    try:
-        spec = parse_spec(service.get("spec") or {})
-    except SpecValidationError:
-        return None
+    service, spec = found
     status = dict(service.get("status") or {})
     with kube.api_errors("read the Deployment and pods"):
         deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
@@ -326,14 +306,10 @@ def step_up_service(namespace: str, name: str, logger: logging.Logger | kopf.Log
     """spec.remediation.allowStepUp: after a stable window, restore the profile from before the last step, once
     per profile (a profile that failed again after a step back is not retried). Returns whether it stepped."""
     with kube.service_lock(namespace, name):
-        with kube.api_errors("read the VLLMService"):
-            service = kube.get(kube.VLLMSERVICES, namespace, name)
-        if service is None:
+        found = kube.get_service(namespace, name)
+        if found is None:
             return False
-        try:
-            spec = parse_spec(service.get("spec") or {})
-        except SpecValidationError:
-            return False
+        service, spec = found
         status = dict(service.get("status") or {})
         target = step_up_target(spec, status, _now())
         if target is None:

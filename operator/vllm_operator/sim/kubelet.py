@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from ..planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
 from ..planner.memory import EngineFlags
+from ..quantity import quantity_gib
 from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
 from .clock import SimClock
 from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
@@ -149,24 +150,6 @@ class _Deploy:
     conditions: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # type → (status, reason, since)
     written: dict[str, Any] | None = None
     revision: dict[str, int] = field(default_factory=dict)  # template hash → revision
-
-
-def _quantity_gib(value: Any) -> float | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9,
-             "T": 10**12}
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            try:
-                return float(text[: -len(unit)]) * factor / 2**30
-            except ValueError:
-                return None
-    try:
-        return float(text) / 2**30
-    except ValueError:
-        return None
 
 
 def _template_hash(template: Mapping[str, Any]) -> str:
@@ -348,8 +331,8 @@ class Kubelet:
         pod = _Pod(namespace=meta.get("namespace", "default"), name=meta.get("name", ""), uid=meta.get("uid", ""),
                    service=service, owner_rs=owner, created=now, image=str(main.get("image", "")),
                    args=[*map(str, main.get("command") or []), *map(str, main.get("args") or [])], gpus=gpus,
-                   memory_limit_gib=_quantity_gib(limits.get("memory")),
-                   memory_request_gib=_quantity_gib(requests.get("memory") or limits.get("memory")) or 0.0,
+                   memory_limit_gib=quantity_gib(limits.get("memory")),
+                   memory_request_gib=quantity_gib(requests.get("memory") or limits.get("memory")) or 0.0,
                    node_selector=dict(spec.get("nodeSelector") or {}),
                    tolerations=list(spec.get("tolerations") or []), vllm=_is_vllm(main), secrets=_secret_refs(main),
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
@@ -414,7 +397,7 @@ class Kubelet:
             if pod.gpus and used_gpus + pod.gpus > int(str(allocatable.get(GPU) or 0)):
                 no_gpu += 1
                 continue
-            node_memory = _quantity_gib(allocatable.get("memory"))
+            node_memory = quantity_gib(allocatable.get("memory"))
             if node_memory is not None and used_memory + pod.memory_request_gib > node_memory:
                 no_memory += 1
                 continue
