@@ -168,6 +168,8 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
     pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    if spec.model.quantization and pinned.quantization is None:
+        pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
     count = spec.gpu.count or per_node
     tp_pp = (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
