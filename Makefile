@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts crds bench clean
+.PHONY: demo test test-vllm lint typecheck contracts crds bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,6 +17,15 @@ demo: $(STAMP)
 
 test: $(STAMP) lint contracts
 	$(BIN)/pytest -q
+
+# The contract with vLLM itself: rendered args through `vllm serve`'s own parser (CPU build of vLLM, ~4 min, ~6 GB;
+# not part of `make test`).
+test-vllm:
+	$(PY) -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q vllm pytest
+	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	.venv-vllm/bin/pip install -q -e .
+	VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -o addopts="" tests/contract
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests benchmarks

@@ -39,10 +39,25 @@ SPECS: dict[str, dict[str, Any]] = {
 
 
 def _parser() -> Any:
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
-    from vllm.utils import FlexibleArgumentParser
+    """`vllm serve`'s own parser (its module moved between releases)."""
+    import importlib
 
-    return make_arg_parser(FlexibleArgumentParser())
+    make = None
+    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:
+            make = importlib.import_module(module).make_arg_parser
+            break
+        except (ImportError, AttributeError):
+            continue
+    flexible = None
+    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
+        try:
+            flexible = importlib.import_module(module).FlexibleArgumentParser
+            break
+        except (ImportError, AttributeError):
+            continue
+    assert make is not None and flexible is not None, "vllm's serve parser not found"
+    return make(flexible())
 
 
 def _rendered_args(name: str, spec: dict[str, Any]) -> list[str]:
@@ -62,8 +77,8 @@ def _rendered_args(name: str, spec: dict[str, Any]) -> list[str]:
 def test_vllm_accepts_the_rendered_args(name: str) -> None:
     args = _rendered_args(name, SPECS[name])
     model, rest = args[0], args[1:]
-    parsed = _parser().parse_args(["--model", model, *rest])  # `vllm serve MODEL` ≡ `--model MODEL`
-    assert parsed.model == model
+    parsed = _parser().parse_args(args)  # exactly what follows `vllm serve` in the container
+    assert model in (getattr(parsed, "model_tag", None), getattr(parsed, "model", None))
     flags = dict(zip(rest[::2], rest[1::2], strict=False))
     if "--max-model-len" in flags:
         assert parsed.max_model_len == int(flags["--max-model-len"])
