@@ -217,8 +217,9 @@ def test_kv_too_small_keeps_the_workload_context_and_raises_utilization_instead(
     # vLLM says 20000 fit, the user needs 24000: shrinking would break the workload, so use more of the GPU.
     decision = step(KV, current(min_context=24000))
     assert decision.action is Action.STEP
-    assert decision.changed == {"min_utilization": 0.95}
-    assert "max_model_len" not in decision.changed
+    # more memory, and the context capped at the length that failed (never grown past it), not shrunk
+    assert decision.changed == {"min_utilization": 0.95, "max_model_len": KV.max_model_len}
+    assert KV.max_model_len is not None and KV.max_model_len >= 24000
 
 
 def test_kv_too_small_never_rounds_below_the_workload_context() -> None:

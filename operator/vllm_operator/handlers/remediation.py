@@ -69,10 +69,13 @@ def classify_pod(pod: Mapping[str, Any]) -> list[tuple[ContainerEvidence, Failur
             # the termination message is the last 2 KB: the log tail has the traceback that tells load from profile
             tail = read_log_tail(evidence.namespace, evidence.pod_name)
             if tail and tail.strip() != evidence.termination_message.strip():
-                evidence = evidence.model_copy(update={"log_tail": tail})
-                failure = classify_text(tail, terminated_reason=evidence.terminated_reason,
+                refined = classify_text(tail, terminated_reason=evidence.terminated_reason,
                                         exit_code=evidence.exit_code, was_ready_before=evidence.was_ready_before,
                                         waiting_reason=evidence.waiting_reason)
+                # the tail may only refine what the message said (e.g. the phase of an OOM), never discard it
+                if refined.kind != "Unknown" or failure.kind == "Unknown":
+                    evidence = evidence.model_copy(update={"log_tail": tail})
+                    failure = refined
         found.append((evidence, failure))
     return found
 
@@ -122,6 +125,7 @@ def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, 
     keys.update(remediation.get("handledKeys") or [])
     return Current(
         flags=dict((status.get("plan") or {}).get("flags") or {}),
+        planned_kv_gib=((status.get("plan") or {}).get("memory") or {}).get("kvCacheGiB"),
         pinned=frozenset(spec.flags.to_vllm()),
         constraints=profile_constraints(remediation.get("profile") or {}),
         step=int(remediation.get("step") or 0),
@@ -167,6 +171,9 @@ def _remediate_locked(namespace: str, name: str, logger: logging.Logger | kopf.L
             key = failure_key(evidence.pod_uid, evidence.restart_count)
             decision = decide(failure, key, current, _now())
             if decision.action in (Action.IGNORE, Action.WAIT):
+                continue
+            if decision.action is Action.EXHAUSTED and (status.get("remediation") or {}).get("exhausted"):
+                _remember(namespace, name, status, key)  # the verdict stands: note the failure, announce nothing
                 continue
             return apply_decision(service, spec, status, decision, evidence, failure, key, logger, deployment)
     return None
@@ -267,6 +274,19 @@ def _why_unchanged(desired: reconcile.Desired) -> str:
         return "no plan"
     return (f"the planner still chooses {plan.gpu_count} GPU(s) per pod on {plan.gpu} with the same flags: the "
             "nodes or spec.gpu limit it")
+
+
+def _remember(namespace: str, name: str, status: dict[str, Any], key: str) -> None:
+    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
+    handled = [*[k for k in remediation.handled_keys if k != key], key][-20:]
+    new = cond.fold_status(status, observed_generation=_generation(status), now=_now(), remediation=remediation.model_copy(
+        update={"last_failure_key": key, "handled_keys": handled}))
+    _write(namespace, name, status, new)
+
+
+def _generation(status: Mapping[str, Any]) -> int | None:
+    value = status.get("observedGeneration")
+    return int(value) if value is not None else None
 
 
 def _surface_reason(failure: Failure) -> str:

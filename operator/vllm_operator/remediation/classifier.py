@@ -185,7 +185,9 @@ class Failure(BaseModel):
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _K8S_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s")
 # vLLM's and Ray's process tags: "(EngineCore_DP0 pid=123) ", "(VllmWorker TP1 pid=9)", "(RayWorkerWrapper pid=4, ip=…)"
-_PROCESS_TAG = re.compile(r"^(?:\([^()]*\bpid=\d+[^()]*\)\s*)+")
+# "(EngineCore_DP0 pid=281) " — one space after the tag belongs to it; further indentation is the line's own
+# (a traceback's code lines start with spaces, and the frame reader depends on them)
+_PROCESS_TAG = re.compile(r"^(?:\([^()]*\bpid=\d+[^()]*\) ?)+")
 _RANK_TAG = re.compile(r"^\[rank\d+\]:\s?")
 # vLLM's record header: "ERROR 05-19 12:00:00 [core.py:708] " (≥0.7) or "INFO 10-15 12:00:00 engine.py:160] " (older)
 _VLLM_RECORD = re.compile(

@@ -54,6 +54,7 @@ class Current(BaseModel):
     host_memory_gib: float | None = Field(None, description="the container's current memory limit")
     node_memory_gib: float | None = Field(None, description="allocatable memory of the largest GPU node")
     memory_pinned: bool = False
+    planned_kv_gib: float | None = Field(None, description="KV memory per GPU the current plan predicted")
 
 
 class Decision(BaseModel):
@@ -122,6 +123,7 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
     if fits is None:
         fits = int(length * 0.75) if length else None
     minimum = current.min_context or 0
+    learned = _learned_activation(failure, current)
     if not _pinned(current, "max_model_len") and fits and fits >= max(minimum, 16):
         target = _round_down(fits)
         if minimum and target < minimum:
@@ -131,7 +133,9 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
     util = float(_flag(current, "gpu_memory_utilization", 0.9))
     if not _pinned(current, "gpu_memory_utilization") and util + _UTIL_STEP <= _MAX_UTILIZATION:
         raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
-        return ({"min_utilization": raised},
+        # more memory must not buy a longer context than the one that just failed
+        cap = {"max_model_len": int(length)} if length and not _pinned(current, "max_model_len") else {}
+        return ({"min_utilization": raised, **cap, **learned},
                 f"the context cannot shrink (pinned or below workload.contextLength {minimum}); "
                 f"gpu-memory-utilization {util} → {raised}")
     others = ("use more GPUs (spec.gpu.maxCount), an fp8 KV cache (spec.flags.kvCacheDtype: fp8) or a larger "
@@ -140,6 +144,17 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
         return (f"Only {fits} tokens fit per request, less than spec.workload.contextLength ({minimum}). Lower "
                 f"spec.workload.contextLength to {fits} or less, or {others}")
     return f"Only {fits} tokens fit per request. Set spec.flags.maxModelLen to {fits} or less, or {others}"
+
+
+def _learned_activation(failure: Failure, current: Current) -> dict[str, Any]:
+    """vLLM said how much KV memory it really had: what the plan predicted beyond that is memory the plan did not
+    see (a larger activation peak, other overheads). Learn it, so the next plans are computed on vLLM's figures."""
+    if failure.available_kv_gib is None or current.planned_kv_gib is None:
+        return {}
+    missing = round(current.planned_kv_gib - failure.available_kv_gib, 2)
+    if missing <= 0.05:
+        return {}
+    return {"extra_activation_gib": round(current.constraints.extra_activation_gib + missing, 2)}
 
 
 def _insufficient_free(failure: Failure, current: Current) -> _Step:
