@@ -364,6 +364,7 @@ class _Session:
                 self.view.line(now, t.name, f"VLLMService {outcome} ({reason})")
         if outcome is None:
             t.outcome = None if t.outcome != "Ready" or t.scenario.traffic is None else t.outcome
+            t.settle_from = None  # the stability window under traffic restarts once the service is Ready again
             return
         if outcome == "Ready" and t.scenario.traffic is not None:
             traffic = t.scenario.traffic
@@ -372,6 +373,8 @@ class _Session:
                 self.cluster.kubelet.send_traffic(t.name, traffic.concurrency, traffic.context, t.namespace)
                 self.view.line(now, t.name, f"traffic: {traffic.concurrency} concurrent requests of "
                                             f"{traffic.context} tokens")
+            if t.settle_from is None:
+                t.settle_from = now
             failures = self.cluster.kubelet.stats(t.name, t.namespace).serving_failures
             if failures != t.last_failures:
                 t.last_failures, t.settle_from = failures, now
