@@ -80,6 +80,20 @@ def classify_pod(pod: Mapping[str, Any]) -> list[tuple[ContainerEvidence, Failur
     return found
 
 
+def death_index(pod: Mapping[str, Any], evidence: ContainerEvidence) -> int:
+    """Which death of the container this evidence describes, the same number in every state it is seen in.
+
+    restartCount counts restarts: a death is seen with restartCount N while the container is terminated or waiting
+    in CrashLoopBackOff, and still (as lastState) with N+1 once the container runs again. Counting the running
+    case back by one gives each death one key, so it is answered once and the next death is not mistaken for it.
+    """
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == evidence.container_name:
+            running = "running" in (status.get("state") or {})
+            return max(evidence.restart_count - 1, 0) if running else evidence.restart_count
+    return evidence.restart_count
+
+
 def read_log_tail(namespace: str, pod: str) -> str | None:
     try:
         return kube.read_log(namespace, pod, container="vllm", tail_lines=LOG_TAIL_LINES, previous=True)
@@ -168,7 +182,7 @@ def _remediate_locked(namespace: str, name: str, logger: logging.Logger | kopf.L
             current = current_from(spec, status, deployment)
             if failure.kind == "HostOOMKilled":
                 current = current.model_copy(update={"node_memory_gib": _node_memory_gib()})
-            key = failure_key(evidence.pod_uid, evidence.restart_count)
+            key = failure_key(evidence.pod_uid, death_index(pod, evidence))
             decision = decide(failure, key, current, _now())
             if decision.action in (Action.IGNORE, Action.WAIT):
                 continue
