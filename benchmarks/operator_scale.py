@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast the operator turns many VLLMServices into Deployments, and how much memory it takes.
 
-Starts the emulated Kubernetes API server (vllm_operator.sim.emulator) on 127.0.0.1 in this process, registers the
+Starts the emulated Kubernetes API server (vllm_operator_sim.emulator) on 127.0.0.1 in this process, registers the
 CRD, adds GPU nodes with GPU Feature Discovery labels (an L4 pool and an A100 pool, so every reconcile discovers
 and picks a pool), then runs the real `vllm-operator run -A --standalone` process against it — what users run.
 It creates N VLLMServices (models varied among a few catalog models, spread over 10 namespaces) as fast as a
@@ -37,7 +37,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from vllm_operator.sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import EmulatedAPIServer
 
 HERE = Path(__file__).resolve().parent
 CRD_PATH = HERE.parent / "crds" / "vllmservices.vllm-operator.dev.yaml"

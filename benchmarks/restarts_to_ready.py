@@ -32,12 +32,12 @@ from typing import Any
 from vllm_operator.api.v1alpha1 import DEFAULT_IMAGE
 from vllm_operator.planner.arch import arch_from_config
 from vllm_operator.planner.gpus import load_gpu_catalog
-from vllm_operator.sim.clock import DEFAULT_SPEED, format_duration
-from vllm_operator.sim.demo import ServiceResult, find_manifests, run_services
-from vllm_operator.sim.kubelet import CREATE_S, SCHEDULE_S, backoff_delay
-from vllm_operator.sim.scenarios import load_scenarios
-from vllm_operator.sim.startup import HiddenFacts, simulate_startup
 from vllm_operator.sources import load_model_files
+from vllm_operator_sim.clock import DEFAULT_SPEED, format_duration
+from vllm_operator_sim.demo import ServiceResult, find_manifests, run_services
+from vllm_operator_sim.kubelet import CREATE_S, SCHEDULE_S, backoff_delay
+from vllm_operator_sim.scenarios import load_scenarios
+from vllm_operator_sim.startup import HiddenFacts, simulate_startup
 
 IMAGE_PULL_S = 30.0
 RECIPE_START = 4096

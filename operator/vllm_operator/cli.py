@@ -7,6 +7,7 @@ Exit codes of `plan`: 0 fits, 1 does not fit (the plan says why and what would),
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -261,8 +262,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .sim.demo import run_demo
-
+    # The simulator is its own package (vllm_operator_sim) with its own extra; the operator never depends on it.
+    try:
+        demo = importlib.import_module("vllm_operator_sim.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in {"vllm_operator_sim", "kmock", "aiohttp"}:
+            raise UsageError(
+                f"the demo needs the simulated cluster ({exc.name} is not installed): "
+                "pip install 'vllm-operator[sim]'"
+            ) from None
+        raise
+    run_demo = demo.run_demo
     return int(run_demo(keep_running=args.keep_running, examples=args.examples, speed=args.speed))
 
 

@@ -1,6 +1,6 @@
 """The chart's RBAC is enough and nothing broader, derived from what the real operator calls.
 
-The real `vllm-operator run` process runs against the emulated API server (vllm_operator.sim.emulator) through
+The real `vllm-operator run` process runs against the emulated API server (vllm_operator_sim.emulator) through
 a scenario: create VLLMServices (catalog model, model from a ConfigMap with a model-cache PVC, one that does not
 fit), a crash-looping pod with an empty termination message (remediation reads the log), a spec update, the
 Deployment becoming ready, deletion. The emulator's access log gives every (verb, group, resource/subresource,
@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from vllm_operator.sim.emulator import AccessRecord, EmulatedAPIServer
+from vllm_operator_sim.emulator import AccessRecord, EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
 

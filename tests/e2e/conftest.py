@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import EmulatedAPIServer
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"

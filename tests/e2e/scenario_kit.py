@@ -1,5 +1,5 @@
 """Remediation scenarios end to end: many VLLMServices, each with hidden facts, in ONE simulated GPU cluster that runs
-the real `vllm-operator run` process (``vllm_operator.sim.demo.run_services``), observed once every service reached
+the real `vllm-operator run` process (``vllm_operator_sim.demo.run_services``), observed once every service reached
 a terminal state (Ready, Exhausted, Infeasible).
 
 A :class:`Case` is a VLLMService spec, the facts the planner cannot see and the terminal state it must reach;
@@ -24,12 +24,12 @@ from typing import Any
 from vllm_operator.api.v1alpha1 import GROUP, KIND, VERSION
 from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator.quantity import quantity_gib
-from vllm_operator.sim.cluster import NodePool, SimulatedCluster
-from vllm_operator.sim.demo import ServiceResult, run_services
-from vllm_operator.sim.kubelet import ServiceStats, SimEvent
-from vllm_operator.sim.scenarios import Expectation, Outcome, Scenario, ScenarioSet, Traffic
-from vllm_operator.sim.startup import HiddenFacts, StartupOutcome, simulate_startup
 from vllm_operator.sources import load_model_files
+from vllm_operator_sim.cluster import NodePool, SimulatedCluster
+from vllm_operator_sim.demo import ServiceResult, run_services
+from vllm_operator_sim.kubelet import ServiceStats, SimEvent
+from vllm_operator_sim.scenarios import Expectation, Outcome, Scenario, ScenarioSet, Traffic
+from vllm_operator_sim.startup import HiddenFacts, StartupOutcome, simulate_startup
 
 __all__ = ["Case", "Observed", "Run", "arg", "replay", "run_cases", "with_flags"]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.sim.demo import run_services
-from vllm_operator.sim.scenarios import Scenario, ScenarioSet, Traffic
-from vllm_operator.sim.startup import HiddenFacts
+from vllm_operator_sim.demo import run_services
+from vllm_operator_sim.scenarios import Scenario, ScenarioSet, Traffic
+from vllm_operator_sim.startup import HiddenFacts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

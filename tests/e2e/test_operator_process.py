@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vllm_operator.sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
 

@@ -31,14 +31,14 @@ from vllm_operator.remediation.classifier import classify_text
 from vllm_operator.remediation.evidence import evidence_from_pod
 from vllm_operator.remediation.policy import failure_key
 from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
-from vllm_operator.sim.clock import SimClock
-from vllm_operator.sim.cluster import NodePool, gpu_node
-from vllm_operator.sim.demo import _Session, _Tracked, _View
-from vllm_operator.sim.emulator import EmulatedAPIServer
-from vllm_operator.sim.kubelet import Kubelet, ServiceStats
-from vllm_operator.sim.scenarios import ScenarioSet, Traffic
-from vllm_operator.sim.startup import HiddenFacts, simulate_startup, termination_message
 from vllm_operator.sources import load_model_files
+from vllm_operator_sim.clock import SimClock
+from vllm_operator_sim.cluster import NodePool, gpu_node
+from vllm_operator_sim.demo import _Session, _Tracked, _View
+from vllm_operator_sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.kubelet import Kubelet, ServiceStats
+from vllm_operator_sim.scenarios import ScenarioSet, Traffic
+from vllm_operator_sim.startup import HiddenFacts, simulate_startup, termination_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

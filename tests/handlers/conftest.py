@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_operator.sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import EmulatedAPIServer
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from vllm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from vllm_operator.handlers import kube
 from vllm_operator.handlers.service import registry
 from vllm_operator.planner.gpus import load_gpu_catalog
-from vllm_operator.sim.emulator import AccessRecord, EmulatedAPIServer
+from vllm_operator_sim.emulator import AccessRecord, EmulatedAPIServer
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

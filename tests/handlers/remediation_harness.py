@@ -46,7 +46,7 @@ from vllm_operator.handlers.service import registry
 from vllm_operator.planner import messages
 from vllm_operator.planner.versions import profile_for
 from vllm_operator.render.manifests import ANNOTATION_PLAN
-from vllm_operator.sim.emulator import EmulatedAPIServer, KubeEmulator
+from vllm_operator_sim.emulator import EmulatedAPIServer, KubeEmulator
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from vllm_operator.sim.emulator import AccessRecord, APIError, EmulatedAPIServer, KubeEmulator
-from vllm_operator.sim.emulator_patches import json_patch, merge_patch, strategic_merge_patch
-from vllm_operator.sim.emulator_selectors import parse_field_selector, parse_label_selector
+from vllm_operator_sim.emulator import AccessRecord, APIError, EmulatedAPIServer, KubeEmulator
+from vllm_operator_sim.emulator_patches import json_patch, merge_patch, strategic_merge_patch
+from vllm_operator_sim.emulator_selectors import parse_field_selector, parse_label_selector
 
 GROUP, VERSION, PLURAL = 'example.com', 'v1', 'widgets'
 SMP = 'application/strategic-merge-patch+json'

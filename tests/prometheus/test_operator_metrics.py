@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_testkit import HOST, PrometheusStack, free_port, poll
 
-from vllm_operator.sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import EmulatedAPIServer
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"

@@ -16,12 +16,12 @@ import pytest
 
 from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
-from vllm_operator.sim.clock import SimClock
-from vllm_operator.sim.cluster import gpu_node
-from vllm_operator.sim.emulator import EmulatedAPIServer, KubeEmulator
-from vllm_operator.sim.kubelet import Kubelet, SimEvent
-from vllm_operator.sim.startup import HiddenFacts
 from vllm_operator.sources import ModelFiles, load_model_files
+from vllm_operator_sim.clock import SimClock
+from vllm_operator_sim.cluster import gpu_node
+from vllm_operator_sim.emulator import EmulatedAPIServer, KubeEmulator
+from vllm_operator_sim.kubelet import Kubelet, SimEvent
+from vllm_operator_sim.startup import HiddenFacts
 
 IMAGE_026 = "vllm/vllm-openai:v0.26.0"
 IMAGE_011 = "vllm/vllm-openai:v0.11.0"

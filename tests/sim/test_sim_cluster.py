@@ -12,9 +12,9 @@ from simkit import deployment
 
 from vllm_operator.api.v1alpha1 import parse_spec
 from vllm_operator.planner.gpus import load_gpu_catalog, resolve_node_gpu
-from vllm_operator.sim.cluster import NodePool, SimulatedCluster
-from vllm_operator.sim.scenarios import Scenario, ScenarioSet, load_scenarios
-from vllm_operator.sim.startup import HiddenFacts
+from vllm_operator_sim.cluster import NodePool, SimulatedCluster
+from vllm_operator_sim.scenarios import Scenario, ScenarioSet, load_scenarios
+from vllm_operator_sim.startup import HiddenFacts
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B-Instruct"

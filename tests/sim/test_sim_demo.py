@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_operator.sim.clock import SimClock, format_duration
-from vllm_operator.sim.demo import ServiceResult, find_manifests, format_flags, service_outcome, summary_table
-from vllm_operator.sim.scenarios import Expectation, load_scenarios
+from vllm_operator_sim.clock import SimClock, format_duration
+from vllm_operator_sim.demo import ServiceResult, find_manifests, format_flags, service_outcome, summary_table
+from vllm_operator_sim.scenarios import Expectation, load_scenarios
 
 
 def _service(*conditions: tuple[str, str, str]) -> dict[str, object]:

@@ -8,8 +8,8 @@ from simkit import SimHarness, deployment
 
 from vllm_operator.remediation.classifier import FailureClass, classify
 from vllm_operator.remediation.evidence import evidence_from_pod
-from vllm_operator.sim.kubelet import backoff_delay
-from vllm_operator.sim.startup import HiddenFacts
+from vllm_operator_sim.kubelet import backoff_delay
+from vllm_operator_sim.startup import HiddenFacts
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B-Instruct"
 FLAGS = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 13}

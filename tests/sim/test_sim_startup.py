@@ -12,7 +12,7 @@ from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.memory import EngineFlags, GPUFacts, activation_bytes, predict_startup
 from vllm_operator.planner.versions import profile_for
 from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
-from vllm_operator.sim.startup import (
+from vllm_operator_sim.startup import (
     HiddenFacts,
     Phase,
     StartupOutcome,

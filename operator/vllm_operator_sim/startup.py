@@ -38,11 +38,11 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..planner import messages
-from ..planner.arch import ModelArch, arch_from_config, checkpoint_bytes
-from ..planner.failures import FailureKind
-from ..planner.gpus import GPUSpec
-from ..planner.memory import (
+from vllm_operator.planner import messages
+from vllm_operator.planner.arch import ModelArch, arch_from_config, checkpoint_bytes
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.planner.gpus import GPUSpec
+from vllm_operator.planner.memory import (
     EngineFlags,
     GPUFacts,
     activation_bytes,
@@ -53,14 +53,14 @@ from ..planner.memory import (
     predict_startup,
     weights_bytes_per_gpu,
 )
-from ..planner.versions import (
+from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
     batch_defaults,
     profile_for,
     version_from_image,
 )
-from ..render.flags import flag_table
-from ..sources import ModelFiles
+from vllm_operator.render.flags import flag_table
+from vllm_operator.sources import ModelFiles
 
 __all__ = [
     "HiddenFacts",

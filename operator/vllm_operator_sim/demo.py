@@ -1,6 +1,6 @@
 """`vllm-operator demo`: the operator in a simulated GPU cluster, shown live in the terminal.
 
-Starts a :class:`~vllm_operator.sim.cluster.SimulatedCluster` (nodes with 4×L4, 4×A100-40GB, 1×RTX-4090, 8×H100), runs
+Starts a :class:`~vllm_operator_sim.cluster.SimulatedCluster` (nodes with 4×L4, 4×A100-40GB, 1×RTX-4090, 8×H100), runs
 the real operator (`vllm-operator run`) against it as a subprocess, applies the VLLMServices of ``examples/`` and
 prints, in simulated time, what happens to each: the plan, the pods (scheduled, loading, Ready, failed with
 vLLM's own message, CrashLoopBackOff), the operator's remediation steps; then a summary table. Each service is
@@ -32,7 +32,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from ..api.v1alpha1 import KIND
+from vllm_operator.api.v1alpha1 import KIND
+
 from .clock import DEFAULT_SPEED, format_duration
 from .cluster import DEFAULT_POOLS, NodePool, SimulatedCluster
 from .kubelet import SimEvent

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_operator.sim.emulator_resources import ResourceDef
+from vllm_operator_sim.emulator_resources import ResourceDef
 
 __all__ = ['as_table', 'wants_table']
 

@@ -15,13 +15,13 @@ through the emulator's thread-safe direct API:
   Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message`` is the log tail, as with
   ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with back-off 10 s, 20 s, 40 s …
   capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
-  :func:`vllm_operator.sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
+  :func:`vllm_operator_sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
   revealed line by line as simulated time passes (``GET pods/log``).
 * **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
   batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
 
 Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds) or call :meth:`tick`
-yourself with a manual :class:`~vllm_operator.sim.clock.SimClock` (tests).
+yourself with a manual :class:`~vllm_operator_sim.clock.SimClock` (tests).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
-from ..planner.memory import EngineFlags
-from ..quantity import quantity_gib
-from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
+from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
+from vllm_operator.planner.memory import EngineFlags
+from vllm_operator.quantity import quantity_gib
+from vllm_operator.sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
+
 from .clock import SimClock
 from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
 

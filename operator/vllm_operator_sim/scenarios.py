@@ -15,7 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..api.v1alpha1 import GROUP, KIND, VERSION
+from vllm_operator.api.v1alpha1 import GROUP, KIND, VERSION
+
 from .startup import HiddenFacts
 
 __all__ = ["Expectation", "Outcome", "Scenario", "ScenarioSet", "Traffic", "load_scenarios"]
@@ -126,7 +127,7 @@ class ScenarioSet:
 def load_scenarios(path: str | Path | None = None) -> ScenarioSet:
     """The scenarios of a YAML file (default: the built-in ``sim/scenarios.yaml``)."""
     if path is None:
-        text = resources.files("vllm_operator.sim").joinpath("scenarios.yaml").read_text(encoding="utf-8")
+        text = resources.files("vllm_operator_sim").joinpath("scenarios.yaml").read_text(encoding="utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")
     return ScenarioSet.from_data(yaml.safe_load(text) or {})

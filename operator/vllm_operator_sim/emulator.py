@@ -47,8 +47,8 @@ import aiohttp.web
 import attrs
 import kmock
 
-from vllm_operator.sim.emulator_patches import PatchError, json_patch, merge_patch, strategic_merge_patch
-from vllm_operator.sim.emulator_resources import (
+from vllm_operator_sim.emulator_patches import PatchError, json_patch, merge_patch, strategic_merge_patch
+from vllm_operator_sim.emulator_resources import (
     BUILTIN_RESOURCES,
     ResourceDef,
     api_group,
@@ -56,13 +56,13 @@ from vllm_operator.sim.emulator_resources import (
     api_resource_list,
     from_crd,
 )
-from vllm_operator.sim.emulator_selectors import (
+from vllm_operator_sim.emulator_selectors import (
     SelectorError,
     parse_field_selector,
     parse_label_selector,
     selector_from_match_labels,
 )
-from vllm_operator.sim.emulator_tables import as_table, wants_table
+from vllm_operator_sim.emulator_tables import as_table, wants_table
 
 __all__ = ['APIError', 'AccessRecord', 'EmulatedAPIServer', 'KubeEmulator', 'ResourceDef']
 

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ..api.crd import build_crd
-from ..api.v1alpha1 import GROUP, PLURAL
-from ..planner.gpus import GPUSpec, load_gpu_catalog
+from vllm_operator.api.crd import build_crd
+from vllm_operator.api.v1alpha1 import GROUP, PLURAL
+from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
+
 from .clock import DEFAULT_SPEED, SimClock
 from .emulator import APIError, EmulatedAPIServer, KubeEmulator
 from .kubelet import Kubelet, SimEvent
