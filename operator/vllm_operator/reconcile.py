@@ -7,7 +7,8 @@ calls. The kopf handlers (vllm_operator.handlers) only gather `Observed` and app
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,20 +27,39 @@ from .api.v1alpha1 import (
     parse_spec,
     validate_spec,
 )
+from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
-from .planner.arch import ModelArch, arch_from_config, checkpoint_bytes
+from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
 from .planner.versions import version_from_image
+from .remediation.redact import secret_findings
 from .render.manifests import (
     OwnerRef,
     RenderInput,
     build_children,
+    child_names,
     render_args,
     selector_for,
     spec_hash,
     unsupported_pinned,
 )
-from .sources import ModelFiles
+
+log = logging.getLogger("vllm_operator.reconcile")
+
+#: A model resolver injected by the shell: (files, None) or (None, why not). Called only for a valid spec whose
+#: model is neither inline nor already given, so nothing is fetched or read for an invalid one.
+ModelResolver = Callable[[], "tuple[ModelFiles | None, str | None]"]
+
+#: Condition set while the spec carries a literal secret (env value, extraArgs) or expands one into argv.
+SECRETS_BY_REFERENCE = "SecretsByReference"
+LITERAL_SECRET = "LiteralSecret"
+#: Reason of a failure the core did not foresee (a bug): the service still gets an answer, never a crash loop.
+INTERNAL_ERROR = "InternalError"
+#: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
+#: pods back to their service by that label.
+MAX_NAME_LENGTH = 63
+#: Pinned flags the planner does not model but vLLM must get (the renderer passes them through).
+PASS_THROUGH_FLAGS = ("enable_lora", "max_lora_rank", "swap_space")
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
@@ -68,6 +88,7 @@ class Observed:
     model_files: ModelFiles | None = None
     model_error: str | None = None                  # why the model files could not be read
     catalog: GPUCatalog | None = None
+    resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
 
 
 @dataclass
@@ -209,20 +230,84 @@ def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
     )
 
 
-def _arch(observed: Observed, spec: VLLMServiceSpec) -> ModelArch:
-    files = observed.model_files
-    assert files is not None
+def _arch(files: ModelFiles, spec: VLLMServiceSpec) -> ModelArch:
     total = files.total_size
     inline_total = spec.model.weights_bytes()
     if inline_total:
         total = inline_total
+    check_arch_bounds(files.config, model_id=spec.model.name)  # before any arithmetic on the values
     return arch_from_config(files.config, model_id=spec.model.name, total_size=total,
                             total_size_estimated=files.total_size_estimated)
 
 
+def _config_field(spec: VLLMServiceSpec) -> str:
+    """The field a bad model config comes from, for the condition."""
+    if spec.model.config:
+        return "spec.model.config"
+    if spec.model.config_map_ref:
+        return "spec.model.configMapRef"
+    return "spec.model.name"
+
+
+def _model_files(observed: Observed, spec: VLLMServiceSpec) -> tuple[ModelFiles | None, str | None]:
+    """The model's files: inline (read here, pure), given by the shell, or looked up by its injected resolver."""
+    if spec.model.config:
+        try:
+            return model_files_from_inline(spec.model.config, spec.model.safetensors_index, spec.model.name), None
+        except ModelSourceError as exc:
+            return None, str(exc)
+    if observed.model_files is not None or observed.model_error is not None:
+        return observed.model_files, observed.model_error
+    if observed.resolve_model is not None:
+        return observed.resolve_model()
+    return None, None
+
+
+def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[cond.ConditionUpdate], list[Event]]:
+    """A Warning condition (and one Event) while the spec carries a literal secret; cleared when it is gone."""
+    secret_vars = [e.name for e in spec.env if isinstance(e.value_from, dict) and "secretKeyRef" in e.value_from]
+    if spec.hf_token_secret_ref:
+        secret_vars.append("HF_TOKEN")
+    findings = secret_findings((e.to_dict() for e in spec.env), spec.extra_args, secret_vars)
+    before = next((c for c in observed.status.get("conditions") or [] if c.get("type") == SECRETS_BY_REFERENCE),
+                  None)
+    if not findings:
+        if before is not None and before.get("status") == cond.FALSE:
+            return [cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
+                                         "no literal secret in spec.env or spec.extraArgs")], []
+        return [], []
+    message = "; ".join(f"{f.field}: {f.message}" for f in findings)
+    said = before is not None and before.get("message") == message and before.get("status") == cond.FALSE
+    return ([cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.FALSE, LITERAL_SECRET, message)],
+            [] if said else [Event(EVENT_WARNING, LITERAL_SECRET, message)])
+
+
 def desired_state(observed: Observed) -> Desired:
-    """Everything the handler should write for one VLLMService, computed without API calls."""
+    """Everything the handler should write for one VLLMService, computed without API calls.
+
+    Total: it returns for every spec, however hostile. A spec problem is an InvalidSpec condition naming the field
+    and the fix; a model that cannot be read is ModelNotFound; a failure nobody foresaw is an InternalError
+    condition (and a log line), never an exception into kopf's retry loop.
+    """
+    try:
+        return _desired_state(observed)
+    except Exception as exc:  # noqa: BLE001 - the core must answer every VLLMService; the test corpus keeps this unused
+        log.exception("reconcile core failed for %s/%s", observed.namespace, observed.name)
+        message = (f"the operator could not plan this spec ({type(exc).__name__}); this is a bug in the operator, "
+                   "please report it with the spec")
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, INTERNAL_ERROR, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, INTERNAL_ERROR, message)]
+        try:
+            return _problem(observed, INTERNAL_ERROR, message, updates)
+        except Exception:  # noqa: BLE001 - even the status could not be folded (a malformed status)
+            return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
+
+
+def _desired_state(observed: Observed) -> Desired:
     errors = validate_spec(dict(observed.spec))
+    if len(observed.name) > MAX_NAME_LENGTH:
+        errors = [SpecError("metadata.name", f"is {len(observed.name)} characters; at most {MAX_NAME_LENGTH} "
+                                             "(it labels the pods); use a shorter name"), *errors]
     if errors:
         return _invalid(observed, errors)
     spec = parse_spec(dict(observed.spec))
@@ -236,8 +321,11 @@ def desired_state(observed: Observed) -> Desired:
     if unsupported:
         return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
                                    for name, why in unsupported])
-    if observed.model_files is None:
-        message = observed.model_error or "the model's config.json could not be read"
+    files, model_error = _model_files(observed, spec)
+    if files is None:
+        message = model_error or "the model's config.json could not be read"
+        if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
+            return _invalid(observed, [SpecError("spec.model.config", message)])
         updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
                    cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
         return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
@@ -245,12 +333,17 @@ def desired_state(observed: Observed) -> Desired:
 
     catalog = observed.catalog or load_gpu_catalog()
     try:
-        arch = _arch(observed, spec)
+        arch = _arch(files, spec)
     except ArchError as exc:
-        return _invalid(observed, [SpecError("spec.model.config", str(exc))])
+        return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
+    except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
+        # a value of an unexpected type deep in config.json (quantization_config, rope_scaling, ...)
+        return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
+                                             f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
+                                             "use the model's own config.json")])
     try:
         gpu, how, product_label, node_count = resolve_gpu(spec, observed.nodes, catalog)
-    except UnknownGPUError as exc:
+    except (UnknownGPUError, ValueError) as exc:
         message = str(exc)
         field_error = bool(spec.gpu.product)
         reason = cond.INVALID_SPEC if field_error else cond.GPU_NOT_FOUND
@@ -266,6 +359,14 @@ def desired_state(observed: Observed) -> Desired:
     result = plan(request)
     gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
                            source=how)
+    # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
+    # the image's release lacks them), so no pinned flag is silently dropped.
+    pinned_all = spec.flags.to_vllm()
+    passed = {name: pinned_all[name] for name in PASS_THROUGH_FLAGS if name in pinned_all}
+    if passed:
+        result = result.model_copy(update={"flags": {**result.flags, **passed},
+                                           "pinned": [*result.pinned, *(n for n in passed if n not in result.pinned)]})
+    secret_updates, secret_events = _secret_warning(observed, spec)
     args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
     status_plan = plan_status(result, args, digest)
@@ -286,7 +387,8 @@ def desired_state(observed: Observed) -> Desired:
         ]
         if changed:
             events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
-        status = _status(observed, updates, plan=status_plan, gpu=gpu_status)
+        events.extend(secret_events)
+        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status)
         return Desired(status=status, children=None, events=events, plan=result)
 
     render = RenderInput(
@@ -313,6 +415,7 @@ def desired_state(observed: Observed) -> Desired:
         shm_size=str(spec.resources.shm_size) if spec.resources.shm_size else None,
         service_type=spec.service.type, service_port=spec.service.port,
         trust_remote_code=bool(spec.flags.trust_remote_code),
+        security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
     children = build_children(render)
     ready = (observed.status.get("readyReplicas") or 0)
@@ -333,7 +436,9 @@ def desired_state(observed: Observed) -> Desired:
     if changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
         events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
-    endpoint = f"http://{observed.name}.{observed.namespace}.svc:{spec.service.port}/v1"
+    events.extend(secret_events)
+    updates.extend(secret_updates)
+    endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
                      replicas=render.replicas, ready_replicas=ready)

@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 
 from vllm_operator.cli import build_parser
 from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
-from vllm_operator.render.manifests import labels_for
+from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment, labels_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "vllm-operator"
@@ -274,10 +274,14 @@ def test_namespaced_rbac(chart: Any) -> None:
                                            "namespace": sa["namespace"]}]
         resources = {res for rule in role[0]["rules"] for res in rule["resources"]}
         assert {"vllmservices", "deployments", "pods", "kopfpeerings"} <= resources
+        # spec.model.configMapRef is read in the service's own namespace: `get configmaps` there, nowhere else
+        assert [r["verbs"] for r in role[0]["rules"] if "configmaps" in r["resources"]] == [["get"]]
         peerings = [o for o in chart.find(objects, "KopfPeering") if o["metadata"]["namespace"] == namespace]
         assert [p["metadata"]["name"] for p in peerings] == ["vllm-operator"]
     assert len(chart.find(objects, "Role")) == 2 and not chart.find(objects, "ClusterKopfPeering")
-    # The operator's ClusterRole keeps only the cluster-scoped reads.
+    # The operator's ClusterRole keeps only the cluster-scoped reads (no configmaps, no secrets cluster-wide).
+    assert not [r for r in chart.find(objects, "ClusterRole") for rule in r["rules"]
+                if {"configmaps", "secrets"} & set(rule["resources"])]
     operator_role = chart.one(objects, "ClusterRole", chart.release)
     assert {(res, verb) for rule in operator_role["rules"] for res in rule["resources"] for verb in rule["verbs"]} == {
         ("nodes", "list"), ("namespaces", "list"), ("namespaces", "watch"),
@@ -312,9 +316,12 @@ def test_monitoring(chart: Any) -> None:
     # It selects the pods the operator renders, on the port vLLM serves /metrics on.
     selector = pod_monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= labels_for("any-service").items()
-    template = (ROOT / "operator" / "vllm_operator" / "render" / "templates" / "deployment.yaml.j2").read_text()
     assert [e["port"] for e in pod_monitor["spec"]["podMetricsEndpoints"]] == ["http"]
-    assert re.search(r"- name: http\s+containerPort:", template), "the vLLM container no longer has port 'http'"
+    ports = build_deployment(RenderInput(
+        name="any-service", namespace="ns", owner=OwnerRef(name="any-service", uid="u"), model="org/model",
+        image="vllm/vllm-openai:v0.26.0", vllm_version="0.26.0", flags={}))["spec"]["template"]["spec"][
+        "containers"][0]["ports"]
+    assert "http" in [p["name"] for p in ports], "the vLLM container no longer has port 'http'"
 
 
 def test_grafana_dashboards_configmap(chart: Any) -> None:

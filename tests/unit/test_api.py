@@ -148,6 +148,7 @@ FULL_SPEC: dict[str, Any] = {
     },
     "service": {"type": "LoadBalancer", "port": 8080},
     "prometheus": {"enabled": True},
+    "security": {"profile": "restricted", "runAsUser": 1000},
 }
 
 
@@ -370,6 +371,9 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
         "spec.env[1].valueFrom",
     ),
     (spec(env=[{"name": "A"}]), None, None),
+    (spec(nodeSelector={"bad key": "x"}), "node-selector-keys-are-label-keys", "spec.nodeSelector"),
+    (spec(nodeSelector={"-x": "x"}), "node-selector-keys-are-label-keys", "spec.nodeSelector"),
+    (spec(nodeSelector={"example.com/pool": "a", "zone": "b"}), None, None),
     (FULL_SPEC, None, None),
 ]
 

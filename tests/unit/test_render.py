@@ -1,5 +1,6 @@
-"""The manifest renderer (pure): valid Kubernetes objects, strict templates, secrets by reference, stable hashes,
-host memory from the weights, and vLLM arguments valid for the image's release."""
+"""The manifest renderer (pure): valid Kubernetes objects built as data (no spec string becomes structure), names
+valid for their kind, least-privilege pods, secrets by reference, stable hashes, host memory from the weights, and
+vLLM arguments valid for the image's release."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-import jinja2
 import kubernetes_validate
 import pytest
 
@@ -19,10 +19,10 @@ from vllm_operator.render.manifests import (
     RenderInput,
     build_cache_pvc,
     build_children,
-    build_context,
     build_deployment,
     build_service,
     host_memory_gib,
+    child_names,
     render_args,
 )
 from vllm_operator.sources import load_model_files
@@ -124,29 +124,122 @@ def test_build_functions_validate_directly() -> None:
     assert build_cache_pvc(_input()) is None
 
 
-# --- strict templates ------------------------------------------------------------------------------
+# --- manifests are data ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("missing", ["name", "image", "port", "shm_size", "startup_failure_threshold"])
-def test_a_missing_template_value_fails_loudly(missing: str) -> None:
-    context = build_context(_input())
-    del context[missing]
-    with pytest.raises(jinja2.UndefinedError, match=f"'{missing}' is undefined"):
-        manifests._render("deployment.yaml.j2", context)
-    assert manifests._ENV.undefined is jinja2.StrictUndefined
-
-
-def test_a_missing_value_behind_a_filter_still_fails() -> None:
-    context = build_context(_input())
-    del context["args"]
-    with pytest.raises(Exception):  # noqa: B017 (see the xfail below for which exception it should be)
-        manifests._render("deployment.yaml.j2", context)
+INJECTIONS = [
+    "x\nprivileged: true",
+    "x\n    securityContext: {privileged: true, capabilities: {add: [SYS_ADMIN]}}",
+    "x\nhostPID: true\nhostNetwork: true",
+    "}: {hostPID: true",
+    "'; hostNetwork: true; '",
+    "&anchor x",
+    "{{ 7*7 }}",
+    "\u2028hostPID: true",
+]
 
 
-def test_a_missing_value_behind_toyaml_names_the_value() -> None:
-    context = build_context(_input())
-    del context["args"]
-    with pytest.raises(jinja2.UndefinedError, match="'args' is undefined"):
-        manifests._render("deployment.yaml.j2", context)
+def _keys(obj: Any, path: str = "") -> set[str]:
+    if isinstance(obj, dict):
+        out = set()
+        for key, value in obj.items():
+            out.add(f"{path}.{key}")
+            out |= _keys(value, f"{path}.{key}")
+        return out
+    if isinstance(obj, list):
+        return set().union(*(_keys(v, f"{path}[]") for v in obj)) if obj else set()
+    return set()
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_no_string_becomes_structure(payload: str) -> None:
+    """Every string field of the render input carries an injection payload: the objects keep exactly the keys of
+    a plain rendering, and the payload is there as a literal value."""
+    def render(value: str) -> list[dict[str, Any]]:
+        return build_children(_input(
+            image=value, model=value, served_name=value, revision=value, cache_claim=value,
+            cache_create=True, cache_storage_class=value, cache_mount_path="/" + value, cache_size=value,
+            memory=value, cpu=value, shm_size=value, extra_args=(value,), hf_token_secret=value,
+            hf_token_key=value, node_selector={"pool": value}, env=({"name": "X", "value": value},)))
+
+    plain, hostile = render("benign"), render(payload)
+    assert [c["kind"] for c in hostile] == [c["kind"] for c in plain]
+    for before, after in zip(plain, hostile, strict=True):
+        assert _keys(after) == _keys(before), after["kind"]
+    pod = hostile[1]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == payload
+    assert payload in pod["containers"][0]["args"]
+    assert "hostPID" not in pod and "hostNetwork" not in pod
+    assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize(("name", "service"), [
+    ("017", "v017-"),
+    ("yes", "yes"),
+    ("true", "true"),
+    ("a.b", "a-b-"),
+    ("x" * 63, "x" * 63),
+])
+def test_names_are_strings_valid_for_their_kind(name: str, service: str) -> None:
+    children = build_children(_input(name=name, owner=OwnerRef(name=name, uid="u")))
+    deployment, svc = children
+    assert isinstance(deployment["metadata"]["name"], str) and isinstance(svc["metadata"]["name"], str)
+    assert svc["metadata"]["name"].startswith(service) and len(svc["metadata"]["name"]) <= 63
+    assert manifests._DNS1035_LABEL.fullmatch(svc["metadata"]["name"])
+    assert manifests.is_dns1123_subdomain(deployment["metadata"]["name"])
+    for child in children:
+        kubernetes_validate.validate(child, K8S_VERSION, strict=True)
+        assert all(isinstance(v, str) and len(v) <= 63 for v in child["metadata"]["labels"].values())
+    assert child_names(name) == child_names(name)  # stable
+
+
+def test_shortened_names_keep_distinct_services_apart() -> None:
+    a, b = "a" * 70 + "1", "a" * 70 + "2"
+    assert manifests.dns1035_label(a) != manifests.dns1035_label(b)
+    assert len(manifests.label_value(a)) <= 63 and manifests.label_value(a) != manifests.label_value(b)
+    assert manifests.dns1123_subdomain("Bad_Name..x") == manifests.dns1123_subdomain("Bad_Name..x")
+    assert manifests.is_dns1123_subdomain(manifests.dns1123_subdomain("Bad_Name..x"))
+
+
+def test_numbers_stay_in_kubernetes_ranges() -> None:
+    deployment = build_deployment(_input(weights_gib_total=1e12, replicas=2**40))
+    assert deployment["spec"]["replicas"] == 2**31 - 1
+    probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert probe["failureThreshold"] <= 2**31 - 1
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+# --- least privilege -----------------------------------------------------------------------------------
+
+def test_vllm_pod_runs_with_least_privilege_by_default() -> None:
+    pod = build_deployment(_input())["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    vllm = pod["containers"][0]["securityContext"]
+    assert vllm["allowPrivilegeEscalation"] is False and vllm["privileged"] is False
+    assert vllm["capabilities"] == {"drop": ["ALL"]}
+    assert vllm["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not {"hostPID", "hostNetwork", "hostIPC", "serviceAccountName"} & set(pod)
+    assert all("hostPath" not in v for v in pod["volumes"])
+
+
+def test_restricted_profile_runs_as_a_numeric_non_root_user_with_writable_caches() -> None:
+    deployment = build_deployment(_input(security_profile="restricted", run_as_user=2000))
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 2000
+    assert pod["securityContext"]["fsGroup"] == 2000
+    vllm = pod["containers"][0]
+    assert vllm["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    mounts = {m["mountPath"]: m["name"] for m in vllm["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for variable in ("HOME", "HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT",
+                     "XDG_CACHE_HOME", "TMPDIR"):
+        path = env[variable]
+        assert path is not None
+        mount = next(m for m in sorted(mounts, key=len, reverse=True) if path == m or path.startswith(m + "/"))
+        assert "emptyDir" in volumes[mounts[mount]] or "persistentVolumeClaim" in volumes[mounts[mount]], variable
+    assert env["HF_HOME"] == "/home/vllm/.cache/huggingface"  # /root is not traversable by a non-root user
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
 
 
 # --- secrets ----------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ Conventions:
 from __future__ import annotations
 
 import difflib
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ __all__ = [
     "RemediationStatus",
     "ResourcesSpec",
     "RuleViolation",
+    "SecuritySpec",
     "ServiceSpec",
     "SpecError",
     "SpecValidationError",
@@ -131,8 +133,53 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 
-#: A Hugging Face repository id: `name` or `org/name`.
-HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$"
+#: A Hugging Face repository id: `name` or `org/name`; no leading, trailing or doubled `.`, `_`, `-` (the hub
+#: refuses `..` and `--`), so it can never be read as a path.
+HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*(/[A-Za-z0-9]+([._-][A-Za-z0-9]+)*)?$"
+
+#: A git revision of a hub repository (branch, tag or commit): no whitespace, no `..`.
+REVISION_PATTERN = r"^[A-Za-z0-9]+([._/-][A-Za-z0-9]+)*$"
+
+#: An OCI image reference: [registry[:port]/]repository[:tag][@sha256:digest] (the distribution grammar).
+IMAGE_PATTERN = (
+    r"^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?/)?"
+    r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+
+#: A DNS-1123 subdomain: the names of ConfigMaps, Secrets, PVCs and StorageClasses.
+DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+#: A key of a ConfigMap or Secret.
+DATA_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+
+#: An absolute mount path: segments of letters, digits, `.`, `_`, `-`; a segment never is `.` or `..`.
+MOUNT_PATH_PATTERN = r"^(/\.?[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
+
+#: A label value (nodeSelector values, the GPU product a node carries).
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+
+#: A label key: optional DNS-subdomain prefix, then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+_LABEL_KEY = re.compile(LABEL_KEY_PATTERN.removesuffix("$") + r"\Z")
+
+#: An environment variable name, as the Pod API accepts it.
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+#: The largest inline `spec.model.config` / `safetensorsIndex`, as compact JSON (a real config.json is < 20 KiB).
+MAX_INLINE_JSON_BYTES = 256 * 1024
+#: The deepest nesting of an inline config (real ones nest 3 levels: text_config.rope_scaling.{...}).
+MAX_INLINE_JSON_DEPTH = 16
+#: The most top-level keys of an inline config (CRD `maxProperties`; real ones have < 100).
+MAX_INLINE_JSON_KEYS = 1024
+
+#: The largest context the planner accepts (2^24 tokens; the longest released models have 10M).
+MAX_CONTEXT_TOKENS = 2**24
+INT32_MAX = 2**31 - 1
 
 
 def _quantity_from_int(value: Any) -> Any:
@@ -161,6 +208,40 @@ FreeForm = Annotated[
     dict[str, Any],
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
+
+#: A model's config.json or safetensors index, inline: free-form, but bounded (see `inline_json_problem`).
+InlineJSON = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                    "maxProperties": MAX_INLINE_JSON_KEYS}),
+]
+
+
+def inline_json_problem(value: Any) -> str | None:
+    """Why an inline JSON document is too big or too deep for the operator, or None. Walks iteratively, so a
+    deeply nested document cannot exhaust the stack, and stops as soon as a bound is passed."""
+    budget = MAX_INLINE_JSON_BYTES
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_INLINE_JSON_DEPTH:
+            return f"nests deeper than {MAX_INLINE_JSON_DEPTH} levels; give the model's own config.json"
+        if isinstance(item, Mapping):
+            if len(item) > MAX_INLINE_JSON_KEYS:
+                return f"has more than {MAX_INLINE_JSON_KEYS} keys in one object; give the model's own config.json"
+            budget -= 2 + sum(len(str(k)) + 4 for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            budget -= 2 + len(item)
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str):
+            budget -= len(item) + 2
+        else:
+            budget -= 8
+        if budget < 0:
+            return (f"is larger than {MAX_INLINE_JSON_BYTES // 1024} KiB; give the model's own config.json "
+                    "(a real one is a few KiB), or use configMapRef")
+    return None
 
 #: The value of one vLLM flag: a bool, a number or a string.
 FlagValue = bool | int | float | str
@@ -287,15 +368,24 @@ class _StatusModel(_Model):
 class ConfigMapModelRef(_Model):
     """A ConfigMap in the VLLMService's namespace holding the model's config.json and safetensors index."""
 
-    name: str = Field(min_length=1, description="Name of the ConfigMap, in the VLLMService's namespace.")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description="Name of the ConfigMap, in the VLLMService's namespace.",
+    )
     config_key: str = Field(
         default=DEFAULT_CONFIG_KEY,
         min_length=1,
+        max_length=253,
+        pattern=DATA_KEY_PATTERN,
         description=f"Key holding the model's config.json. Defaults to `{DEFAULT_CONFIG_KEY}`.",
     )
     safetensors_index_key: str = Field(
         default=DEFAULT_SAFETENSORS_INDEX_KEY,
         min_length=1,
+        max_length=253,
+        pattern=DATA_KEY_PATTERN,
         description=(
             "Key holding the model's safetensors index (its `metadata.total_size` gives the weights' size). "
             f"Defaults to `{DEFAULT_SAFETENSORS_INDEX_KEY}`; a missing key is not an error."
@@ -308,24 +398,30 @@ class ModelSpec(_Model):
 
     name: str = Field(
         min_length=1,
-        max_length=256,
+        max_length=200,
         pattern=HF_MODEL_ID_PATTERN,
-        description="Hugging Face model id, e.g. `Qwen/Qwen2.5-7B-Instruct`. Passed to vLLM as the model.",
+        description=(
+            "Hugging Face model id, e.g. `Qwen/Qwen2.5-7B-Instruct`, or a built-in catalog id. Passed to vLLM as "
+            "the model. Never read as a path by the operator."
+        ),
     )
     revision: str | None = Field(
         default=None,
         min_length=1,
+        max_length=255,
+        pattern=REVISION_PATTERN,
         description="Branch, tag or commit of the model repository. Defaults to the repository's main branch.",
     )
-    config: FreeForm | None = Field(
+    config: InlineJSON | None = Field(
         default=None,
         description=(
-            "The model's config.json, inline. The planner reads the architecture (layers, heads, hidden size, "
-            "max_position_embeddings, dtype) from it. When neither this nor `configMapRef` is set the operator "
-            "fetches config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
+            "The model's config.json, inline (at most 256 KiB, 16 levels deep). The planner reads the architecture "
+            "(layers, heads, hidden size, max_position_embeddings, dtype) from it, bounded before any arithmetic. "
+            "When neither this nor `configMapRef` is set the operator uses its built-in catalog or fetches "
+            "config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
         ),
     )
-    safetensors_index: FreeForm | None = Field(
+    safetensors_index: InlineJSON | None = Field(
         default=None,
         description=(
             "The model's model.safetensors.index.json, inline, or just `{totalSize: <bytes>}`. Only the weights' "
@@ -347,6 +443,8 @@ class ModelSpec(_Model):
     served_name: str | None = Field(
         default=None,
         min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$",
         description="Name clients use in the OpenAI API (`--served-model-name`). Defaults to `name`.",
     )
 
@@ -367,6 +465,10 @@ class ModelSpec(_Model):
     @model_validator(mode="after")
     def _check_rules(self) -> ModelSpec:
         violations: list[RuleViolation] = []
+        for field, value in (("config", self.config), ("safetensorsIndex", self.safetensors_index)):
+            problem = inline_json_problem(value) if value is not None else None
+            if problem:
+                violations.append(RuleViolation("inline-json-bounded", field, problem))
         if self.safetensors_index is not None and self.weights_bytes() is None:
             violations.append(
                 RuleViolation(
@@ -403,6 +505,8 @@ class GPUSpec(_Model):
     product: str | None = Field(
         default=None,
         min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
         description=(
             "GPU product: a catalog name (e.g. `H100-80GB`) or a GPU Feature Discovery label value "
             "(`nvidia.com/gpu.product`, e.g. `NVIDIA-H100-80GB-HBM3`). When set, pods are scheduled on nodes "
@@ -431,6 +535,7 @@ class GPUSpec(_Model):
         default=None,
         alias="memoryGiB",
         gt=0,
+        le=4096,
         description=(
             "Total memory of one GPU in GiB. Overrides the catalog and the `nvidia.com/gpu.memory` node label; "
             "use it for MIG slices or GPUs missing from the catalog."
@@ -506,13 +611,15 @@ class PinnedFlags(_Model):
         description="`--gpu-memory-utilization`: fraction of each GPU's total memory vLLM may use, in (0, 1].",
     )
     max_model_len: int | None = Field(
-        default=None, ge=16, description="`--max-model-len`: the longest prompt + output, in tokens."
+        default=None, ge=16, le=MAX_CONTEXT_TOKENS,
+        description="`--max-model-len`: the longest prompt + output, in tokens.",
     )
     max_num_seqs: int | None = Field(
-        default=None, ge=1, description="`--max-num-seqs`: the most sequences scheduled in one step."
+        default=None, ge=1, le=2**20, description="`--max-num-seqs`: the most sequences scheduled in one step."
     )
     max_num_batched_tokens: int | None = Field(
-        default=None, ge=1, description="`--max-num-batched-tokens`: the most tokens scheduled in one step."
+        default=None, ge=1, le=MAX_CONTEXT_TOKENS,
+        description="`--max-num-batched-tokens`: the most tokens scheduled in one step.",
     )
     kv_cache_dtype: KVCacheDType | None = Field(
         default=None, description="`--kv-cache-dtype`: data type of the KV cache; fp8 halves its size."
@@ -537,10 +644,11 @@ class PinnedFlags(_Model):
         default=None, description="`--enable-chunked-prefill` / `--no-enable-chunked-prefill`."
     )
     cpu_offload_gb: float | None = Field(
-        default=None, ge=0, description="`--cpu-offload-gb`: GiB of weights per GPU kept in host memory."
+        default=None, ge=0, le=4096, description="`--cpu-offload-gb`: GiB of weights per GPU kept in host memory."
     )
     swap_space: float | None = Field(
-        default=None, ge=0, description="`--swap-space`: GiB of host memory per GPU for swapped KV blocks."
+        default=None, ge=0, le=4096,
+        description="`--swap-space`: GiB of host memory per GPU for swapped KV blocks (vLLM < 0.18).",
     )
     enable_lora: bool | None = Field(default=None, description="`--enable-lora`: serve LoRA adapters.")
     max_lora_rank: MaxLoraRank | None = Field(
@@ -552,6 +660,7 @@ class PinnedFlags(_Model):
     kv_cache_memory_bytes: int | None = Field(
         default=None,
         ge=1,
+        le=2**50,
         description=(
             "`--kv-cache-memory-bytes`: KV cache size per GPU in bytes. vLLM then skips sizing the cache from "
             "`gpuMemoryUtilization` (which still bounds the startup free-memory check)."
@@ -648,6 +757,7 @@ class WorkloadSpec(_Model):
     context_length: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_CONTEXT_TOKENS,
         description=(
             "Typical longest request: p99 of prompt + output tokens. The planner keeps max-model-len at least "
             "this long. When unset it plans for the model's full context, as far as memory allows."
@@ -656,6 +766,7 @@ class WorkloadSpec(_Model):
     concurrency: int | None = Field(
         default=None,
         ge=1,
+        le=2**20,
         description="Peak number of requests in flight per replica that should not queue.",
     )
     prefix_caching: bool | None = Field(
@@ -692,17 +803,20 @@ class Toleration(_Model):
     """A pod toleration, as in the Pod API."""
 
     key: str | None = Field(
-        default=None, description="Taint key; empty with operator Exists matches all taints."
+        default=None, max_length=317, pattern=r"^$|" + LABEL_KEY_PATTERN[1:],
+        description="Taint key; empty with operator Exists matches all taints.",
     )
     operator: Literal["Exists", "Equal"] | None = Field(
         default=None, description="`Exists` or `Equal` (default)."
     )
-    value: str | None = Field(default=None, description="Taint value to match with operator Equal.")
+    value: str | None = Field(
+        default=None, max_length=63, pattern=LABEL_VALUE_PATTERN, description="Taint value to match with operator Equal."
+    )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
     toleration_seconds: int | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated before eviction."
+        default=None, ge=-(2**63), le=2**63 - 1, description="How long a NoExecute taint is tolerated before eviction."
     )
 
 
@@ -718,8 +832,12 @@ class EnvVar(_Model):
         ),
     )
 
-    name: str = Field(min_length=1, description="Variable name.")
-    value: str | None = Field(default=None, description="Literal value.")
+    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str | None = Field(
+        default=None,
+        max_length=32768,
+        description="Literal value. Never a secret: use `valueFrom.secretKeyRef` (a literal token gets a warning).",
+    )
     value_from: FreeForm | None = Field(
         default=None,
         description="A source for the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
@@ -743,10 +861,17 @@ class EnvVar(_Model):
 class HFTokenSecretRef(_Model):
     """A Secret holding a Hugging Face token, for gated models."""
 
-    name: str = Field(min_length=1, description="Name of the Secret, in the VLLMService's namespace.")
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description="Name of the Secret, in the VLLMService's namespace.",
+    )
     key: str = Field(
         default=DEFAULT_HF_TOKEN_KEY,
         min_length=1,
+        max_length=253,
+        pattern=DATA_KEY_PATTERN,
         description=f"Key of the token in the Secret. Defaults to `{DEFAULT_HF_TOKEN_KEY}`.",
     )
 
@@ -769,16 +894,20 @@ class ModelCacheSpec(_Model):
         ),
     )
 
-    claim_name: str | None = Field(default=None, min_length=1, description="Use this existing PVC.")
+    claim_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN,
+        description="Use this existing PVC.",
+    )
     size: Quantity | None = Field(
         default=None, description="Have the operator create a PVC of this size, e.g. `200Gi`."
     )
     storage_class_name: str | None = Field(
-        default=None, min_length=1, description="Storage class of the PVC the operator creates."
+        default=None, min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN, description="Storage class of the PVC the operator creates."
     )
     mount_path: str = Field(
         default=DEFAULT_MODEL_CACHE_MOUNT_PATH,
-        pattern=r"^/",
+        max_length=1024,
+        pattern=MOUNT_PATH_PATTERN,
         description=f"Where the cache is mounted (the Hugging Face cache). Defaults to `{DEFAULT_MODEL_CACHE_MOUNT_PATH}`.",
     )
 
@@ -822,7 +951,7 @@ class RemediationSpec(_Model):
         description="Give up (condition Degraded, reason RemediationExhausted) after this many steps. Defaults to 5.",
     )
     min_interval_seconds: int = Field(
-        default=60, ge=0, description="Least time between two steps, in seconds. Defaults to 60."
+        default=60, ge=0, le=7 * 86400, description="Least time between two steps, in seconds. Defaults to 60."
     )
     allow_step_up: bool = Field(
         default=False,
@@ -834,6 +963,7 @@ class RemediationSpec(_Model):
     stable_window_seconds: int = Field(
         default=3600,
         ge=0,
+        le=30 * 86400,
         description=(
             "With allowStepUp: how long the service must run without a failure before the operator tries one "
             "step back toward the plan. Defaults to 3600."
@@ -852,6 +982,26 @@ class ServiceSpec(_Model):
         ge=1,
         le=65535,
         description=f"Port of the OpenAI-compatible API (vLLM's `--port`). Defaults to {DEFAULT_SERVICE_PORT}.",
+    )
+
+
+class SecuritySpec(_Model):
+    """The vLLM pod's security context."""
+
+    profile: Literal["baseline", "restricted"] = Field(
+        default="baseline",
+        description=(
+            "`baseline` (default): no service-account token, no privilege escalation, all capabilities dropped, "
+            "seccomp RuntimeDefault; the container runs as the image's user (root in vllm/vllm-openai). "
+            "`restricted`: also runs as the numeric non-root `runAsUser` with HOME, the Hugging Face cache, "
+            "Triton/torch/vLLM caches and /tmp on writable volumes, so the pod passes Pod Security `restricted`."
+        ),
+    )
+    run_as_user: int = Field(
+        default=1000,
+        ge=1,
+        le=INT32_MAX,
+        description="With profile `restricted`: the user (and group, fsGroup) id vLLM runs as. Defaults to 1000.",
     )
 
 
@@ -916,6 +1066,15 @@ class VLLMServiceSpec(_Model):
             field_path=".flags.tensorParallelSize",
         ),
         CelRule(
+            id="node-selector-keys-are-label-keys",
+            rule=(
+                "!has(self.nodeSelector) || self.nodeSelector.all(k, size(k) <= 317 && k.matches('"
+                + LABEL_KEY_PATTERN.replace("\\", "\\\\") + "'))"
+            ),
+            message="nodeSelector keys must be label keys such as example.com/pool",
+            field_path=".nodeSelector",
+        ),
+        CelRule(
             id="max-replicas-at-least-replicas",
             rule="!has(self.maxReplicas) || self.maxReplicas >= (has(self.replicas) ? self.replicas : 1)",
             message="maxReplicas must be at least replicas",
@@ -940,6 +1099,8 @@ class VLLMServiceSpec(_Model):
     image: str = Field(
         default=DEFAULT_IMAGE,
         min_length=1,
+        max_length=1024,
+        pattern=IMAGE_PATTERN,
         description=f"vLLM OpenAI server image. Defaults to `{DEFAULT_IMAGE}`.",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
@@ -949,8 +1110,9 @@ class VLLMServiceSpec(_Model):
         default_factory=PinnedFlags,
         description="vLLM flags pinned by you. The planner and remediation never change these; unset flags are planned.",
     )
-    extra_args: list[str] = Field(
+    extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=list,
+        max_length=128,
         description=(
             "Arguments appended verbatim after the planned ones. Flags the operator plans or sets "
             "(see `flags`, `model`, `service.port`) are rejected here: pin them in `flags` instead."
@@ -963,6 +1125,7 @@ class VLLMServiceSpec(_Model):
     replicas: int = Field(
         default=1,
         ge=0,
+        le=INT32_MAX,
         json_schema_extra={SERVER_SIDE_DEFAULT: True},
         description=(
             "Number of vLLM pods. Defaults to 1. This is the only field with a server-side default: the scale "
@@ -970,16 +1133,18 @@ class VLLMServiceSpec(_Model):
         ),
     )
     max_replicas: int | None = Field(
-        default=None, ge=1, description="Upper bound for scaling (by you, an autoscaler or the operator)."
+        default=None, ge=1, le=INT32_MAX, description="Upper bound for scaling (by you, an autoscaler or the operator)."
     )
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec, description="Host memory, CPU and /dev/shm."
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels the pods must match, in addition to the GPU product's."
+    node_selector: dict[str, Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Node labels the pods must match, in addition to the GPU product's.",
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Pod tolerations (e.g. for GPU taints)."
+        default_factory=list, max_length=64, description="Pod tolerations (e.g. for GPU taints)."
     )
     affinity: FreeForm | None = Field(default=None, description="Pod affinity, as in the Pod API.")
     env: list[EnvVar] = Field(
@@ -1000,6 +1165,9 @@ class VLLMServiceSpec(_Model):
     )
     service: ServiceSpec = Field(default_factory=ServiceSpec, description="The Service in front of the pods.")
     prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec, description="Prometheus integration.")
+    security: SecuritySpec = Field(
+        default_factory=SecuritySpec, description="The vLLM pod's security context (least privilege by default)."
+    )
 
     def _violations(self) -> list[RuleViolation]:
         out: list[RuleViolation] = []
@@ -1033,6 +1201,15 @@ class VLLMServiceSpec(_Model):
                     "flags.tensorParallelSize" if tp is not None else "flags.pipelineParallelSize",
                     f"flags.tensorParallelSize x flags.pipelineParallelSize = {(tp or 1) * (pp or 1)} GPUs exceeds "
                     f"gpu.maxCount ({self.gpu.max_count}); raise gpu.maxCount or lower the parallelism",
+                )
+            )
+        bad_keys = [k for k in self.node_selector if len(k) > 317 or not _LABEL_KEY.fullmatch(k)]
+        if bad_keys:
+            out.append(
+                RuleViolation(
+                    "node-selector-keys-are-label-keys",
+                    "nodeSelector",
+                    f"nodeSelector keys must be label keys such as example.com/pool (got {_short(bad_keys[0])})",
                 )
             )
         if self.max_replicas is not None and self.max_replicas < self.replicas:
@@ -1349,6 +1526,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_PATTERN_WORDS = {
+    HF_MODEL_ID_PATTERN: "must be a Hugging Face model id such as Qwen/Qwen2.5-7B-Instruct",
+    IMAGE_PATTERN: "must be an image reference such as vllm/vllm-openai:v0.11.0 or registry:5000/repo/img@sha256:…",
+    DNS1123_SUBDOMAIN_PATTERN: "must be a Kubernetes object name: lower-case letters, digits, '-' and '.'",
+    DATA_KEY_PATTERN: "must be a ConfigMap/Secret key: letters, digits, '-', '_' and '.'",
+    MOUNT_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_' and '-' (no '..' segment)",
+    LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending "
+                         "with a letter or digit",
+    LABEL_KEY_PATTERN: "must be a label key such as example.com/pool",
+    ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.'",
+    REVISION_PATTERN: "must be a branch, tag or commit such as main or v1.0",
+}
+
+
 def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
     errors: list[SpecError] = []
     for err in exc.errors(include_url=False):
@@ -1373,8 +1564,8 @@ def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
             continue
         if kind == "string_pattern_mismatch" and ctx.get("pattern") == QUANTITY_PATTERN:
             message = "must be a Kubernetes quantity such as 64Gi, 500m or 8"
-        elif kind == "string_pattern_mismatch" and ctx.get("pattern") == HF_MODEL_ID_PATTERN:
-            message = "must be a Hugging Face model id such as Qwen/Qwen2.5-7B-Instruct"
+        elif kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
+            message = _PATTERN_WORDS[ctx["pattern"]]
         else:
             message = err["msg"]
             if message.startswith("Input should be"):

@@ -18,7 +18,7 @@ from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY
-from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
+from ..sources import ModelFiles, ModelSourceError, model_files_from_inline, resolve_model_id
 from . import config, kube
 
 log = logging.getLogger("vllm_operator")
@@ -74,7 +74,7 @@ def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | No
                 return None, f"ConfigMap {ref['name']} has no key {ref.get('configKey', 'config.json')}"
             index_text = data.get(ref.get("safetensorsIndexKey", "model.safetensors.index.json"))
             return model_files_from_inline(config_text, index_text, name), None
-        return load_model_files(name, revision=model.get("revision")), None
+        return resolve_model_id(name, revision=model.get("revision")), None
     except ModelSourceError as exc:
         return None, str(exc)
 
@@ -141,16 +141,13 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
     spec_dict = dict(spec)
-    files, model_error = (None, None)
-    if isinstance(spec_dict.get("model"), Mapping) and spec_dict["model"].get("name"):
-        files, model_error = load_model(spec_dict, namespace)
     nodes: list[dict[str, str]] = []
     gpu_spec = spec_dict.get("gpu") or {}
     if not (isinstance(gpu_spec, Mapping) and gpu_spec.get("product")):
         nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                                  status=dict(status), now=_now(), nodes=nodes, model_files=files,
-                                  model_error=model_error, catalog=config.CONFIG.catalog,
+                                  status=dict(status), now=_now(), nodes=nodes,
+                                  resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
     if desired.plan is not None:

@@ -375,3 +375,70 @@ __all__ = [
     "ArchError", "LayerKind", "ModelArch", "Quantization", "arch_from_config", "checkpoint_bytes", "dtype_bytes",
     "gib", "ceil_div",
 ]
+
+
+# Bounds on architecture values, checked before any arithmetic so that one plan is bounded in time and memory.
+# Each is far above any released model (largest known: 160 layers, hidden 25600 for dense / 16384 MoE, vocabulary
+# 262144, 512 routed experts, 10M context) and far below what makes the planner loop or overflow.
+ARCH_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "first_k_dense_replace"), 1024),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), 131072),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv", "num_kv_heads",
+                     "multi_query_group_num", "num_attention_groups"), 4096),
+    **dict.fromkeys(("head_dim", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), 65536),
+    "vocab_size": 2**23,
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size",
+                     "shared_expert_intermediate_size"), 2**20),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                     "experts_per_token", "moe_topk", "n_shared_experts"), 4096),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length", "max_seq_len", "max_sequence_length",
+                     "model_max_length", "sliding_window", "original_max_position_embeddings",
+                     "max_target_positions", "max_seq_length", "seq_len"), 2**27),
+    "sliding_window_pattern": 1024,
+}
+#: The rope scaling factor (real ones: up to 64).
+MAX_ROPE_FACTOR = 1024
+#: Lists in a config (layer_types, ...): never longer than the most layers.
+MAX_CONFIG_LIST = 1024
+
+
+def check_arch_bounds(config: Any, *, model_id: str) -> None:
+    """Refuse a config.json whose architecture values are out of range, before any arithmetic on them.
+
+    Raises `ArchError` naming the field, the value and the bound. Looks at the top level and the nested text
+    configs (text_config, llm_config, language_config), where `arch_from_config` reads them.
+    """
+    if not isinstance(config, Mapping):
+        raise ArchError(f"{model_id}: config.json must be a JSON object")
+    scopes: list[tuple[str, Mapping[str, Any]]] = [("", config)]
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = config.get(key)
+        if isinstance(sub, Mapping):
+            scopes.append((f"{key}.", sub))
+    for prefix, scope in scopes:
+        for key, bound in ARCH_BOUNDS.items():
+            value = scope.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ArchError(f"{model_id}: config.json field '{prefix}{key}' must be a number, got {value!r:.40}")
+            if not -1 <= value <= bound:  # NaN and infinities fail the comparison too
+                raise ArchError(f"{model_id}: config.json field '{prefix}{key}' is {value!r:.40}, outside 0..{bound}; "
+                                "use the model's real config.json")
+        for key, value in scope.items():
+            if isinstance(value, list) and len(value) > MAX_CONFIG_LIST:
+                raise ArchError(f"{model_id}: config.json field '{prefix}{key}' has {len(value)} entries (more "
+                                f"than {MAX_CONFIG_LIST}); use the model's real config.json")
+        for rope_key in ("rope_scaling", "rope_parameters"):
+            rope = scope.get(rope_key)
+            if isinstance(rope, Mapping):
+                factor = rope.get("factor")
+                if factor is not None and (isinstance(factor, bool) or not isinstance(factor, int | float)
+                                           or not 0 < factor <= MAX_ROPE_FACTOR):
+                    raise ArchError(f"{model_id}: config.json field '{prefix}{rope_key}.factor' is {factor!r:.40}; "
+                                    f"it must be a number in (0, {MAX_ROPE_FACTOR}]")
+                original = rope.get("original_max_position_embeddings")
+                if original is not None and (isinstance(original, bool) or not isinstance(original, int | float)
+                                             or not 0 < original <= 2**27):
+                    raise ArchError(f"{model_id}: config.json field '{prefix}{rope_key}."
+                                    f"original_max_position_embeddings' is {original!r:.40}; it must be in 1..{2**27}")

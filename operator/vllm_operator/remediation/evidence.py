@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .redact import redact
 
 __all__ = ["ContainerEvidence", "evidence_from_pod"]
 
@@ -50,6 +52,23 @@ class ContainerEvidence(BaseModel):
     pod_phase: str | None = None
     pod_reason: str | None = Field(None, description="status.reason of the pod, e.g. Evicted")
     pod_message: str | None = None
+
+
+    @field_validator("waiting_message", "termination_message", "log_tail", "pod_message", mode="before")
+    @classmethod
+    def _redacted(cls, value: Any) -> Any:
+        """Text from vLLM ends in Events, conditions, status and the log: no token-shaped string survives."""
+        return redact(value) if isinstance(value, str) else value
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ContainerEvidence:
+        """As pydantic's, but text put in by `update` (e.g. a log tail the shell fetched) is redacted too."""
+        if update:
+            update = {key: redact(value) if key in _TEXT_FIELDS and isinstance(value, str) else value
+                      for key, value in update.items()}
+        return super().model_copy(update=update, deep=deep)
+
+
+_TEXT_FIELDS = frozenset({"waiting_message", "termination_message", "log_tail", "pod_message"})
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -181,6 +200,6 @@ def evidence_from_pod(
             override = was_ready_before if container is not None else None
             ev = _one(pod, status, init_container=is_init, was_ready_before=override)
             if container is not None and log_tail is not None:
-                ev = ev.model_copy(update={"log_tail": log_tail})
+                ev = ev.model_copy(update={"log_tail": redact(log_tail)})
             found.append(ev)
     return found

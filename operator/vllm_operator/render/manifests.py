@@ -1,6 +1,8 @@
-"""Kubernetes manifests for one VLLMService, rendered from typed inputs with strict Jinja2 templates.
+"""Kubernetes manifests for one VLLMService, built as Python data from typed inputs.
 
-Pure: `build_*` functions return dicts; nothing here talks to the API.
+Pure: `build_*` functions return dicts; nothing here talks to the API. No text templating: every value a user wrote
+lands in a dict as a string (or a number the spec bounded), so no spec string can add a key, change a type or break
+the document. Names of children are valid for their kind (`child_names`); numbers stay in Kubernetes' ranges.
 """
 
 from __future__ import annotations
@@ -8,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+import re
+from typing import Any, Literal
 
-import yaml
-from jinja2 import Environment, PackageLoader, StrictUndefined, Undefined
 from pydantic import BaseModel, ConfigDict, Field
 
 from .flags import flag_table
@@ -22,32 +23,16 @@ ANNOTATION_SPEC_HASH = "vllm-operator.dev/spec-hash"
 ANNOTATION_PLAN = "vllm-operator.dev/plan"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
+DEFAULT_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
+#: The restricted profile's user and its writable home (an emptyDir): HOME, caches and /tmp live on volumes.
+RESTRICTED_UID = 1000
+RESTRICTED_HOME = "/home/vllm"
+INT32_MAX = 2**31 - 1
 
-
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _toyaml(value: Any, indent: int = 0) -> str:
-    """Flow-style YAML on one line: safe to place after a key at any indentation."""
-    if isinstance(value, Undefined):
-        value._fail_with_undefined_error()  # a missing template value names itself, also behind the filter
-    text: str = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, sort_keys=True, width=10**9)
-    return text.strip()
-
-
-def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("vllm_operator.render", "templates"),
-        undefined=StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-    )
-    env.filters["toyaml"] = _toyaml
-    return env
-
-
-_ENV = _environment()
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 class OwnerRef(BaseModel):
@@ -101,20 +86,93 @@ class RenderInput(BaseModel):
     service_type: str = "ClusterIP"
     service_port: int = DEFAULT_PORT
     trust_remote_code: bool = False
+    security_profile: Literal["baseline", "restricted"] = Field(
+        "baseline", description="baseline: least privilege as root; restricted: also a numeric non-root user")
+    run_as_user: int = Field(RESTRICTED_UID, ge=1, le=2**31 - 1)
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def _shorten(cleaned: str, original: str, limit: int) -> str:
+    """`cleaned` cut to fit `limit` with a stable hash of `original` appended (so two long names stay apart)."""
+    suffix = _short_hash(original)
+    keep = cleaned[: limit - len(suffix) - 1].rstrip("-.")
+    return f"{keep}-{suffix}" if keep else suffix
+
+
+def label_value(text: str) -> str:
+    """`text` as a valid label value: itself when it is one, else a cleaned, shortened form with a stable hash."""
+    text = str(text)
+    if len(text) <= 63 and _LABEL_VALUE.fullmatch(text):
+        return text
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")
+    return _shorten(cleaned, text, 63) if cleaned else _short_hash(text)
+
+
+def dns1035_label(name: str) -> str:
+    """`name` as a DNS-1035 label (a Service name): lower case, starts with a letter, at most 63 characters.
+
+    A valid name is kept; any other gets a stable short hash of the original so that it stays unique:
+    `017` -> `v017-<hash>`, `a.b` -> `a-b-<hash>`.
+    """
+    name = str(name)
+    if len(name) <= 63 and _DNS1035_LABEL.fullmatch(name):
+        return name
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not cleaned[:1].isalpha():
+        cleaned = "v" + cleaned
+    return _shorten(cleaned, name, 63)
+
+
+def dns1123_subdomain(name: str, limit: int = 253) -> str:
+    """`name` as a DNS-1123 subdomain (Deployment, PVC names) of at most `limit` characters."""
+    name = str(name)
+    if len(name) <= limit and _DNS1123_SUBDOMAIN.fullmatch(name):
+        return name
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", name.lower())
+    cleaned = re.sub(r"\.+", ".", cleaned)
+    cleaned = re.sub(r"-*\.-*", ".", cleaned).strip("-.")
+    return _shorten(cleaned, name, limit)
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    return len(name) <= 253 and bool(_DNS1123_SUBDOMAIN.fullmatch(name))
+
+
+class ChildNames(BaseModel):
+    """The names of one VLLMService's children, each valid for its kind."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deployment: str
+    service: str
+    label: str = Field(description="the value of the instance/service labels (label values are at most 63 chars)")
+
+
+def child_names(name: str) -> ChildNames:
+    """Deployment: the service's own name when it is a valid DNS-1123 label (the pods' names derive from it);
+    Service: a DNS-1035 label; labels: a label value. Each is the name itself when valid, else shortened with a
+    stable hash (see `dns1035_label`)."""
+    deployment = name if len(name) <= 63 and _DNS1123_LABEL.fullmatch(name) else dns1035_label(name)
+    return ChildNames(deployment=deployment, service=dns1035_label(name), label=label_value(name))
 
 
 def labels_for(name: str) -> dict[str, str]:
+    value = label_value(name)
     return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/instance": value,
         "app.kubernetes.io/component": "server",
         "app.kubernetes.io/managed-by": MANAGED_BY,
-        LABEL_SERVICE: name,
+        LABEL_SERVICE: value,
     }
 
 
 def selector_for(name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": name, LABEL_SERVICE: name}
+    value = label_value(name)
+    return {"app.kubernetes.io/instance": value, LABEL_SERVICE: value}
 
 
 def spec_hash(obj: Any) -> str:
@@ -173,8 +231,50 @@ def _startup_failures(weights_gib_total: float) -> int:
     return int(60 + 6 * math.ceil(weights_gib_total / 10))
 
 
-def build_context(inp: RenderInput) -> dict[str, Any]:
-    """The template variables (exposed for tests)."""
+def _security(inp: RenderInput) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod securityContext, container securityContext): least privilege by default (Pod Security *baseline*
+    plus the *restricted* checks that do not need a user id); `restricted` also runs as a numeric non-root user."""
+    pod: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    container: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if inp.security_profile == "restricted":
+        pod.update({"runAsNonRoot": True, "runAsUser": inp.run_as_user, "runAsGroup": inp.run_as_user,
+                    "fsGroup": inp.run_as_user})
+        container.update({"runAsNonRoot": True, "runAsUser": inp.run_as_user, "runAsGroup": inp.run_as_user})
+    return pod, container
+
+
+def cache_mount_path(inp: RenderInput) -> str:
+    """Where the Hugging Face cache is mounted: under the writable home in the restricted profile unless the user
+    chose a path (a non-root user cannot traverse /root)."""
+    if inp.security_profile == "restricted" and inp.cache_mount_path == DEFAULT_CACHE_MOUNT_PATH:
+        return f"{RESTRICTED_HOME}/.cache/huggingface"
+    return inp.cache_mount_path
+
+
+def _restricted_env() -> list[dict[str, Any]]:
+    """HOME and every cache vLLM, torch and Triton write, on the writable home volume; temp files on /tmp."""
+    return [
+        {"name": "HOME", "value": RESTRICTED_HOME},
+        {"name": "XDG_CACHE_HOME", "value": f"{RESTRICTED_HOME}/.cache"},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{RESTRICTED_HOME}/.cache/vllm"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{RESTRICTED_HOME}/.triton"},
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{RESTRICTED_HOME}/.cache/torchinductor"},
+        {"name": "NUMBA_CACHE_DIR", "value": f"{RESTRICTED_HOME}/.cache/numba"},
+        {"name": "TMPDIR", "value": "/tmp"},
+    ]
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(int(value), high))
+
+
+def _pod_parts(inp: RenderInput) -> dict[str, Any]:
+    """Everything the Deployment needs that is computed (args, env, resources), as plain data."""
     args, _dropped = render_args(inp.flags, inp.vllm_version, inp.pinned)
     table = flag_table()
     served = inp.served_name or inp.model
@@ -189,17 +289,28 @@ def build_context(inp: RenderInput) -> dict[str, Any]:
     else:
         command = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
         all_args = ["--model", inp.model, *base_args, *args, *inp.extra_args]
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": inp.cache_mount_path}]
+    mount = cache_mount_path(inp)
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": mount}]
+    if inp.security_profile == "restricted":
+        env.extend(_restricted_env())
     if inp.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": inp.hf_token_secret, "key": inp.hf_token_key, "optional": False}}})
-    env.extend(inp.env)
+    env.extend(dict(e) for e in inp.env)
     memory = inp.memory or f"{host_memory_gib(inp.weights_gib_total, inp.gpu_count)}Gi"
     cpu = inp.cpu or str(2 + 2 * inp.gpu_count)
-    node_selector = dict(inp.node_selector)
+    return {"command": [str(c) for c in command], "args": [str(a) for a in all_args], "env": env,
+            "memory": memory, "cpu": cpu, "mount": mount}
+
+
+def build_deployment(inp: RenderInput) -> dict[str, Any]:
+    names = child_names(inp.name)
+    parts = _pod_parts(inp)
+    gpus = str(inp.gpu_count)
+    node_selector = {str(k): str(v) for k, v in inp.node_selector.items()}
     if inp.gpu_product_label and GPU_PRODUCT_LABEL not in node_selector:
-        node_selector[GPU_PRODUCT_LABEL] = inp.gpu_product_label
-    tolerations = list(inp.tolerations)
+        node_selector[GPU_PRODUCT_LABEL] = str(inp.gpu_product_label)
+    tolerations = [dict(t) for t in inp.tolerations]
     if not any(t.get("key") == "nvidia.com/gpu" for t in tolerations):
         tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
     labels = labels_for(inp.name)
@@ -208,72 +319,109 @@ def build_context(inp: RenderInput) -> dict[str, Any]:
         "prometheus.io/port": str(DEFAULT_PORT),
         "prometheus.io/path": "/metrics",
         # what a pod ran with: a pod whose value differs from the template's belongs to an older profile
-        ANNOTATION_PLAN: spec_hash({"args": all_args, "image": inp.image, "memory": memory, "gpus": inp.gpu_count}),
+        ANNOTATION_PLAN: spec_hash({"args": parts["args"], "image": inp.image, "memory": parts["memory"],
+                                    "gpus": inp.gpu_count}),
     }
-    cache_claim = inp.cache_claim
-    return {
-        "name": inp.name,
-        "namespace": inp.namespace,
-        "labels": labels,
-        "annotations": {},
-        "owner_references": [inp.owner.to_k8s()],
-        "replicas": inp.replicas,
-        "progress_deadline_seconds": 60 * 60,
-        "selector": selector_for(inp.name),
-        "max_surge": 1,
-        "pod_labels": labels,
-        "pod_annotations": pod_annotations,
-        "service_account": None,
-        "node_selector": node_selector,
-        "tolerations": tolerations,
-        "affinity": inp.affinity,
+    pod_security, container_security = _security(inp)
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "model-cache", "mountPath": parts["mount"]}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi"}},
+        {"name": "model-cache", **({"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}}
+                                   if inp.cache_claim else {"emptyDir": {}})},
+    ]
+    if inp.security_profile == "restricted":
+        mounts += [{"name": "home", "mountPath": RESTRICTED_HOME}, {"name": "tmp", "mountPath": "/tmp"}]
+        volumes += [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+    container: dict[str, Any] = {
+        "name": "vllm",
         "image": inp.image,
-        "image_pull_policy": inp.image_pull_policy,
-        "command": command,
-        "args": all_args,
-        "env": env,
-        "port": DEFAULT_PORT,
-        "requests": {"cpu": cpu, "memory": memory, "nvidia.com/gpu": str(inp.gpu_count)},
-        "limits": {"memory": memory, "nvidia.com/gpu": str(inp.gpu_count)},
-        "startup_failure_threshold": _startup_failures(inp.weights_gib_total),
-        "shm_size": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi",
-        "cache_claim": cache_claim,
-        "cache_mount_path": inp.cache_mount_path,
-        "cache_size": inp.cache_size,
-        "cache_storage_class": inp.cache_storage_class,
-        "service_type": inp.service_type,
-        "service_port": inp.service_port,
+        "imagePullPolicy": inp.image_pull_policy,
+        "command": parts["command"],
+        "args": parts["args"],
+        "env": parts["env"],
+        "ports": [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"}],
+        "resources": {
+            "requests": {"cpu": parts["cpu"], "memory": parts["memory"], "nvidia.com/gpu": gpus},
+            "limits": {"memory": parts["memory"], "nvidia.com/gpu": gpus},
+        },
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
+                         "failureThreshold": _clamp(_startup_failures(inp.weights_gib_total), 1, INT32_MAX)},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
+                           "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 15,
+                          "timeoutSeconds": 5, "failureThreshold": 4},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security,
+        "volumeMounts": mounts,
     }
-
-
-def _render(template: str, context: dict[str, Any]) -> dict[str, Any]:
-    text = _ENV.get_template(template).render(**context)
-    data: dict[str, Any] = yaml.load(text, Loader=_Loader)
-    return data
-
-
-def build_deployment(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any]:
-    deployment = _render("deployment.yaml.j2", context or build_context(inp))
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 60,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if inp.affinity:
+        pod_spec["affinity"] = dict(inp.affinity)
+    deployment: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": names.deployment, "namespace": inp.namespace, "labels": labels, "annotations": {},
+                     "ownerReferences": [inp.owner.to_k8s()]},
+        "spec": {
+            "replicas": _clamp(inp.replicas, 0, INT32_MAX),
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 60 * 60,
+            "selector": {"matchLabels": selector_for(inp.name)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
+        },
+    }
     deployment["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(deployment["spec"])
     return deployment
 
 
-def build_service(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any]:
-    service = _render("service.yaml.j2", context or build_context(inp))
+def build_service(inp: RenderInput) -> dict[str, Any]:
+    service: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": child_names(inp.name).service, "namespace": inp.namespace,
+                     "labels": labels_for(inp.name), "annotations": {},
+                     "ownerReferences": [inp.owner.to_k8s()]},
+        "spec": {
+            "type": inp.service_type,
+            "selector": selector_for(inp.name),
+            "ports": [{"name": "http", "port": _clamp(inp.service_port, 1, 65535), "targetPort": "http",
+                       "protocol": "TCP"}],
+        },
+    }
     service["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(service["spec"])
     return service
 
 
-def build_cache_pvc(inp: RenderInput, context: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def build_cache_pvc(inp: RenderInput) -> dict[str, Any] | None:
     """A PVC for the model cache when the user asked us to create one."""
     if not (inp.cache_create and inp.cache_claim):
         return None
-    return _render("pvc.yaml.j2", context or build_context(inp))
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": inp.cache_size}}}
+    if inp.cache_storage_class:
+        spec["storageClassName"] = inp.cache_storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": dns1123_subdomain(inp.cache_claim), "namespace": inp.namespace,
+                     "labels": labels_for(inp.name), "ownerReferences": [inp.owner.to_k8s()]},
+        "spec": spec,
+    }
 
 
 def build_children(inp: RenderInput) -> list[dict[str, Any]]:
-    """Every object one VLLMService owns, in apply order (the template context is built once)."""
-    context = build_context(inp)
-    children = [build_deployment(inp, context), build_service(inp, context)]
-    pvc = build_cache_pvc(inp, context)
+    """Every object one VLLMService owns, in apply order."""
+    children = [build_deployment(inp), build_service(inp)]
+    pvc = build_cache_pvc(inp)
     return ([pvc] if pvc else []) + children
