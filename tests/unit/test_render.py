@@ -21,8 +21,8 @@ from vllm_operator.render.manifests import (
     build_children,
     build_deployment,
     build_service,
-    host_memory_gib,
     child_names,
+    host_memory_gib,
     render_args,
 )
 from vllm_operator.sources import load_model_files

@@ -1,0 +1,105 @@
+"""Property-based: generated VLLMService specs, valid and hostile, through the reconcile core (issue 10).
+
+Zero exceptions escape `desired_state`; no spec ends in the InternalError safety net; every rejection names its
+field; nothing is fetched for an invalid spec; every rendered child is valid for a real API server
+(`kubernetes-validate`, strict) and has no key the renderer's full reference rendering lacks. The sample is
+CI-sized (ADVERSARIAL_EXAMPLES, default 300); benchmarks/adversarial_corpus.py runs the large corpus with counts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kit import adversarial
+from vllm_operator import reconcile
+from vllm_operator.api.v1alpha1 import validate_spec
+
+EXAMPLES = int(os.environ.get("ADVERSARIAL_EXAMPLES", "300"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@given(spec=adversarial.specs, name=adversarial.name, node_labels=adversarial.nodes)
+def test_every_spec_gets_a_typed_answer(spec: Any, name: str, node_labels: Any) -> None:
+    adversarial.CALLS.clear()
+    observed = adversarial.observe(spec, name, node_labels)
+    desired = reconcile.desired_state(observed)
+    adversarial.check(observed, desired)
+    if validate_spec(spec):
+        assert adversarial.CALLS == [], "the model was looked up for an invalid spec"
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.sampled_from(adversarial.HOSTILE_CONFIGS), name=adversarial.name)
+def test_hostile_inline_configs_are_refused_quickly(config: Any, name: str) -> None:
+    spec = {"model": {"name": "org/m", "config": config}, "gpu": {"product": "H100-80GB"}}
+    started = time.perf_counter()
+    desired = reconcile.desired_state(adversarial.observe(spec, name, ()))
+    elapsed = time.perf_counter() - started
+    outcome = adversarial.check(adversarial.observe(spec, name, ()), desired)
+    assert outcome != "Deployed" or config.get("num_hidden_layers", 0) <= 1024, outcome
+    assert elapsed < 2.0, f"one plan took {elapsed:.1f} s"
+
+
+def test_the_core_never_resolves_a_path() -> None:
+    """`dev/zero` and `etc/passwd` are hub ids to the operator: the injected resolver gets them, no file is read."""
+    for model in ("dev/zero", "etc/passwd"):
+        asked: list[str] = []
+
+        def resolve(model: str = model, asked: list[str] = asked) -> tuple[None, str]:
+            asked.append(model)
+            return None, f"'{model}' is unknown on the hub"
+
+        observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
+                                      spec={"model": {"name": model}}, status={}, now=adversarial.NOW,
+                                      nodes=(adversarial.L4_NODE,), resolve_model=resolve)
+        desired = reconcile.desired_state(observed)
+        assert asked == [model]
+        assert desired.children is None and desired.retry_after
+    for bad in ("/dev/zero", "../etc/passwd", "./x", "a/b/c"):
+        assert validate_spec({"model": {"name": bad}}), bad
+
+
+def test_pinned_flags_reach_the_args_or_name_the_release() -> None:
+    lora = {"model": {"name": adversarial.CATALOG_IDS[0]}, "flags": {"enableLora": True, "maxLoraRank": 64},
+            "gpu": {"product": "H100-80GB"}}
+    desired = reconcile.desired_state(adversarial.observe(lora, "svc", ()))
+    assert desired.children is not None, desired.status.conditions
+    args = next(c for c in desired.children if c["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "64"
+    swap = {**lora, "flags": {"swapSpace": 8}, "image": "vllm/vllm-openai:v0.11.0"}
+    desired = reconcile.desired_state(adversarial.observe(swap, "svc", ()))
+    assert desired.children is not None
+    args = desired.children[-2]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert float(args[args.index("--swap-space") + 1]) == 8
+    removed = {**swap, "image": "vllm/vllm-openai:v0.26.0"}
+    desired = reconcile.desired_state(adversarial.observe(removed, "svc", ()))
+    message = next(c.message for c in desired.status.conditions if c.type == "Degraded")
+    assert desired.children is None and "spec.flags.swapSpace" in message and "0.18.0" in message
+
+
+def test_literal_secrets_get_a_warning_condition_once() -> None:
+    spec = {"model": {"name": adversarial.CATALOG_IDS[0]}, "gpu": {"product": "H100-80GB"},
+            "env": [{"name": "HF_TOKEN", "value": "hf_" + "a" * 34}],
+            "hfTokenSecretRef": {"name": "hf"}, "extraArgs": ["--api-key", "$(HF_TOKEN)"]}
+    desired = reconcile.desired_state(adversarial.observe(spec, "svc", ()))
+    condition = next(c for c in desired.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE)
+    assert condition.status == "False" and "spec.env[0].value" in condition.message
+    assert "spec.extraArgs[1]" in condition.message and "hf_aaaa" not in condition.message
+    assert [e.reason for e in desired.events if e.type == "Warning"] == [reconcile.LITERAL_SECRET]
+    status = desired.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    again = reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-1", generation=1, spec=spec, status=status, now=adversarial.NOW,
+        resolve_model=adversarial.resolver(spec)))
+    assert not [e for e in again.events if e.reason == reconcile.LITERAL_SECRET]
+    clean = {k: v for k, v in spec.items() if k not in ("env", "extraArgs")}
+    cleared = reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-1", generation=2, spec=clean, status=status, now=adversarial.NOW,
+        resolve_model=adversarial.resolver(clean)))
+    assert next(c for c in cleared.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE).status == "True"
