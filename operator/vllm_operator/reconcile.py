@@ -50,6 +50,26 @@ log = logging.getLogger("vllm_operator.reconcile")
 #: model is neither inline nor already given, so nothing is fetched or read for an invalid one.
 ModelResolver = Callable[[], "tuple[ModelFiles | None, str | None]"]
 
+#: The shell's node listing for a nodeSelector: labels of the matching nodes. Called only for a valid spec.
+NodeLister = Callable[[Mapping[str, str]], "Sequence[Mapping[str, str]]"]
+
+
+class _ShellFailure(Exception):
+    """An injected shell callback failed (an API error to retry): re-raised as it was, never turned into a
+    condition by the core's safety net."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+def _from_shell(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as exc:
+        raise _ShellFailure(exc) from exc
+
+
 #: Condition set while the spec carries a literal secret (env value, extraArgs) or expands one into argv.
 SECRETS_BY_REFERENCE = "SecretsByReference"
 LITERAL_SECRET = "LiteralSecret"
@@ -89,6 +109,7 @@ class Observed:
     model_error: str | None = None                  # why the model files could not be read
     catalog: GPUCatalog | None = None
     resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
+    list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
 
 
 @dataclass
@@ -259,13 +280,15 @@ def _model_files(observed: Observed, spec: VLLMServiceSpec) -> tuple[ModelFiles 
     if observed.model_files is not None or observed.model_error is not None:
         return observed.model_files, observed.model_error
     if observed.resolve_model is not None:
-        return observed.resolve_model()
+        resolve = observed.resolve_model
+        files, error = _from_shell(resolve)
+        return files, error
     return None, None
 
 
 def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[cond.ConditionUpdate], list[Event]]:
     """A Warning condition (and one Event) while the spec carries a literal secret; cleared when it is gone."""
-    secret_vars = [e.name for e in spec.env if isinstance(e.value_from, dict) and "secretKeyRef" in e.value_from]
+    secret_vars = [e.name for e in spec.env if e.value_from is not None and e.value_from.secret_key_ref]
     if spec.hf_token_secret_ref:
         secret_vars.append("HF_TOKEN")
     findings = secret_findings((e.to_dict() for e in spec.env), spec.extra_args, secret_vars)
@@ -291,6 +314,8 @@ def desired_state(observed: Observed) -> Desired:
     """
     try:
         return _desired_state(observed)
+    except _ShellFailure as failure:  # the shell's own API error: its retry policy applies
+        raise failure.original from None
     except Exception as exc:  # noqa: BLE001 - the core must answer every VLLMService; the test corpus keeps this unused
         log.exception("reconcile core failed for %s/%s", observed.namespace, observed.name)
         message = (f"the operator could not plan this spec ({type(exc).__name__}); this is a bug in the operator, "
@@ -341,8 +366,12 @@ def _desired_state(observed: Observed) -> Desired:
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+    nodes = observed.nodes
+    if not spec.gpu.product and observed.list_nodes is not None:
+        lister = observed.list_nodes
+        nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
     try:
-        gpu, how, product_label, node_count = resolve_gpu(spec, observed.nodes, catalog)
+        gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
         message = str(exc)
         field_error = bool(spec.gpu.product)
@@ -399,7 +428,7 @@ def _desired_state(observed: Observed) -> Desired:
         extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
         weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
-        tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity,
+        tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity.to_dict() if spec.affinity else None,
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",

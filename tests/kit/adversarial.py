@@ -257,7 +257,10 @@ def check(observed: reconcile.Observed, desired: reconcile.Desired) -> str:
     if desired.children is None:
         return reason or "NotDeployed"
     for child in desired.children:
-        kubernetes_validate.validate(child, K8S_VERSION, strict=True)
+        try:
+            kubernetes_validate.validate(child, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(f"{child['kind']} is invalid for Kubernetes: {exc.message[:300]}") from None
         extra = key_paths(child) - REFERENCE[child["kind"]]
         assert not extra, f"{child['kind']} has keys the spec did not ask for: {sorted(extra)[:5]}"
         assert isinstance(child["metadata"]["name"], str) and len(child["metadata"]["name"]) <= 253
@@ -269,5 +272,12 @@ def check(observed: reconcile.Observed, desired: reconcile.Desired) -> str:
 
 
 def observe(spec: Any, name: str, node_labels: tuple[Mapping[str, str], ...]) -> reconcile.Observed:
+    """The core's input as the shell builds it: the model resolver and the node lister are injected (and record
+    their calls in CALLS), so a test sees whether anything was fetched."""
+
+    def list_nodes(selector: Mapping[str, str]) -> tuple[Mapping[str, str], ...]:
+        CALLS.append({"nodes": dict(selector)})
+        return node_labels
+
     return reconcile.Observed(name=name, namespace="ns", uid="uid-1", generation=1, spec=spec, status={}, now=NOW,
-                              nodes=node_labels, resolve_model=resolver(spec))
+                              list_nodes=list_nodes, resolve_model=resolver(spec))

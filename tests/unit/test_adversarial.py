@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,7 @@ def test_every_spec_gets_a_typed_answer(spec: Any, name: str, node_labels: Any) 
     desired = reconcile.desired_state(observed)
     adversarial.check(observed, desired)
     if validate_spec(spec):
-        assert adversarial.CALLS == [], "the model was looked up for an invalid spec"
+        assert adversarial.CALLS == [], "the model or the nodes were looked up for an invalid spec"
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -63,6 +64,29 @@ def test_the_core_never_resolves_a_path() -> None:
         assert desired.children is None and desired.retry_after
     for bad in ("/dev/zero", "../etc/passwd", "./x", "a/b/c"):
         assert validate_spec({"model": {"name": bad}}), bad
+
+
+def test_a_failing_shell_lookup_propagates_for_the_shell_to_retry() -> None:
+    """An API error in an injected lookup is the shell's to retry: the core re-raises it, unchanged, instead of
+    turning it into an InternalError condition."""
+
+    class Transient(Exception):
+        pass
+
+    def broken(_selector: Any) -> Any:
+        raise Transient("list nodes: 503")
+
+    observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
+                                  spec={"model": {"name": adversarial.CATALOG_IDS[0]}}, status={},
+                                  now=adversarial.NOW, list_nodes=broken,
+                                  resolve_model=adversarial.resolver({"model": {"name": adversarial.CATALOG_IDS[0]}}))
+    with pytest.raises(Transient, match="503"):
+        reconcile.desired_state(observed)
+    hostile = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
+                                 spec={"model": {"name": "org/m"}, "nodeSelector": {"pool": "x\nhostPID: true"}},
+                                 status={}, now=adversarial.NOW, list_nodes=broken)
+    desired = reconcile.desired_state(hostile)  # invalid: the lister is never called
+    assert next(c for c in desired.status.conditions if c.type == "Degraded").reason == "InvalidSpec"
 
 
 def test_pinned_flags_reach_the_args_or_name_the_release() -> None:

@@ -198,8 +198,8 @@ def test_free_form_and_bookkeeping_fields_are_preserved(schema: dict[str, Any]) 
     preserved = [
         spec["model"]["properties"]["config"],
         spec["model"]["properties"]["safetensorsIndex"],
-        spec["affinity"],
-        spec["env"]["items"]["properties"]["valueFrom"],
+        spec["affinity"]["properties"]["nodeAffinity"],  # issue 10: only the Pod API's blocks, free inside
+        spec["env"]["items"]["properties"]["valueFrom"]["properties"]["secretKeyRef"],
         status["kopf"],
         status["plan"]["properties"]["flags"],
         status["plan"]["properties"]["options"]["items"],

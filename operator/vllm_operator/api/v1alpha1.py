@@ -59,9 +59,11 @@ __all__ = [
     "SINGULAR",
     "VERSION",
     "CelRule",
+    "Affinity",
     "Condition",
     "ConfigMapModelRef",
     "EnvVar",
+    "EnvVarSource",
     "FlagValue",
     "GPUSpec",
     "GPUStatus",
@@ -820,6 +822,23 @@ class Toleration(_Model):
     )
 
 
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from, as in the Pod API (the API server checks the inside)."""
+
+    secret_key_ref: FreeForm | None = Field(default=None, description="A key of a Secret in the namespace.")
+    config_map_key_ref: FreeForm | None = Field(default=None, description="A key of a ConfigMap in the namespace.")
+    field_ref: FreeForm | None = Field(default=None, description="A field of the pod, e.g. metadata.name.")
+    resource_field_ref: FreeForm | None = Field(default=None, description="A resource of the container.")
+
+
+class Affinity(_Model):
+    """Pod affinity, as in the Pod API (the API server checks the inside of each block)."""
+
+    node_affinity: FreeForm | None = Field(default=None, description="Node affinity rules.")
+    pod_affinity: FreeForm | None = Field(default=None, description="Pod affinity rules.")
+    pod_anti_affinity: FreeForm | None = Field(default=None, description="Pod anti-affinity rules.")
+
+
 class EnvVar(_Model):
     """An environment variable for the vLLM container, as in the Pod API."""
 
@@ -838,7 +857,7 @@ class EnvVar(_Model):
         max_length=32768,
         description="Literal value. Never a secret: use `valueFrom.secretKeyRef` (a literal token gets a warning).",
     )
-    value_from: FreeForm | None = Field(
+    value_from: EnvVarSource | None = Field(
         default=None,
         description="A source for the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
     )
@@ -1146,7 +1165,7 @@ class VLLMServiceSpec(_Model):
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=64, description="Pod tolerations (e.g. for GPU taints)."
     )
-    affinity: FreeForm | None = Field(default=None, description="Pod affinity, as in the Pod API.")
+    affinity: Affinity | None = Field(default=None, description="Pod affinity, as in the Pod API.")
     env: list[EnvVar] = Field(
         default_factory=list,
         max_length=256,

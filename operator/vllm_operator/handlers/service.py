@@ -141,12 +141,8 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
     spec_dict = dict(spec)
-    nodes: list[dict[str, str]] = []
-    gpu_spec = spec_dict.get("gpu") or {}
-    if not (isinstance(gpu_spec, Mapping) and gpu_spec.get("product")):
-        nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                                  status=dict(status), now=_now(), nodes=nodes,
+                                  status=dict(status), now=_now(), list_nodes=list_gpu_nodes,
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
