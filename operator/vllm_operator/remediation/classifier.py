@@ -63,6 +63,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .evidence import ContainerEvidence
+from .redact import redact
 
 __all__ = [
     "MEMORY_FAILURES",
@@ -880,6 +881,7 @@ def classify_text(
 
     Always returns a Failure (`Unknown` when nothing is recognised); see the module docstring for the rules.
     """
+    text = redact(text)  # its summary and excerpt become Events, conditions, status and log lines (issue 10)
     if waiting_reason in _IMAGE_PULL_REASONS:
         detail = _one_line(text) if text.strip() else ""
         return Failure(

@@ -37,7 +37,7 @@ _CONTEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?i)(--" + _SECRET_NAME + r"(?:=|\s+))(?!-)(['\"]?)([^\s'\",\[\]{}*][^\s'\",\[\]{}]*)"),
     re.compile(r"(?i)(\bbearer\s+)()([A-Za-z0-9._~+/=-]{6,})"),
     re.compile(r"(?i)(\bbasic\s+)()([A-Za-z0-9+/=]{8,})"),
-    re.compile(r"(?i)(['\"]?\b[\w-]*" + _SECRET_NAME + r"['\"]?\s*[:=]\s*\[?\s*)(['\"]?)((?!None\b)[^\s'\",\[\]{}*][^\s'\",\[\]{}]*)"),
+    re.compile(r"(?i)(['\"]?\b[\w-]*" + _SECRET_NAME + r"['\"]?\s*[:=]\s*\[?\s*)(['\"]?)((?!None\b)[^\s'\",\[\]{}*<][^\s'\",\[\]{}]*)"),
 )
 
 
