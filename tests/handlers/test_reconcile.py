@@ -175,9 +175,10 @@ def _restart(h: OperatorHarness, *names: str) -> list[tuple[str, str, Any]]:
     before = {id(r) for r in h.recorded_requests()}
     h.clear_access_log()
     h.start_operator()
-    # resumed: each object's reconcile lists the nodes (or reads its children) again
-    h.wait_for(lambda: sum(r.verb == "list" and r.resource == "nodes" for r in list(h.server.emulator.access_log))
-               >= len(names), message="the new operator resumed every VLLMService")
+    # resumed: each object's reconcile reads the service afresh (an invalid spec lists no nodes: issue 10)
+    h.wait_for(lambda: sum(r.verb == "get" and r.resource == "vllmservices"
+                           for r in list(h.server.emulator.access_log)) >= len(names),
+               message="the new operator resumed every VLLMService")
     h.wait_quiet(quiet=1.0)
     return [(str(r.method).split(".")[-1], r.url.path, r.data) for r in h.recorded_requests()
             if id(r) not in before and str(r.method).split(".")[-1] not in ("GET", "HEAD")]
