@@ -41,6 +41,8 @@ STRING_FIELDS: list[tuple[str, ...]] = [
     ("resources", "memory"), ("resources", "cpu"), ("resources", "shmSize"), ("hfTokenSecretRef", "name"),
     ("hfTokenSecretRef", "key"), ("nodeSelector", "pool"), ("tolerations", "0", "key"), ("env", "0", "value"),
     ("env", "0", "name"), ("extraArgs", "0"), ("imagePullPolicy",), ("service", "type"),
+    ("model", "configMapRef", "name"), ("model", "configMapRef", "configKey"), ("tolerations", "0", "value"),
+    ("security", "profile"), ("workload", "profile"),
 ]
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": MODEL}, "modelCache": {"claimName": "models"}, "resources": {},
@@ -125,8 +127,16 @@ def test_hostile_services_get_answers_and_never_structure(
                                                                    "Degraded") is None and not planned(n)]
         raise AssertionError(f"no status condition for {missing}:\n{op.log()[-6000:]}") from None
 
+    deployed_payloads = 0
     for name in hostile:
         degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+        if name.startswith("inject-") and planned(name):  # accepted: the payload is a literal value, verbatim
+            payload = PAYLOADS[int(name.split("-")[1]) % len(PAYLOADS)]
+            deployment = cluster.wait_for(lambda name=name: cluster.get_object("deployments", name), timeout=30,
+                                          interval=0.2, message=f"no Deployment for {name}")
+            container = deployment["spec"]["template"]["spec"]["containers"][0]
+            assert payload in container["args"] or payload in [e.get("value") for e in container["env"]], name
+            deployed_payloads += 1
         if degraded is not None and degraded["status"] == "True":
             assert degraded["reason"] in ("InvalidSpec", "ModelNotFound"), (name, degraded)
             if degraded["reason"] == "InvalidSpec":
@@ -169,6 +179,7 @@ def test_hostile_services_get_answers_and_never_structure(
             assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
             assert pod["containers"][0]["securityContext"].get("privileged") is False
     assert len(deployments) >= 4
+    assert deployed_payloads >= 2  # env value and extraArgs take any string: they ran as literals
 
     rss = _rss_mib(op.process.pid)
     print(f"valid service planned after {latency:.1f} s next to {len(hostile)} hostile ones; operator RSS {rss:.0f} MiB")

@@ -8,6 +8,7 @@ CI-sized (ADVERSARIAL_EXAMPLES, default 300); benchmarks/adversarial_corpus.py r
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any
@@ -44,7 +45,7 @@ def test_hostile_inline_configs_are_refused_quickly(config: Any, name: str) -> N
     elapsed = time.perf_counter() - started
     outcome = adversarial.check(adversarial.observe(spec, name, ()), desired)
     assert outcome != "Deployed" or config.get("num_hidden_layers", 0) <= 1024, outcome
-    assert elapsed < 2.0, f"one plan took {elapsed:.1f} s"
+    assert elapsed < 5.0, f"one plan took {elapsed:.1f} s (was 91 s for 100k layers before the bounds)"
 
 
 def test_the_core_never_resolves_a_path() -> None:
@@ -127,3 +128,45 @@ def test_literal_secrets_get_a_warning_condition_once() -> None:
         name="svc", namespace="ns", uid="uid-1", generation=2, spec=clean, status=status, now=adversarial.NOW,
         resolve_model=adversarial.resolver(clean)))
     assert next(c for c in cleared.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE).status == "True"
+
+
+# Every field the CRD bounds by a pattern, with a value it must accept.
+PATTERNED = {
+    ("image",): "registry.example.com:5000/vllm/vllm-openai:v0.11.0",
+    ("model", "name"): "Qwen/Qwen2.5-7B-Instruct",
+    ("model", "revision"): "refs/pr/1",
+    ("model", "servedName"): "qwen:7b",
+    ("gpu", "product"): "NVIDIA-H100-80GB-HBM3",
+    ("modelCache", "claimName"): "models.fast",
+    ("modelCache", "mountPath"): "/root/.cache/huggingface",
+    ("hfTokenSecretRef", "name"): "hf-token",
+    ("hfTokenSecretRef", "key"): "HF_TOKEN",
+    ("nodeSelector", "pool"): "a100_80gb",
+    ("tolerations", 0, "key"): "nvidia.com/gpu",
+    ("tolerations", 0, "value"): "present",
+    ("env", 0, "name"): "VLLM_LOGGING_LEVEL",
+    ("model", "configMapRef", "name"): "llama-config",
+    ("model", "configMapRef", "configKey"): "config.json",
+}
+ANCHOR_PAYLOADS = ["x\nprivileged: true", "x}: {privileged: true", "ok\n", " ok", "ok ", "a b"]
+PATH_PAYLOADS = ["a/../b", "../x", "/", "/dev/../etc"]
+PATH_FIELDS = {("model", "name"), ("model", "revision"), ("modelCache", "mountPath"), ("modelCache", "claimName"),
+               ("hfTokenSecretRef", "name"), ("model", "configMapRef", "name")}
+
+
+@pytest.mark.parametrize("path", list(PATTERNED), ids=lambda p: ".".join(map(str, p)))
+def test_patterned_fields_refuse_payloads_and_accept_real_values(path: tuple[Any, ...]) -> None:
+    def spec_with(value: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {"model": {"name": "org/m"}}
+        base = {"modelCache": {"claimName": "c"}, "hfTokenSecretRef": {"name": "hf"}, "env": [{"name": "A"}],
+                "model": {"name": "org/m", "configMapRef": {"name": "cm"}} if "configMapRef" in path else None}
+        if base.get(str(path[0])):
+            doc[str(path[0])] = copy.deepcopy(base[str(path[0])])
+        adversarial._set(doc, path, value)
+        return doc
+
+    assert validate_spec(spec_with(PATTERNED[path])) == []
+    prefix = "spec." + str(path[0])
+    for payload in ANCHOR_PAYLOADS + (PATH_PAYLOADS if path in PATH_FIELDS else []):
+        errors = validate_spec(spec_with(payload))
+        assert errors and all(e.field.startswith(prefix) for e in errors), (payload, errors)

@@ -167,6 +167,9 @@ LABEL_KEY_PATTERN = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 
+#: A toleration key: a label key, or empty (with operator Exists: every taint).
+TOLERATION_KEY_PATTERN = r"^(" + LABEL_KEY_PATTERN[1:-1] + ")?$"
+
 _LABEL_KEY = re.compile(LABEL_KEY_PATTERN.removesuffix("$") + r"\Z")
 
 #: An environment variable name, as the Pod API accepts it.
@@ -805,7 +808,7 @@ class Toleration(_Model):
     """A pod toleration, as in the Pod API."""
 
     key: str | None = Field(
-        default=None, max_length=317, pattern=r"^$|" + LABEL_KEY_PATTERN[1:],
+        default=None, max_length=317, pattern=TOLERATION_KEY_PATTERN,
         description="Taint key; empty with operator Exists matches all taints.",
     )
     operator: Literal["Exists", "Equal"] | None = Field(
@@ -1554,6 +1557,7 @@ _PATTERN_WORDS = {
     LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending "
                          "with a letter or digit",
     LABEL_KEY_PATTERN: "must be a label key such as example.com/pool",
+    TOLERATION_KEY_PATTERN: "must be a taint key such as nvidia.com/gpu (or empty)",
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.'",
     REVISION_PATTERN: "must be a branch, tag or commit such as main or v1.0",
 }
