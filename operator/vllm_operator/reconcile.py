@@ -299,7 +299,9 @@ def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[con
             return [cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
                                          "no literal secret in spec.env or spec.extraArgs")], []
         return [], []
-    message = "; ".join(f"{f.field}: {f.message}" for f in findings)
+    message = "; ".join(f"{f.field}: {f.message}" for f in findings[:8])
+    if len(findings) > 8:
+        message += f"; and {len(findings) - 8} more in spec.env / spec.extraArgs"
     said = before is not None and before.get("message") == message and before.get("status") == cond.FALSE
     return ([cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.FALSE, LITERAL_SECRET, message)],
             [] if said else [Event(EVENT_WARNING, LITERAL_SECRET, message)])
