@@ -17,9 +17,11 @@ import kopf
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
-from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY
-from ..sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
+from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, kube
+from .effects import apply_children
+from .observe import list_gpu_nodes, load_model
+from .remediation import remediate_service, step_up_service
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
@@ -53,68 +55,6 @@ def _now() -> datetime:
 def _involved(name: str, namespace: str, uid: str | None) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService", "name": name, "namespace": namespace,
             "uid": uid}
-
-
-def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | None, str | None]:
-    """The model's config.json (+ checkpoint size): inline, from a ConfigMap, the catalog, or the hub."""
-    model = spec.get("model") or {}
-    name = str(model.get("name", ""))
-    try:
-        if model.get("config"):
-            return model_files_from_inline(dict(model["config"]), _inline_index(model), name), None
-        ref = model.get("configMapRef")
-        if ref:
-            with kube.api_errors("read the model ConfigMap"):
-                config_map = kube.get(kube.CONFIGMAPS, namespace, ref["name"])
-            if config_map is None:
-                return None, f"ConfigMap {ref['name']} (spec.model.configMapRef) not found"
-            data = config_map.get("data") or {}
-            config_text = data.get(ref.get("configKey", "config.json"))
-            if config_text is None:
-                return None, f"ConfigMap {ref['name']} has no key {ref.get('configKey', 'config.json')}"
-            index_text = data.get(ref.get("safetensorsIndexKey", "model.safetensors.index.json"))
-            return model_files_from_inline(config_text, index_text, name), None
-        return load_model_files(name, revision=model.get("revision")), None
-    except ModelSourceError as exc:
-        return None, str(exc)
-
-
-def _inline_index(model: Mapping[str, Any]) -> dict[str, Any] | None:
-    index = model.get("safetensorsIndex")
-    return dict(index) if index else None
-
-
-def list_gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
-    selector = ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or None
-    with kube.api_errors("list nodes"):
-        nodes = kube.list_objects(kube.NODES, label_selector=selector)
-    return [dict((n.get("metadata") or {}).get("labels") or {}) for n in nodes]
-
-
-def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Create what is missing, patch what changed (by spec-hash annotation); returns what was written."""
-    written = []
-    for child in children:
-        resource = kube.KIND_RESOURCES[child["kind"]]
-        name = child["metadata"]["name"]
-        with kube.api_errors(f"apply {child['kind']} {name}"):
-            existing = kube.get(resource, namespace, name)
-            if existing is None:
-                kube.create(resource, namespace, child)
-                written.append(f"created {child['kind']} {name}")
-                continue
-            if child["kind"] == "PersistentVolumeClaim":
-                continue  # immutable spec: created once, never patched
-            want = child["metadata"].get("annotations", {}).get(ANNOTATION_SPEC_HASH)
-            have = ((existing.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-            if want != have:
-                kube.patch(resource, namespace, name, {
-                    "metadata": {"labels": child["metadata"]["labels"],
-                                 "annotations": child["metadata"]["annotations"],
-                                 "ownerReferences": child["metadata"]["ownerReferences"]},
-                    "spec": child["spec"]})
-                written.append(f"updated {child['kind']} {name}")
-    return written
 
 
 def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) -> bool:
@@ -204,8 +144,6 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
     """A pod of ours changed: if its vLLM container failed, walk the remediation ladder one step."""
     if type == "DELETED":
         return
-    from .remediation import remediate_service
-
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
     if not owner or not _looks_failed(body):
@@ -231,8 +169,6 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
     if anything drifted. Writes nothing when nothing changed."""
-    from .remediation import remediate_service, step_up_service
-
     assert namespace is not None
     allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
     if remediate_service(namespace, name, logger) is None and not (
