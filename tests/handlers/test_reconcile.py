@@ -25,8 +25,10 @@ def _is_subsequence(part: list[str], whole: list[str]) -> bool:
 
 def _ready(h: OperatorHarness, name: str, ready: int = 1) -> None:
     """Play the Deployment controller: report `ready` ready replicas."""
-    h.server.patch_status("deployments", name, {"replicas": ready, "readyReplicas": ready,
-                                                "availableReplicas": ready, "updatedReplicas": ready})
+    generation = h.server.get_object("deployments", name, "default")["metadata"]["generation"]
+    h.server.patch_status("deployments", name, {"observedGeneration": generation, "replicas": ready,
+                                                "readyReplicas": ready, "availableReplicas": ready,
+                                                "updatedReplicas": ready})
 
 
 # --- 1. create -------------------------------------------------------------------------------------

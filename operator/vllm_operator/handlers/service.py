@@ -6,9 +6,13 @@ The operator never writes a VLLMService's spec: only its status, its children an
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import functools
 import logging
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,9 +20,10 @@ import kopf
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
+from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, kube
+from . import config, effects, kube, rollouts
 from .effects import apply_children
 from .observe import list_gpu_nodes, load_model
 from .remediation import remediate_service, step_up_service
@@ -99,12 +104,24 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.children is not None:
         for line in apply_children(desired.children, namespace):
             logger.info(line)
+            if line.startswith("updated Deployment ") and _profile_changed(status, desired):
+                # a new profile: none of its pods runs yet, whatever readyReplicas says
+                desired.status = cond.fold_status(
+                    desired.status, conditions=rollout.started_conditions(
+                        desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
+                    observed_generation=generation, now=observed.now)
     write_status(namespace, name, status, desired.status)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         with kube.api_errors("post an event"):
             kube.post_event(namespace, involved, event.type, event.reason, event.message)
     return desired
+
+
+def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> bool:
+    before = status.get("plan") or {}
+    after = desired.status.plan
+    return after is not None and before.get("args") != after.args
 
 
 def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,23 +137,105 @@ def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[
     return new
 
 
+#: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
+_RECONCILE_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="reconcile")
+#: The longest pause between retries of a transient failure (seconds).
+MAX_RETRY_DELAY = 600.0
+
+
+def backoff(delay: float | None, retry: int) -> float:
+    """A transient failure's delay, doubled with each retry of the same handler, capped."""
+    return float(min((delay or 1.0) * 2 ** min(retry, 10), MAX_RETRY_DELAY))
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
-def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
-                          status: Mapping[str, Any], logger: kopf.Logger, reason: str, **_: Any) -> None:
+async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
+                                status: Mapping[str, Any], logger: kopf.Logger, reason: str, retry: int = 0,
+                                **_: Any) -> None:
+    """Every VLLMService gets an answer: a status, or — when anything goes wrong — a condition and one Event naming
+    what is wrong and what to change. A permanent failure (the API server refused a child, an unexpected error, a
+    reconcile past its time bound) is not retried until the spec changes; a transient one backs off."""
     assert namespace is not None  # VLLMService is namespaced
-    if reason == "update" and (status.get("remediation") or {}).get("profile"):
-        status = _reset_ladder(namespace, name, status)
+    generation = int(meta.get("generation") or 1)
+    call = functools.partial(_reconcile_now, name, namespace, uid, generation, copy.deepcopy(dict(spec)),
+                             copy.deepcopy(dict(status)), logger, reason)
+    loop = asyncio.get_running_loop()
+    timeout = config.CONFIG.reconcile_timeout_seconds
     try:
-        desired = reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
-    except kopf.TemporaryError:
-        metrics.RECONCILES.labels(outcome="retry").inc()
+        desired = await asyncio.wait_for(loop.run_in_executor(_RECONCILE_POOL, call), timeout=timeout)
+    except kube.Rejected as exc:
+        await _answer(namespace, name, uid, generation, cond.CHILD_REJECTED,
+                      f"{exc}; change the spec so that what the operator renders from it is valid", logger)
         raise
+    except TimeoutError:
+        await _answer(namespace, name, uid, generation, cond.RECONCILE_ERROR,
+                      f"reconciling took longer than {timeout:.0f} s (reading the model or planning it): the spec "
+                      "asks for too much work (e.g. a huge spec.model.config); change it", logger)
+        raise kopf.PermanentError(f"reconcile exceeded {timeout:.0f} s") from None
+    except kopf.TemporaryError as exc:
+        metrics.RECONCILES.labels(outcome="retry").inc()
+        raise kopf.TemporaryError(str(exc), delay=backoff(exc.delay, retry)) from exc
+    except kopf.PermanentError:
+        raise
+    except Exception as exc:
+        logger.exception("reconcile of %s/%s failed", namespace, name)
+        await _answer(namespace, name, uid, generation, cond.RECONCILE_ERROR,
+                      f"the operator could not reconcile this spec ({type(exc).__name__}: {str(exc)[:500]}); "
+                      "change the spec — it is retried when the spec changes — or report this error", logger)
+        raise kopf.PermanentError(f"{type(exc).__name__}: {exc}") from exc
     metrics.RECONCILES.labels(outcome="ok" if desired.plan and desired.plan.fits else "not_deployed").inc()
     if desired.retry_after:
         raise kopf.TemporaryError("waiting: " + "; ".join(e.message for e in desired.events)[:200],
-                                  delay=desired.retry_after)
+                                  delay=backoff(desired.retry_after, retry))
+
+
+def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: dict[str, Any],
+                   status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
+    if reason == "update" and (status.get("remediation") or {}).get("profile"):
+        status = _reset_ladder(namespace, name, status)
+    return reconcile_service(name, namespace, uid, generation, spec, status, logger)
+
+
+async def _answer(namespace: str, name: str, uid: str, generation: int, reason: str, message: str,
+                  logger: kopf.Logger) -> None:
+    """Say what went wrong: Degraded=True (and Ready/Progressing False) with `reason`, and one Event."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(_RECONCILE_POOL, functools.partial(
+            record_failure, namespace, name, uid, generation, reason, message))
+    except Exception as exc:  # the answer could not be written: let kopf retry the whole reconcile
+        metrics.RECONCILES.labels(outcome="retry").inc()
+        raise kopf.TemporaryError(f"{reason}: {message[:200]} (and the status write failed: {exc})",
+                                  delay=5) from exc
+    metrics.RECONCILES.labels(outcome="error").inc()
+    logger.error("%s: %s", reason, message)
+
+
+def record_failure(namespace: str, name: str, uid: str, generation: int, reason: str, message: str) -> None:
+    said: list[bool] = []
+
+    def build(service: dict[str, Any]) -> Any:
+        stored = service.get("status") or {}
+        said.append(any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE and c.get("reason") == reason
+                        and c.get("message") == message and c.get("observedGeneration") == generation
+                        for c in stored.get("conditions") or []))
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, "waiting for a spec change"),
+                   cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "the current spec is not applied")]
+        return cond.fold_status(stored, conditions=updates, observed_generation=generation, now=_now())
+
+    effects.update_status(namespace, name, build)
+    if not (said and said[-1]):
+        effects.post_event(namespace, _involved(name, namespace, uid), "Warning", reason, message)
+
+
+def answered_failure(status: Mapping[str, Any], generation: int) -> bool:
+    """Whether the status holds a permanent failure of this generation (no timer retries it)."""
+    return any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE
+               and c.get("reason") in (cond.RECONCILE_ERROR, cond.CHILD_REJECTED)
+               and c.get("observedGeneration") == generation for c in status.get("conditions") or [])
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
@@ -146,6 +245,12 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
         return
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    if owner and rollout.unschedulable_message(body):
+        try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
+            rollouts.refresh(meta["namespace"], owner)
+        except kopf.TemporaryError as exc:
+            logger.warning("rollout status deferred: %s", exc)
+        return
     if not owner or not _looks_failed(body):
         return
     try:
@@ -170,6 +275,8 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
     if anything drifted. Writes nothing when nothing changed."""
     assert namespace is not None
+    if answered_failure(status, int(meta.get("generation") or 1)):
+        return  # a permanent failure waits for a spec change, not for a timer
     allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
     if remediate_service(namespace, name, logger) is None and not (
             allow_step_up and step_up_service(namespace, name, logger)):
@@ -178,7 +285,7 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
-    """Fold the Deployment's readiness into the owner's status (Ready, readyReplicas)."""
+    """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":
         return
     meta = body.get("metadata") or {}
@@ -186,21 +293,6 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
     namespace = meta.get("namespace")
     if not owner or not namespace:
         return
-    with kube.service_lock(namespace, owner):
-        _fold_readiness(namespace, owner, body)
-
-
-def _fold_readiness(namespace: str, owner: str, body: Mapping[str, Any]) -> None:
-    with kube.api_errors("read the VLLMService"):
-        service = kube.get(kube.VLLMSERVICES, namespace, owner)
-    if service is None:
-        return
-    status = service.get("status") or {}
-    if (status.get("plan") or {}).get("fits") is False:
-        return  # an infeasible plan has no Deployment of ours to report on
-    deployment_status = body.get("status") or {}
-    replicas = int((body.get("spec") or {}).get("replicas") or 0)
-    ready = int(deployment_status.get("readyReplicas") or 0)
-    generation = int((service.get("metadata") or {}).get("generation") or 1)
-    new = reconcile.readiness_update(status, generation=generation, now=_now(), replicas=replicas, ready=ready)
-    write_status(namespace, owner, status, new)
+    if not body.get("status"):
+        return  # the Deployment controller has not looked at it yet: the reconcile's status stands
+    rollouts.refresh(namespace, owner, body)
