@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from remediation_harness import (
+
+from kit.inprocess import (
     Cluster,
     args_of,
     condition,
@@ -33,7 +34,6 @@ from remediation_harness import (
     vllm_container,
     vllm_texts,
 )
-
 from vllm_operator.handlers import kube
 from vllm_operator.handlers.remediation import remediate_service
 from vllm_operator.handlers.service import reconcile_service
