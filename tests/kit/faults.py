@@ -9,7 +9,7 @@ expression searched in the path) and whether it is a watch, and does one of:
 * ``hold=2.0`` — hold the request that many seconds before forwarding it (or until `release()`);
 * ``cut_after=0.5`` — for watches: stream for that long, then cut the connection (kopf must re-list/re-watch).
 
-A rule fires on its first `times` matches (None: always), with `probability` (seeded), after skipping `skip`
+A rule may also match the request body (`body`, a regex: one write among many). A rule fires on its first `times` matches (None: always), with `probability` (seeded), after skipping `skip`
 matches. Every request is recorded (`log`), with the rule that fired, so tests can prove the fault happened.
 Runs an aiohttp server on 127.0.0.1 in a thread with its own event loop; `stop()` closes it and every stream.
 """
@@ -43,6 +43,7 @@ class Rule:
     method: str | None = None            # "PATCH", "POST"...; None: any
     path: str | None = None              # a regex searched in the request path; None: any
     watch: bool | None = None            # True: watches only; False: no watches; None: both
+    body: str | None = None              # a regex searched in the request body (e.g. one write among many)
     status: int | None = None
     land_then: int | None = None
     hold: float | None = None
@@ -54,10 +55,12 @@ class Rule:
     seen: int = field(default=0, init=False)
     fired: int = field(default=0, init=False)
 
-    def matches(self, method: str, path: str, watch: bool) -> bool:
+    def matches(self, method: str, path: str, watch: bool, body: bytes = b"") -> bool:
         if self.method is not None and method.upper() != self.method.upper():
             return False
         if self.path is not None and not re.search(self.path, path):
+            return False
+        if self.body is not None and not re.search(self.body, body.decode(errors="replace")):
             return False
         return self.watch is None or self.watch == watch
 
@@ -128,10 +131,10 @@ class FaultProxy:
         with self._lock:
             return [entry for entry in self.log if entry.rule is not None and (name is None or entry.rule == name)]
 
-    def _pick(self, method: str, path: str, watch: bool) -> Rule | None:
+    def _pick(self, method: str, path: str, watch: bool, body: bytes) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.exhausted or not rule.matches(method, path, watch):
+                if rule.exhausted or not rule.matches(method, path, watch, body):
                     continue
                 rule.seen += 1
                 if rule.seen <= rule.skip or self._random.random() >= rule.probability:
@@ -206,9 +209,9 @@ class FaultProxy:
     async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         watch = request.query.get("watch") in ("true", "1")
         path, query = request.path, request.query_string
-        rule = self._pick(request.method, path, watch)
-        name = rule.name if rule is not None else None
         body = await request.read()
+        rule = self._pick(request.method, path, watch, body)
+        name = rule.name if rule is not None else None
         if rule is not None and rule.status is not None:
             self._record(Logged(request.method, path, query, watch, name, rule.status))
             return aiohttp.web.json_response(_status_body(rule.status, f"injected by {name}"), status=rule.status)

@@ -680,3 +680,88 @@ def harness_fixture(tmp_path: Path) -> Iterator[Cluster]:
         yield env
     finally:
         env.close()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ladder scenarios (shared by the handler and e2e tests of record-then-act)
+
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"  # on one L4: TP 1, utilization 0.9, max-model-len 32768
+
+
+def deploy(cluster: Cluster, name: str, spec: Mapping[str, Any] | None = None, *, process: bool = False,
+           memory: str = "64Gi", timeout: float = 30.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One L4 node, the operator, a VLLMService of Qwen 7B (remediation without minimum interval, unless `spec`
+    says otherwise); returns (Deployment, VLLMService) once it is planned."""
+    cluster.add_gpu_node(memory=memory)
+    cluster.start_operator(process=process)
+    body: dict[str, Any] = {"model": {"name": QWEN_7B}, "remediation": {"minIntervalSeconds": 0}}
+    for key, value in (spec or {}).items():
+        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
+    cluster.create_service(name, body)
+    deployment = cluster.wait_deployment(name, timeout=timeout)
+
+    def planned() -> dict[str, Any] | None:
+        obj = cluster.service(name)
+        return obj if ((obj or {}).get("status") or {}).get("plan") else None
+    service = cluster.wait_for(planned, timeout, "status.plan written")
+    return deployment, service
+
+
+def no_kv_crash(service: Mapping[str, Any]) -> str:
+    """NoKVCacheMemory as the service's vLLM release words it, as the kubelet's termination message."""
+    error = vllm_texts(service["status"]["plan"]["vllmVersion"])["no_kv"]()
+    return kubelet_termination_message(engine_failure_log(error))
+
+
+def recorded_event_messages(cluster: Cluster, name: str) -> list[str]:
+    return [str(e.get("message")) for e in cluster.events(name)]
+
+
+def template_patches(cluster: Cluster, name: str) -> list[str]:
+    """The plan annotations of the pod templates written to the Deployment `name`, in order (create, patches), as
+    the API received them (from kmock's request records; consecutive repeats — a retried write — collapsed)."""
+    seen: list[str] = []
+    for record in cluster.recorded_requests():
+        method = str(record.method).split(".")[-1].upper()
+        url = str(record.url.path)
+        if method not in ("POST", "PATCH") or "/deployments" not in url:
+            continue
+        if method == "PATCH" and not url.endswith(f"/deployments/{name}"):
+            continue
+        data = getattr(record, "data", None)
+        if not isinstance(data, Mapping):
+            continue
+        if method == "POST" and (data.get("metadata") or {}).get("name") != name:
+            continue
+        template = (data.get("spec") or {}).get("template") or {}
+        value = ((template.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN)
+        if value is not None and (not seen or seen[-1] != value):
+            seen.append(value)
+    return seen
+
+
+def assert_ladder_invariants(cluster: Cluster, name: str, *, max_steps: int) -> list[dict[str, Any]]:
+    """What must hold whatever failed on the way: every pod-template change appears exactly once in the history,
+    steps never exceed maxSteps and count up one by one, the profile never moves back, and every recorded step's
+    Event was posted. Returns the history."""
+    from vllm_operator.api.v1alpha1 import RemediationEvent
+    from vllm_operator.remediation.ladder import step_event
+
+    obj = cluster.service(name)
+    steps = history(obj)
+    assert len(steps) <= max_steps and remediation(obj)["step"] <= max_steps, steps
+    assert [h["step"] for h in steps] == list(range(1, len(steps) + 1)), steps
+    keys = [f"{h['podUID']}/{h['restartCount']}" for h in steps]
+    assert len(set(keys)) == len(keys), f"one failure, two steps: {keys}"
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after["flagsBefore"] == before["flagsAfter"], "a step did not start where the previous one ended"
+    templates = template_patches(cluster, name)
+    assert len(templates) == len(steps) + 1, f"{len(templates)} pod templates written for {len(steps)} steps"
+    assert len(set(templates)) == len(templates), f"the profile moved back: {templates}"
+    deployment = cluster.deployment(name)
+    assert deployment is not None and plan_annotation(deployment) == templates[-1]
+    posted = recorded_event_messages(cluster, name)
+    for entry in steps:
+        expected = step_event(RemediationEvent.model_validate(entry)).message[:1024]
+        assert expected in posted, f"no Event for step {entry['step']}: {expected!r}"
+    return steps
