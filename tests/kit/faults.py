@@ -6,7 +6,8 @@ expression searched in the path) and whether it is a watch, and does one of:
 
 * ``status=503`` — answer that status with a Kubernetes `Status` body; the request never reaches the API;
 * ``land_then=500`` — forward the request (the write lands), then answer that status instead of the API's reply;
-* ``hold=2.0`` — hold the request that many seconds before forwarding it (or until `release()`);
+* ``hold=2.0`` — hold the request that many seconds (or until `release()`), then forward it — or, with
+  ``status``, answer that without forwarding (a request that never lands, e.g. when its client was killed);
 * ``cut_after=0.5`` — for watches: stream for that long, then cut the connection (kopf must re-list/re-watch).
 
 A rule may also match the request body (`body`, a regex: one write among many). A rule fires on its first `times` matches (None: always), with `probability` (seeded), after skipping `skip`
@@ -212,14 +213,14 @@ class FaultProxy:
         body = await request.read()
         rule = self._pick(request.method, path, watch, body)
         name = rule.name if rule is not None else None
-        if rule is not None and rule.status is not None:
-            self._record(Logged(request.method, path, query, watch, name, rule.status))
-            return aiohttp.web.json_response(_status_body(rule.status, f"injected by {name}"), status=rule.status)
         if rule is not None and rule.hold is not None:
             assert self._released is not None
             self._released.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._released.wait(), timeout=rule.hold)
+        if rule is not None and rule.status is not None:
+            self._record(Logged(request.method, path, query, watch, name, rule.status))
+            return aiohttp.web.json_response(_status_body(rule.status, f"injected by {name}"), status=rule.status)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         url = f"{self.upstream}{path}" + (f"?{query}" if query else "")
         try:
