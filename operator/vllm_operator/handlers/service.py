@@ -98,6 +98,11 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   model_error=model_error, catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
+    if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
+        # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
+        desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
+            cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, "the spec is reconciled")], observed_generation=generation,
+            now=observed.now)
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
@@ -214,28 +219,33 @@ async def _answer(namespace: str, name: str, uid: str, generation: int, reason: 
 
 
 def record_failure(namespace: str, name: str, uid: str, generation: int, reason: str, message: str) -> None:
-    said: list[bool] = []
-
-    def build(service: dict[str, Any]) -> Any:
+    """Write the failure with the status's resourceVersion as a precondition, without the service's lock (a
+    reconcile past its time bound may still hold it), then post its Event unless the status already said it."""
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+               cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, "waiting for a spec change"),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "the current spec is not applied")]
+    for _ in range(5):
+        service = effects.read_service(namespace, name)
+        if service is None:
+            return
         stored = service.get("status") or {}
-        said.append(any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE and c.get("reason") == reason
-                        and c.get("message") == message and c.get("observedGeneration") == generation
-                        for c in stored.get("conditions") or []))
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, "waiting for a spec change"),
-                   cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "the current spec is not applied")]
-        return cond.fold_status(stored, conditions=updates, observed_generation=generation, now=_now())
-
-    effects.update_status(namespace, name, build)
-    if not (said and said[-1]):
+        said = any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE and c.get("reason") == reason
+                   and c.get("message") == message and c.get("observedGeneration") == generation
+                   for c in stored.get("conditions") or [])
+        new = cond.fold_status(stored, conditions=updates, observed_generation=generation, now=_now())
+        if effects.patch_status(namespace, name, service, new) is not None:
+            break
+    else:
+        raise kopf.TemporaryError(f"the status of {namespace}/{name} could not be written", delay=1)
+    if not said:
         effects.post_event(namespace, _involved(name, namespace, uid), "Warning", reason, message)
 
 
-def answered_failure(status: Mapping[str, Any], generation: int) -> bool:
-    """Whether the status holds a permanent failure of this generation (no timer retries it)."""
+def answered_failure(status: Mapping[str, Any], generation: int | None) -> bool:
+    """Whether the status holds a permanent failure (of this generation, unless None): no timer retries it."""
     return any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE
                and c.get("reason") in (cond.RECONCILE_ERROR, cond.CHILD_REJECTED)
-               and c.get("observedGeneration") == generation for c in status.get("conditions") or [])
+               and generation in (None, c.get("observedGeneration")) for c in status.get("conditions") or [])
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
