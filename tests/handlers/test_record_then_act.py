@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,20 @@ def test_a_whole_ladder_under_random_write_faults_and_cut_watches_is_the_fault_f
         assert {"record-landed-500", "rollout-landed-500", "patch-503", "cut-watch"} <= set(fired), fired
     finally:
         faulty.close()
+
+
+def test_a_step_deferred_by_the_minimum_interval_is_taken_when_due_not_by_the_watchdog(cluster: Cluster) -> None:
+    interval = 3
+    deployment, service = deploy(cluster, NAME, {"remediation": {"minIntervalSeconds": interval}})
+    message = no_kv_crash(service)
+    cluster.crashed_pod(deployment, "qwen-a", message=message)
+    first = history(cluster.wait_history(NAME, 1, timeout=PROMPT))[0]
+    stepped = cluster.wait_deployment(NAME, lambda d: plan_annotation(d) != plan_annotation(deployment),
+                                      timeout=PROMPT)
+    cluster.crashed_pod(stepped, "qwen-b", message=message)  # at once: inside the minimum interval
+    second = history(cluster.wait_history(NAME, 2, timeout=PROMPT))[1]
+    gap = (datetime.fromisoformat(second["time"].replace("Z", "+00:00"))
+           - datetime.fromisoformat(first["time"].replace("Z", "+00:00"))).total_seconds()
+    assert interval <= gap < PROMPT, gap
+    cluster.wait_quiet(0.5, timeout=30)
+    assert_ladder_invariants(cluster, NAME, max_steps=5)
