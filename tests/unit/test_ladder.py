@@ -149,3 +149,16 @@ def test_pod_failures_come_before_a_step_up() -> None:
     again = ladder.next_step(_observed(recorded, spec, later), _spec(spec), step_up=True,
                              failures=[_no_kv(recorded, "pod-b")])
     assert isinstance(again, ladder.Outcome) and again.action == "step"
+
+
+def test_a_pod_of_a_template_a_recorded_step_replaced_is_not_answered_again() -> None:
+    status = _planned()
+    old_template = ladder.template_hash(_observed(status).render(status).children)
+    first = ladder.next_step(_observed(status), _spec(), failures=[_no_kv(status, "pod-a")])
+    assert isinstance(first, ladder.Outcome)
+    recorded = first.status.to_dict()  # recorded, maybe not rolled out yet: another pod of the old template dies
+    late = replace(_no_kv(recorded, "pod-b"), template=old_template)
+    assert ladder.next_step(_observed(recorded), _spec(), failures=[late]) is None
+    current = replace(_no_kv(recorded, "pod-c"), template=ladder.template_hash(first.children))
+    second = ladder.next_step(_observed(recorded), _spec(), failures=[current])
+    assert isinstance(second, ladder.Outcome) and second.action == "step"

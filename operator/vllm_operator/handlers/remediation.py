@@ -134,7 +134,8 @@ def pod_failures(pods: list[dict[str, Any]], deployment: Mapping[str, Any] | Non
         if current and annotations.get(ANNOTATION_PLAN) not in (None, current):
             continue
         for evidence, failure in classify_pod(pod):
-            found.append(PodFailure(evidence, failure, failure_key(evidence.pod_uid, death_index(pod, evidence))))
+            found.append(PodFailure(evidence, failure, failure_key(evidence.pod_uid, death_index(pod, evidence)),
+                                    annotations.get(ANNOTATION_PLAN)))
     return found
 
 
@@ -193,6 +194,8 @@ def _step(namespace: str, name: str, logger: logging.Logger | kopf.Logger, *, fa
             if not [f for f in seen if f.key not in keys]:
                 _announce(service, now)
                 return None  # nothing new: the common case, without reading the model or the nodes
+        elif change is None and step_up_target(spec, service.get("status") or {}, now) is None:
+            return None  # no step up due: nothing to plan (the watchdog asks every round)
         node_memory = _node_memory_gib() if any(f.failure.kind == "HostOOMKilled" for f in seen) else None
         observed = observe_service(service, now)
         results: list[Outcome | Deferred | None] = []

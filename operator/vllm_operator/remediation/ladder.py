@@ -72,6 +72,7 @@ class PodFailure:
     evidence: ContainerEvidence
     failure: Failure
     key: str
+    template: str | None = None  # the plan annotation of the pod (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,10 @@ def next_step(observed: Observed, spec: VLLMServiceSpec, *, failures: Sequence[P
     status = observed.status
     deferred: Deferred | None = None
     exhausted = remediation_of(status).exhausted
+    if any(f.template for f in failures):
+        # a pod of another template than the recorded profile's ran a profile a recorded step already replaced
+        recorded = template_hash(observed.render(status).children)
+        failures = [f for f in failures if not (f.template and recorded and f.template != recorded)]
     for found in failures:
         current = current_from(spec, status, host_memory_gib=host_memory_gib, node_memory_gib=node_memory_gib)
         decision = decide(found.failure, found.key, current, now)
