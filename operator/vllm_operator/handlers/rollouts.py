@@ -75,8 +75,13 @@ def _nodes(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _roll_without_surge(namespace: str, service: str, deployment: Mapping[str, Any], why: str) -> None:
+    """Switch once: under the service's lock, on the Deployment as it is now (a pod event and a Deployment event
+    may both have seen the surge strategy)."""
     name = (deployment.get("metadata") or {}).get("name") or service
-    with kube.api_errors(f"patch the strategy of Deployment {name}"):
+    with kube.service_lock(namespace, service), kube.api_errors(f"patch the strategy of Deployment {name}"):
+        current = kube.get(kube.DEPLOYMENTS, namespace, name)
+        if current is None or not rollout.surges(current):
+            return
         kube.patch(kube.DEPLOYMENTS, namespace, name, NO_SURGE)
     log.info("%s/%s: %s", namespace, name, why)
     owner = next((r for r in (deployment.get("metadata") or {}).get("ownerReferences") or []

@@ -11,12 +11,16 @@ import copy
 import functools
 import logging
 import os
+import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
@@ -72,19 +76,66 @@ def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) ->
 
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
-                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
+                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
+                      new: bool = False) -> reconcile.Desired:
     """Observe, compute, apply — the whole reconcile of one VLLMService (under the service's lock, on its
-    current status: the status in kopf's event may predate a ladder step the pod handler just wrote)."""
+    current status: the status in kopf's event may predate a ladder step the pod handler just wrote).
+
+    `new`: kopf's creation event of a service without status — nothing else has written to it or made its
+    children yet, so neither is read first (a burst of creations costs half the requests)."""
     with kube.service_lock(namespace, name):
-        with kube.api_errors(f"read {name}"):
-            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
-        if fresh is not None:
-            status = dict(fresh.get("status") or {})
-        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger)
+        if not new:
+            with kube.api_errors(f"read {name}"):
+                fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+            if fresh is not None:
+                status = dict(fresh.get("status") or {})
+        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger, new=new)
+
+
+#: How long a list of GPU nodes serves the creation of other services (a burst of creations lists the nodes once a
+#: second, not once per service; updates, resumes and the watchdog always list them afresh).
+NODE_CACHE_SECONDS = 1.0
+_node_cache: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[float, list[dict[str, str]]]] = {}
+_node_cache_lock = threading.Lock()
+
+
+def gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
+    """The labels of the nodes matching `node_selector`, listed at most once per NODE_CACHE_SECONDS."""
+    key = (id(kube.client()), tuple(sorted((str(k), str(v)) for k, v in node_selector.items())))
+    now = time.monotonic()
+    with _node_cache_lock:
+        hit = _node_cache.get(key)
+    if hit is not None and now - hit[0] < NODE_CACHE_SECONDS:
+        return hit[1]
+    nodes = list_gpu_nodes(dict(node_selector))
+    with _node_cache_lock:
+        _node_cache[key] = (now, nodes)
+    return nodes
+
+
+def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Children of a new service: create each without reading it first; one that exists already (409) or any other
+    failure goes through `effects.apply_children`, which reads, compares and retries."""
+    written, rest = [], []
+    for index, child in enumerate(children):
+        try:
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child)
+        except ApiException as exc:
+            if exc.status in (400, 422):  # refused: the same object would be refused again
+                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
+                    raise
+            rest = children[index:]
+            break
+        except (HTTPError, OSError):
+            rest = children[index:]
+            break
+        written.append(f"created {child['kind']} {child['metadata']['name']}")
+    return written + (apply_children(rest, namespace) if rest else [])
 
 
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
-                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
+                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
+                      new: bool = False) -> reconcile.Desired:
     spec_dict = dict(spec)
     files, model_error = (None, None)
     if isinstance(spec_dict.get("model"), Mapping) and spec_dict["model"].get("name"):
@@ -92,7 +143,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     nodes: list[dict[str, str]] = []
     gpu_spec = spec_dict.get("gpu") or {}
     if not (isinstance(gpu_spec, Mapping) and gpu_spec.get("product")):
-        nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
+        selector = dict(spec_dict.get("nodeSelector") or {})
+        nodes = gpu_nodes(selector) if new else list_gpu_nodes(selector)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(), nodes=nodes, model_files=files,
                                   model_error=model_error, catalog=config.CONFIG.catalog,
@@ -107,7 +159,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
     if desired.children is not None:
-        for line in apply_children(desired.children, namespace):
+        for line in (create_children if new else apply_children)(desired.children, namespace):
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
                 # a new profile: none of its pods runs yet, whatever readyReplicas says
@@ -200,7 +252,8 @@ def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: d
                    status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
     if reason == "update" and (status.get("remediation") or {}).get("profile"):
         status = _reset_ladder(namespace, name, status)
-    return reconcile_service(name, namespace, uid, generation, spec, status, logger)
+    return reconcile_service(name, namespace, uid, generation, spec, status, logger,
+                             new=reason == "create" and not status)
 
 
 async def _answer(namespace: str, name: str, uid: str, generation: int, reason: str, message: str,
