@@ -19,7 +19,7 @@ No Kubernetes, no kopf, no clock: `now`, everything observed and the planner (`O
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
@@ -183,6 +183,14 @@ def _replan(observed: Observed, remediation: RemediationStatus) -> Rendered:
     return observed.render(_with_remediation(observed.status, remediation))
 
 
+def _reuse(render: Callable[[Mapping[str, Any]], Rendered], status: Mapping[str, Any],
+           rendered: Rendered) -> Callable[[Mapping[str, Any]], Rendered]:
+    """`render`, answering `status` (the recorded one) with what was already rendered for it."""
+    def cached(asked: Mapping[str, Any]) -> Rendered:
+        return rendered if asked is status else render(asked)
+    return cached
+
+
 def next_step(observed: Observed, spec: VLLMServiceSpec, *, failures: Sequence[PodFailure] = (),
               change: ProfileChange | None = None, step_up: bool = False, host_memory_gib: float | None = None,
               node_memory_gib: float | None = None) -> Outcome | Deferred | None:
@@ -193,9 +201,14 @@ def next_step(observed: Observed, spec: VLLMServiceSpec, *, failures: Sequence[P
     status = observed.status
     deferred: Deferred | None = None
     exhausted = remediation_of(status).exhausted
+    if not failures and change is None and not step_up:
+        return None
+    # the pods the recorded profile renders (planned once per call: the filter and the comparison share it)
+    baseline = observed.render(status)
+    observed = replace(observed, render=_reuse(observed.render, status, baseline))
     if any(f.template for f in failures):
         # a pod of another template than the recorded profile's ran a profile a recorded step already replaced
-        recorded = template_hash(observed.render(status).children)
+        recorded = template_hash(baseline.children)
         failures = [f for f in failures if not (f.template and recorded and f.template != recorded)]
     for found in failures:
         current = current_from(spec, status, host_memory_gib=host_memory_gib, node_memory_gib=node_memory_gib)
