@@ -77,19 +77,21 @@ def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) ->
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
-                      new: bool = False) -> reconcile.Desired:
+                      new: bool = False, node_max_age: float = 0.0) -> reconcile.Desired:
     """Observe, compute, apply — the whole reconcile of one VLLMService (under the service's lock, on its
     current status: the status in kopf's event may predate a ladder step the pod handler just wrote).
 
     `new`: kopf's creation event of a service without status — nothing else has written to it or made its
-    children yet, so neither is read first (a burst of creations costs half the requests)."""
+    children yet, so neither is read first (a burst of creations costs half the requests).
+    `node_max_age`: a list of the GPU nodes this recent (seconds) will do (0: list them now)."""
     with kube.service_lock(namespace, name):
         if not new:
             with kube.api_errors(f"read {name}"):
                 fresh = kube.get(kube.VLLMSERVICES, namespace, name)
             if fresh is not None:
                 status = dict(fresh.get("status") or {})
-        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger, new=new)
+        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger, new=new,
+                                 node_max_age=max(node_max_age, NODE_CACHE_SECONDS if new else 0.0))
 
 
 #: How long a list of GPU nodes serves the creation of other services (a burst of creations lists the nodes once a
@@ -99,13 +101,13 @@ _node_cache: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[float, list[dic
 _node_cache_lock = threading.Lock()
 
 
-def gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
-    """The labels of the nodes matching `node_selector`, listed at most once per NODE_CACHE_SECONDS."""
+def gpu_nodes(node_selector: Mapping[str, str], max_age: float = NODE_CACHE_SECONDS) -> list[dict[str, str]]:
+    """The labels of the nodes matching `node_selector`, from a list at most `max_age` seconds old."""
     key = (id(kube.client()), tuple(sorted((str(k), str(v)) for k, v in node_selector.items())))
     now = time.monotonic()
     with _node_cache_lock:
         hit = _node_cache.get(key)
-    if hit is not None and now - hit[0] < NODE_CACHE_SECONDS:
+    if hit is not None and now - hit[0] < max_age:
         return hit[1]
     nodes = list_gpu_nodes(dict(node_selector))
     with _node_cache_lock:
@@ -135,7 +137,7 @@ def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]
 
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
-                      new: bool = False) -> reconcile.Desired:
+                      new: bool = False, node_max_age: float = 0.0) -> reconcile.Desired:
     spec_dict = dict(spec)
     files, model_error = (None, None)
     if isinstance(spec_dict.get("model"), Mapping) and spec_dict["model"].get("name"):
@@ -144,7 +146,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     gpu_spec = spec_dict.get("gpu") or {}
     if not (isinstance(gpu_spec, Mapping) and gpu_spec.get("product")):
         selector = dict(spec_dict.get("nodeSelector") or {})
-        nodes = gpu_nodes(selector) if new else list_gpu_nodes(selector)
+        nodes = gpu_nodes(selector, node_max_age) if node_max_age > 0 else list_gpu_nodes(selector)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(), nodes=nodes, model_files=files,
                                   model_error=model_error, catalog=config.CONFIG.catalog,
@@ -332,7 +334,14 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=120, initial_delay=60, idle=30, registry=registry)
+#: The watchdog's period (seconds): a safety net behind the event handlers, so a few requests per service per
+#: period (benchmarks/operator_scale.py --idle-seconds measures the cost at rest).
+WATCHDOG_INTERVAL = 120.0
+#: How old a list of the GPU nodes the watchdog's re-plan may use (seconds): one list serves many services.
+WATCHDOG_NODE_MAX_AGE = 60.0
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=WATCHDOG_INTERVAL, initial_delay=60, idle=30, registry=registry)
 def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
@@ -343,7 +352,8 @@ def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.
     allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
     if remediate_service(namespace, name, logger) is None and not (
             allow_step_up and step_up_service(namespace, name, logger)):
-        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
+        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger,
+                          node_max_age=WATCHDOG_NODE_MAX_AGE)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)
