@@ -148,6 +148,7 @@ def test_a_whole_ladder_under_random_write_faults_and_cut_watches_is_the_fault_f
         # for sure: step 2's record lands but answers 500; step 2's rollout lands but answers 500
         faults.add(method="PATCH", path=STATUS, body='"history"', skip=1, land_then=500, name="record-landed-500")
         faults.add(method="PATCH", path=DEPLOYMENT, body="enforce-eager", land_then=500, name="rollout-landed-500")
+        faults.add(method="POST", path=r"/events$", body="step 1:", land_then=500, name="event-landed-500")
         # and at random
         faults.add(method="PATCH", probability=0.3, times=None, status=503, name="patch-503")
         faults.add(method="PATCH", probability=0.2, times=None, land_then=500, name="patch-landed-500")
@@ -162,7 +163,10 @@ def test_a_whole_ladder_under_random_write_faults_and_cut_watches_is_the_fault_f
         assert [h["flagsAfter"] for h in steps] == expected
         assert remediation(obj)["step"] == max_steps
         fired = collections.Counter(entry.rule for entry in faults.fired())
-        assert {"record-landed-500", "rollout-landed-500", "patch-503", "cut-watch"} <= set(fired), fired
+        assert {"record-landed-500", "rollout-landed-500", "event-landed-500", "patch-503", "cut-watch"} <= set(
+            fired), fired
+        # one Event per step, even where a post landed but answered 500 (fixed names: the retry finds it there)
+        assert len(faulty.events(NAME, "RemediatedNoKVCacheMemory")) == max_steps
     finally:
         faulty.close()
 

@@ -170,20 +170,25 @@ def update_status(namespace: str, name: str, build: StatusBuild, *, attempts: in
 # --------------------------------------------------------------------------------------------------
 
 
-def post_event(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str, message: str) -> bool:
-    """Post an Event (best effort: transient failures retried at once, then logged). Returns whether it was
-    posted. A 5xx after the Event landed may post it twice; kubectl shows both, which is better than none."""
+def post_event(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str, message: str, *,
+               name: str | None = None) -> bool:
+    """Post an Event (best effort: transient failures retried at once, then logged). Returns whether it is there.
+
+    With a fixed `name` (the Event of a recorded step) posting is idempotent: a retry after a 5xx that landed, or
+    a re-post after a restart, answers 409 AlreadyExists and counts as posted. Without one, such a retry may post
+    it twice (kubectl shows both, better than none)."""
     try:
-        _retrying(f"post event {reason}",
-                  lambda: kube.post_event(namespace, dict(involved_object), type_, reason, message))
+        _retrying(f"post event {reason}", lambda: _post(namespace, involved_object, type_, reason, message, name))
     except kopf.TemporaryError as exc:
         log.warning("event %s on %s/%s not posted: %s", reason, namespace, involved_object.get("name"), exc)
         return False
     return True
 
 
-def events_about(namespace: str, uid: str) -> list[dict[str, Any]]:
-    """The Events whose involvedObject is the object with this uid (to re-post a step's Event after a restart)."""
-    found: list[dict[str, Any]] = _retrying("list events", lambda: kube.list_objects(
-        kube.EVENTS, namespace, field_selector=f"involvedObject.uid={uid}"))
-    return found
+def _post(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str, message: str,
+          name: str | None) -> None:
+    try:
+        kube.post_event(namespace, dict(involved_object), type_, reason, message, event_name=name)
+    except ApiException as exc:
+        if not (name and exc.status == 409):
+            raise

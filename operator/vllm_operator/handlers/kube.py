@@ -216,14 +216,16 @@ def read_log(namespace: str, pod: str, *, container: str, tail_lines: int, previ
 
 
 def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str,
-               component: str = "vllm-operator") -> None:
-    """A core/v1 Event on the VLLMService (kubectl describe shows it)."""
+               component: str = "vllm-operator", event_name: str | None = None) -> None:
+    """A core/v1 Event on the VLLMService (kubectl describe shows it). `event_name`: a fixed name (a second post of
+    the same Event then answers 409 AlreadyExists) instead of a generated one."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     name = involved.get("name", "object")
     body = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "metadata": {"name": event_name, "namespace": namespace} if event_name else {
+            "generateName": f"{name}.", "namespace": namespace},
         "involvedObject": involved,
         "type": type_,
         "reason": reason,

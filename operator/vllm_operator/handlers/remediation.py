@@ -12,6 +12,7 @@ ignored (their failure was already answered).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from typing import Any
 import kopf
 
 from .. import metrics, reconcile
+from ..api.v1alpha1 import RemediationEvent
 from ..quantity import quantity_gib
 from ..remediation import ladder
 from ..remediation.classifier import Failure, classify, classify_text
@@ -232,10 +234,11 @@ def _act(service: Mapping[str, Any], outcome: Outcome, logger: logging.Logger | 
     """The outcome is recorded: announce it, then roll it out."""
     meta = service.get("metadata") or {}
     namespace, name = meta["namespace"], meta["name"]
-    for event in outcome.events:
-        if effects.post_event(namespace, effects.involved(service), event.type, event.reason, event.message) \
-                and outcome.entry is not None:
-            _remember_announced(str(meta.get("uid")), event.message)
+    if outcome.entry is not None:
+        _post_step_event(service, outcome.entry)
+    else:
+        for event in outcome.events:
+            effects.post_event(namespace, effects.involved(service), event.type, event.reason, event.message)
     if outcome.children is not None:
         effects.apply_children(outcome.children, namespace)
     if outcome.plan is not None:
@@ -265,38 +268,37 @@ def _complete(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -
                 logger.info("%s/%s: completing the recorded step: %s", namespace, name, line)
 
 
-# Events of recorded steps known to be posted: (service uid, message). Bounded; after a restart the Events of the
-# steps of the last `ladder.ANNOUNCE_WINDOW` are listed once per service and the missing ones posted.
-_announced: set[tuple[str, str]] = set()
-_checked: set[str] = set()
+# Events of recorded steps known to be posted, by their fixed names. Bounded; after a restart the Events of the steps
+# of the last `ladder.ANNOUNCE_WINDOW` are posted again once (a 409 AlreadyExists when they are there).
+_announced: set[str] = set()
 
 
-def _remember_announced(uid: str, message: str) -> None:
-    if len(_announced) > 10000:
-        _announced.clear()
-    _announced.add((uid, message[:1024]))
+def step_event_name(service: Mapping[str, Any], entry: RemediationEvent) -> str:
+    """The fixed name of a recorded step's Event: the same for every post of it, by any operator process."""
+    meta = service.get("metadata") or {}
+    digest = hashlib.sha256(f"{meta.get('uid')}/{entry.step}/{entry.time}/{entry.failure_class}/"
+                            f"{entry.pod_uid}/{entry.restart_count}".encode()).hexdigest()[:16]
+    return f"{str(meta.get('name'))[:200]}.step.{digest}"
+
+
+def _post_step_event(service: Mapping[str, Any], entry: RemediationEvent) -> None:
+    meta = service.get("metadata") or {}
+    name = step_event_name(service, entry)
+    if name in _announced:
+        return
+    event = ladder.step_event(entry)
+    if effects.post_event(meta["namespace"], effects.involved(service), event.type, event.reason, event.message,
+                          name=name):
+        if len(_announced) > 10000:
+            _announced.clear()
+        _announced.add(name)
 
 
 def _announce(service: Mapping[str, Any], now: datetime) -> None:
-    meta = service.get("metadata") or {}
-    uid = str(meta.get("uid") or "")
-    entries = ladder.unannounced(service.get("status") or {}, now)
-    wanted = [ladder.step_event(e) for e in entries]
-    missing = [e for e in wanted if (uid, e.message[:1024]) not in _announced]
-    if not missing or not uid:
-        return
-    namespace = meta["namespace"]
-    if uid not in _checked:  # once per service and process: later posts are remembered as they are made
-        posted = {str(e.get("message") or "") for e in effects.events_about(namespace, uid)}
-        _checked.add(uid)
-        for message in posted:
-            _remember_announced(uid, message)
-    for event in missing:
-        if (uid, event.message[:1024]) in _announced:
-            continue
-        if effects.post_event(namespace, effects.involved(service), event.type, event.reason, event.message):
-            _remember_announced(uid, event.message)
-            log.info("%s/%s: re-posted the Event of a recorded step: %s", namespace, meta.get("name"), event.reason)
+    """Post the Events of recent recorded steps that this process has not seen posted (a crash or a failed post
+    lost them; idempotent by name)."""
+    for entry in ladder.unannounced(service.get("status") or {}, now):
+        _post_step_event(service, entry)
 
 
 # --------------------------------------------------------------------------------------------------
