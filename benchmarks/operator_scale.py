@@ -9,10 +9,12 @@ thread pool of HTTP clients can, and records, for each one, the time from its cr
 Deployment appearing on a watch of deployments. At the end it reads the operator's peak RSS (VmHWM in
 /proc/<pid>/status) and CPU time (/proc/<pid>/stat).
 
-Prints p50/p95/p99/max create-to-Deployment latency, total wall time, throughput and peak RSS.
+Prints p50/p95/p99/max create-to-Deployment latency, total wall time, throughput and peak RSS; then runs the same
+burst against a bare kopf operator (benchmarks/bare_kopf_operator.py: one fixed Deployment per VLLMService) and
+prints the operator's throughput as a fraction of that framework floor (`--no-baseline` skips it).
 
 Usage: python benchmarks/operator_scale.py [--count N] [--threads T] [--timeout S] [--json OUT] [--keep-log FILE]
-                                         [--idle-seconds S] [--operator-command CMD]
+                                         [--idle-seconds S] [--operator-command CMD] [--no-baseline]
 """
 
 from __future__ import annotations
@@ -142,8 +144,11 @@ def _wait_settled(server: EmulatedAPIServer, count: int, deadline: float) -> flo
     return None
 
 
+BARE_KOPF = f"{shlex.quote(sys.executable)} {shlex.quote(str(HERE / 'bare_kopf_operator.py'))}"
+
+
 def run(count: int, threads: int, timeout: float, keep_log: Path | None,
-        operator_command: str | None = None, idle_seconds: float = 0.0) -> dict[str, Any]:
+        operator_command: str | None = None, idle_seconds: float = 0.0, settle: bool = True) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="operator-scale-"))
     server = EmulatedAPIServer().start()
     process: subprocess.Popen[bytes] | None = None
@@ -196,7 +201,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
         end = time.monotonic()
         api.close()
 
-        settled = _wait_settled(server, count, deadline=start + timeout)
+        settled = _wait_settled(server, count, deadline=start + timeout) if settle else None
         cpu = (_cpu_seconds(process.pid) or 0.0) - cpu_idle
         settled_seconds = round(settled - start, 3) if settled else None
         steady: dict[str, Any] = {}
@@ -238,6 +243,9 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
             "operator_rss_idle_mib": round(rss_idle / 2**20, 1) if rss_idle else None,
             "operator_peak_rss_mib": round(peak_rss / 2**20, 1) if peak_rss else None,
             "api_requests": len(server.emulator.access_log),
+            "api_requests_by_kind": dict(collections.Counter(
+                "/".join(filter(None, (r.verb, r.resource, r.subresource)))
+                for r in list(server.emulator.access_log)).most_common()),
             "steady_state": steady,
         }
     finally:
@@ -266,8 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="afterwards, measure the operator's CPU and API traffic at rest for this long")
     parser.add_argument("--operator-command", help="run this instead of vllm-operator (e.g. a profiling wrapper); "
                                                    "`run -A --standalone ...` is appended")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the bare-kopf baseline (benchmarks/bare_kopf_operator.py: one fixed Deployment "
+                             "per VLLMService, the framework floor) run after the operator")
     args = parser.parse_args(argv)
     result = run(args.count, args.threads, args.timeout, args.keep_log, args.operator_command, args.idle_seconds)
+    if not args.no_baseline:
+        result["bare_kopf"] = run(args.count, args.threads, args.timeout, None, BARE_KOPF, settle=False)
     lat = result["latency_s"]
     print(f"VLLMServices created:        {result['count']} in {result['create_seconds']} s "
           f"({result['create_rate_per_s']}/s, {result['threads']} client threads)")
@@ -281,11 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"operator CPU time:           {result['operator_cpu_seconds']} s (until settled)")
     print(f"operator RSS:                idle {result['operator_rss_idle_mib']} MiB, "
           f"peak {result['operator_peak_rss_mib']} MiB")
-    print(f"API requests served:         {result['api_requests']}")
+    print(f"API requests served:         {result['api_requests']} "
+          + ", ".join(f"{kind} {n}" for kind, n in list(result["api_requests_by_kind"].items())[:10]))
     if result["steady_state"]:
         rest = result["steady_state"]
         print(f"at rest ({rest['seconds']:.0f} s):              {rest['cpu_fraction_of_a_core']} of a core, "
               f"{rest['api_requests_per_s']} API requests/s, {rest['api_writes']} writes {rest['api_writes_by_kind'] or ''}")
+    if "bare_kopf" in result:
+        base = result["bare_kopf"]
+        per_service = result["api_requests"] / max(result["count"], 1)
+        base_per_service = base["api_requests"] / max(base["count"], 1)
+        print(f"bare kopf (framework floor): {base['throughput_per_s']} Deployments/s, "
+              f"{base['operator_cpu_seconds'] / max(base['count'], 1) * 1000:.1f} ms CPU and "
+              f"{base_per_service:.1f} API requests per service "
+              f"(operator: {result['operator_cpu_seconds'] / max(result['count'], 1) * 1000:.1f} ms, "
+              f"{per_service:.1f})")
+        print(f"operator / bare kopf:        {result['throughput_per_s'] / max(base['throughput_per_s'], 1e-9):.2f} "
+              "of the framework floor's throughput")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["complete"] else 1

@@ -6,7 +6,8 @@ through the emulator's thread-safe direct API:
 * **Deployment controller**: one ReplicaSet per pod-template hash (``pod-template-hash`` label, owner references
   Deployment → ReplicaSet → Pod, so the emulator's garbage collector cascades deletes). A changed template rolls
   out: the new ReplicaSet's pods are created; old pods that are not Ready are deleted at once (as the real controller
-  scales unhealthy replicas down first), Ready ones once the new pods are Ready. Deployment and ReplicaSet status
+  scales unhealthy replicas down first), Ready ones once the new pods are Ready — or first, down to
+  ``replicas - maxUnavailable``, when the strategy has ``maxSurge: 0`` (or is ``Recreate``). Deployment and ReplicaSet status
   (replicas, updatedReplicas, readyReplicas, availableReplicas, observedGeneration, conditions) follow.
 * **Scheduler**: a pod goes to a node whose labels match its ``nodeSelector`` and which has enough allocatable
   ``nvidia.com/gpu`` and memory left; otherwise it stays Pending with ``PodScheduled=False, Unschedulable`` and the
@@ -732,10 +733,18 @@ class Kubelet:
             if current is None:
                 current = self._create_replicaset(deployment, rs_name, digest, replicas, record.revision[digest])
             new_ready = sum(1 for p in new_pods if p.state == "Ready")
+            surge, unavailable = _rolling_limits(spec, replicas)
+            kept = []
             for pod in old_pods:
                 if pod.state != "Ready" or new_ready >= replicas:
                     self._delete_pod(pod, now, "superseded by a new pod template")
-            for _ in range(replicas - len(new_pods)):
+                else:
+                    kept.append(pod)
+            if surge == 0:  # make room first: old pods go down to replicas - maxUnavailable
+                while kept and len(kept) + new_ready > max(replicas - unavailable, 0):
+                    self._delete_pod(kept.pop(), now, "superseded by a new pod template (rolling without surge)")
+            room = replicas + surge - len(kept)
+            for _ in range(min(replicas, room) - len(new_pods)):
                 self._create_pod(current, template, digest)
             extra = len(new_pods) - replicas
             for pod in sorted(new_pods, key=lambda p: (p.state == "Ready", p.created))[:max(extra, 0)]:
@@ -846,6 +855,25 @@ class Kubelet:
         if current is None or current[:2] != (status, reason):
             since = now if current is None or current[0] != status else current[2]
             record.conditions[kind] = (status, reason, since)
+
+
+def _rolling_limits(spec: Mapping[str, Any], replicas: int) -> tuple[int, int]:
+    """(maxSurge, maxUnavailable) of a Deployment's strategy as pod counts (Recreate: no surge, all unavailable)."""
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return 0, replicas
+    rolling = strategy.get("rollingUpdate") or {}
+
+    def count(value: Any, default: str, round_up: bool) -> int:
+        text = str(value if value is not None else default)
+        if text.endswith("%"):
+            share = replicas * float(text[:-1]) / 100
+            return int(-(-share // 1)) if round_up else int(share)
+        return int(text)
+
+    surge = count(rolling.get("maxSurge"), "25%", True)
+    unavailable = count(rolling.get("maxUnavailable"), "25%", False)
+    return surge, max(unavailable, 1) if surge == 0 else unavailable
 
 
 def _secret_refs(container: Mapping[str, Any]) -> tuple[str, ...]:

@@ -161,12 +161,14 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.create_service(main, "qwen", {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
                                       "remediation": {"minIntervalSeconds": 0}})
     run.create_service(main, "too-big", {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}})
+    run.create_service(main, "missing", {"model": {"name": "no-such-org/no-such-model"}})
 
     first = run.wait(lambda: run.args_of(main, "qwen"), "the Deployment of qwen")
     run.wait(lambda: run.args_of(other, "tiny"), "the Deployment of tiny (model from a ConfigMap)")
     run.wait(lambda: run.server.list_objects("persistentvolumeclaims", namespace=other), "the model-cache PVC")
     degraded = run.wait(lambda: run.condition(main, "too-big", "Degraded"), "too-big planned")
     assert degraded["reason"] == "PlanInfeasible", degraded
+    run.wait(lambda: run.condition(main, "qwen", "Progressing"), "qwen's first status")
     run.snapshot("deploying", main, "qwen")
     run.snapshot("infeasible", main, "too-big")
 
@@ -192,18 +194,45 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.wait(lambda: run.get("services", "qwen", main)["spec"]["ports"][0]["port"] == 8080,  # type: ignore[index]
              "the Service's new port")
 
-    # The Deployment becomes ready: the operator folds it into the Ready condition.
+    # The new profile's pod cannot be scheduled (the crash-looping pod is gone): the operator reports the scheduler's
+    # message, never a finished rollout.
     deployment = run.get("deployments", "qwen", main)
     assert deployment is not None
+    template = deployment["spec"]["template"]
+    run.server.delete_object("pods", "qwen-7d9f-abcde", namespace=main)
+    run.server.create_object("pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "qwen-5c6d-fghij", "namespace": main, "labels": template["metadata"]["labels"],
+                     "annotations": template["metadata"].get("annotations") or {}},
+        "spec": template["spec"],
+        "status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}]}})
+    run.server.patch_status("deployments", "qwen", {
+        "observedGeneration": deployment["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1,
+        "readyReplicas": 0, "availableReplicas": 0}, namespace=main)
+    run.wait(lambda: (c := run.condition(main, "qwen", "Degraded")) and c["reason"] == "Unschedulable",
+             "Degraded=Unschedulable")
+    run.snapshot("unschedulable", main, "qwen")
+
+    # The pod is scheduled and becomes ready: the operator folds it into the Ready condition.
+    run.server.patch_status("pods", "qwen-5c6d-fghij", {
+        "phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                           {"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0, "image": "vllm", "imageID": "",
+                               "state": {"running": {}}}]}, namespace=main)
     run.server.patch_status("deployments", "qwen", {
         "observedGeneration": deployment["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1,
         "readyReplicas": 1, "availableReplicas": 1}, namespace=main)
     run.wait(lambda: (c := run.condition(main, "qwen", "Ready")) and c["status"] == "True", "Ready=True")
     run.snapshot("ready", main, "qwen")
+    missing = run.wait(lambda: run.condition(main, "missing", "Degraded"), "missing planned")
+    assert missing["reason"] == "ModelNotFound", missing
+    run.snapshot("model-not-found", main, "missing")
     assert run.server.list_objects("events", namespace=main), "no Events posted"
 
     # Deletion: kopf removes its finalizer; children go by garbage collection.
-    for namespace, name in ((main, "qwen"), (main, "too-big"), (other, "tiny")):
+    for namespace, name in ((main, "qwen"), (main, "too-big"), (main, "missing"), (other, "tiny")):
         run.server.delete_object("vllmservices", name, namespace=namespace)
     run.wait(lambda: not run.server.list_objects("vllmservices"), "the VLLMServices to be deleted")
 
@@ -414,7 +443,10 @@ def test_argocd_health_of_what_the_operator_writes(argocd_health: Any, clusterwi
     for observed in (clusterwide, namespaced):
         health = {label: argocd_health(obj)["status"] for label, obj in observed.snapshots.items()}
         assert health == {"deploying": "Progressing", "infeasible": "Degraded", "remediating": "Progressing",
-                          "ready": "Healthy"}
+                          "unschedulable": "Degraded", "ready": "Healthy", "model-not-found": "Degraded"}
+        states = {label: (obj.get("status") or {}).get("state") for label, obj in observed.snapshots.items()}
+        assert states == {"deploying": "RollingOut", "infeasible": "Infeasible", "remediating": "Remediating",
+                          "unschedulable": "Unschedulable", "ready": "Ready", "model-not-found": "ModelNotFound"}
 
 
 @pytest.mark.xfail(strict=False, reason="intermittent under CPU load (2 busy cores): the replica that won the "

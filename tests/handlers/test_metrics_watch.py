@@ -1,6 +1,6 @@
 """The metrics watch against the emulated API server and a real Prometheus scraping a vLLM-like exporter.
 
-The operator runs in-process (helpers.OperatorHarness) with a Prometheus URL and a 1 s interval; the test plays the
+The operator runs in-process (kit.inprocess.Cluster) with a Prometheus URL and a 1 s interval; the test plays the
 kubelet (a vLLM pod appears to Prometheus, see tests/prometheus/conftest.py) and drives the pod's metrics. Checks:
 status.metrics gets filled; sustained preemptions lower max-num-seqs in the Deployment's args and are recorded;
 Prometheus stopped → MetricsAvailable=False (PrometheusUnreachable) and reconciles still work; a full cache with a
@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import (  # noqa: F401 (`harness`)
+
+from kit.inprocess import (  # noqa: F401 (`harness`)
     CRD_PATH,
-    OperatorHarness,
+    Cluster,
     condition,
     container,
     flag_value,
@@ -32,7 +33,6 @@ from helpers import (  # noqa: F401 (`harness`)
     harness_fixture,
     vllmservice,
 )
-
 from vllm_operator.api import conditions as cond
 from vllm_operator.handlers import config, kube
 from vllm_operator.handlers import metrics_watch as watch  # registers the metrics daemon on the registry
@@ -76,14 +76,14 @@ def fast_metrics(stack: Any, monkeypatch: pytest.MonkeyPatch) -> config.Operator
     return cfg
 
 
-def _args(h: OperatorHarness, name: str) -> list[str]:
+def _args(h: Cluster, name: str) -> list[str]:
     deployment = h.deployment(name)
     assert deployment is not None
     return list(container(deployment)["args"])
 
 
 def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
-        stack: Any, fast_metrics: config.OperatorConfig, harness: OperatorHarness) -> None:
+        stack: Any, fast_metrics: config.OperatorConfig, harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("qwen", {"model": {"name": QWEN_7B}, "prometheus": {"enabled": True},
@@ -153,7 +153,7 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
 
 
 def test_a_full_cache_with_a_queue_scales_within_max_replicas_until_the_watch_is_turned_off(
-        stack: Any, fast_metrics: config.OperatorConfig, harness: OperatorHarness) -> None:
+        stack: Any, fast_metrics: config.OperatorConfig, harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("plain", {"model": {"name": QWEN_7B}})                       # not watched: prometheus not enabled
@@ -215,7 +215,7 @@ def served(emulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
     emulator.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
-    emulator.create_object("nodes", gpu_node("gpu-1", "NVIDIA-L4"))
+    emulator.create_object("nodes", gpu_node("gpu-1", "NVIDIA-L4", memory_label=True))
     obj = emulator.create_object("vllmservices", vllmservice("svc", {"model": {"name": QWEN_7B},
                                                                       "prometheus": {"enabled": True}}))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

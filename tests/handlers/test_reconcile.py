@@ -1,7 +1,7 @@
 """The operator's kopf handlers against the emulated API server over real HTTP: create, update, delete, restart,
 GPU discovery from node labels, invalid specs and infeasible plans.
 
-The operator runs in-process (see helpers.OperatorHarness); the test plays the user (kubernetes client over HTTP)
+The operator runs in-process (see kit.inprocess.Cluster); the test plays the user (kubernetes client over HTTP)
 and, where needed, the controller-manager (Deployment status). Every wait is a poll with a timeout.
 """
 
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import OperatorHarness, condition, container, flag_value, harness_fixture  # noqa: F401 (`harness`)
-
+from kit.inprocess import Cluster, condition, container, flag_value, harness_fixture  # noqa: F401 (`harness`)
 from vllm_operator.render.manifests import ANNOTATION_SPEC_HASH
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -23,15 +22,17 @@ def _is_subsequence(part: list[str], whole: list[str]) -> bool:
     return any(whole[i:i + len(part)] == part for i in range(len(whole) - len(part) + 1))
 
 
-def _ready(h: OperatorHarness, name: str, ready: int = 1) -> None:
+def _ready(h: Cluster, name: str, ready: int = 1) -> None:
     """Play the Deployment controller: report `ready` ready replicas."""
-    h.server.patch_status("deployments", name, {"replicas": ready, "readyReplicas": ready,
-                                                "availableReplicas": ready, "updatedReplicas": ready})
+    generation = h.server.get_object("deployments", name, "default")["metadata"]["generation"]
+    h.server.patch_status("deployments", name, {"observedGeneration": generation, "replicas": ready,
+                                                "readyReplicas": ready, "availableReplicas": ready,
+                                                "updatedReplicas": ready})
 
 
 # --- 1. create -------------------------------------------------------------------------------------
 
-def test_create_renders_deployment_and_service_with_the_planned_args(harness: OperatorHarness) -> None:
+def test_create_renders_deployment_and_service_with_the_planned_args(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     created = h.create("llama", {"model": {"name": LLAMA_8B}})
@@ -84,7 +85,7 @@ def test_create_renders_deployment_and_service_with_the_planned_args(harness: Op
     assert " ".join(plan["args"]) in planned[0]["message"]
 
 
-def test_tensor_parallel_plan_asks_for_that_many_gpus(harness: OperatorHarness) -> None:
+def test_tensor_parallel_plan_asks_for_that_many_gpus(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4", count=2)
     h.create("qwen14", {"model": {"name": "Qwen/Qwen2.5-14B-Instruct"}})
@@ -99,7 +100,7 @@ def test_tensor_parallel_plan_asks_for_that_many_gpus(harness: OperatorHarness) 
 
 # --- 2. update -------------------------------------------------------------------------------------
 
-def test_spec_update_changes_args_and_nothing_else(harness: OperatorHarness) -> None:
+def test_spec_update_changes_args_and_nothing_else(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("llama", {"model": {"name": LLAMA_8B}})
@@ -139,7 +140,7 @@ def test_spec_update_changes_args_and_nothing_else(harness: OperatorHarness) -> 
     assert child_writes == []
 
 
-def test_spec_change_that_keeps_the_plan_posts_no_event(harness: OperatorHarness) -> None:
+def test_spec_change_that_keeps_the_plan_posts_no_event(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("llama", {"model": {"name": LLAMA_8B}, "flags": {"maxModelLen": 8192}})
@@ -154,7 +155,7 @@ def test_spec_change_that_keeps_the_plan_posts_no_event(harness: OperatorHarness
 
 # --- 3. delete -------------------------------------------------------------------------------------
 
-def test_delete_removes_the_children(harness: OperatorHarness) -> None:
+def test_delete_removes_the_children(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("llama", {"model": {"name": LLAMA_8B}})
@@ -168,7 +169,7 @@ def test_delete_removes_the_children(harness: OperatorHarness) -> None:
 
 # --- 4. restart ------------------------------------------------------------------------------------
 
-def _restart(h: OperatorHarness, *names: str) -> list[tuple[str, str, Any]]:
+def _restart(h: Cluster, *names: str) -> list[tuple[str, str, Any]]:
     """Stop the operator, clear the access log, start a new one, wait until it has resumed every object and gone
     quiet. Returns the write requests it made: (method, path, body)."""
     h.stop_operator()
@@ -184,7 +185,7 @@ def _restart(h: OperatorHarness, *names: str) -> list[tuple[str, str, Any]]:
             if id(r) not in before and str(r.method).split(".")[-1] not in ("GET", "HEAD")]
 
 
-def test_restart_writes_nothing_when_nothing_changed(harness: OperatorHarness) -> None:
+def test_restart_writes_nothing_when_nothing_changed(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.add_node("gpu-2", "NVIDIA-L4")
@@ -210,7 +211,7 @@ def test_restart_writes_nothing_when_nothing_changed(harness: OperatorHarness) -
     assert len(h.events(component=None)) == events_before
 
 
-def test_restart_writes_no_status_for_a_service_not_ready_yet(harness: OperatorHarness) -> None:
+def test_restart_writes_no_status_for_a_service_not_ready_yet(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("llama", {"model": {"name": LLAMA_8B}})
@@ -224,7 +225,7 @@ def test_restart_writes_no_status_for_a_service_not_ready_yet(harness: OperatorH
     assert writes == [], writes
 
 
-def test_restart_posts_no_event_for_an_unchanged_invalid_spec(harness: OperatorHarness) -> None:
+def test_restart_posts_no_event_for_an_unchanged_invalid_spec(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("bad", {"model": {"name": LLAMA_8B}, "flags": {"gpuMemoryUtilization": 1.5}})
@@ -236,7 +237,7 @@ def test_restart_posts_no_event_for_an_unchanged_invalid_spec(harness: OperatorH
 
 # --- 5. pinned flags -------------------------------------------------------------------------------
 
-def test_pinned_flags_appear_verbatim(harness: OperatorHarness) -> None:
+def test_pinned_flags_appear_verbatim(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     h.create("pinned", {"model": {"name": QWEN_7B}, "flags": {"maxModelLen": 8192, "gpuMemoryUtilization": 0.85}})
@@ -250,7 +251,7 @@ def test_pinned_flags_appear_verbatim(harness: OperatorHarness) -> None:
 
 # --- 6. GPU discovery from node labels -------------------------------------------------------------
 
-def test_gpu_from_node_labels(harness: OperatorHarness) -> None:
+def test_gpu_from_node_labels(harness: Cluster) -> None:
     h = harness
     for i in range(2):
         h.add_node(f"a100-{i}", "NVIDIA-A100-SXM4-40GB", count=4)
@@ -265,7 +266,7 @@ def test_gpu_from_node_labels(harness: OperatorHarness) -> None:
     assert selector["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
 
 
-def test_heterogeneous_pool_says_which_pool_and_why(harness: OperatorHarness) -> None:
+def test_heterogeneous_pool_says_which_pool_and_why(harness: Cluster) -> None:
     h = harness
     for i in range(3):
         h.add_node(f"l4-{i}", "NVIDIA-L4", pool="l4")
@@ -296,7 +297,7 @@ INVALID = {
 }
 
 
-def test_invalid_specs_are_reported_and_others_still_served(harness: OperatorHarness) -> None:
+def test_invalid_specs_are_reported_and_others_still_served(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-L4")
     for name, (extra, _, _) in INVALID.items():
@@ -317,7 +318,7 @@ def test_invalid_specs_are_reported_and_others_still_served(harness: OperatorHar
 
 # --- 8. infeasible plans ---------------------------------------------------------------------------
 
-def test_infeasible_plan_deploys_nothing_and_offers_options(harness: OperatorHarness) -> None:
+def test_infeasible_plan_deploys_nothing_and_offers_options(harness: Cluster) -> None:
     h = harness
     h.add_node("gpu-1", "NVIDIA-GeForce-RTX-4090")
     h.create("huge", {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "gpu": {"maxCount": 1}})

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from remediation_harness import (
+
+from kit.inprocess import (
     Cluster,
     args_of,
     condition,
@@ -33,7 +34,6 @@ from remediation_harness import (
     vllm_container,
     vllm_texts,
 )
-
 from vllm_operator.handlers import kube
 from vllm_operator.handlers.remediation import remediate_service
 from vllm_operator.handlers.service import reconcile_service
@@ -352,8 +352,8 @@ def test_an_operator_restart_mid_ladder_neither_loses_nor_repeats_a_step(cluster
     assert keys == [f"{first['metadata']['uid']}/1", f"{second['metadata']['uid']}/2"]
     assert [h["step"] for h in history(obj)] == [1, 2] and remediation(obj)["step"] == 2
     assert remediation(obj)["profile"] == flow.profile  # the first step's lesson was not lost
-    # (that the Deployment then shows step 2 is not asserted here: the resume handler may revert it, see
-    # test_a_reconcile_with_the_status_from_before_a_step_does_not_revert_it)
+    # record, then act: the resumed reconcile renders the recorded profile, so it never reverts a step
+    cluster.wait_deployment(NAME, lambda d: flow.applied(d, 2), message="the Deployment runs step 2")
 
 
 def test_a_restart_does_not_surface_a_handled_failure_again(cluster: Cluster) -> None:

@@ -18,6 +18,7 @@ from vllm_operator.api.v1alpha1 import (
     ModelCacheSpec,
     PinnedFlags,
     PlanStatus,
+    RemediationStatus,
     SpecError,
     SpecValidationError,
     VLLMService,
@@ -570,6 +571,7 @@ def test_safetensors_index_needs_a_size(index: dict[str, Any]) -> None:
 
 STATUS: dict[str, Any] = {
     "observedGeneration": 3,
+    "state": "Ready",
     "conditions": [
         {
             "type": "Ready",
@@ -783,6 +785,7 @@ def test_fold_status_rejects_unknown_fields_and_accepts_none() -> None:
         c.fold_status(None, observed_generation=1, now=T0, readyReplicas=1)
     assert c.fold_status(None, observed_generation=1, now=T0).to_dict() == {
         "observedGeneration": 1,
+        "state": "Pending",
         "conditions": [],
     }
 
@@ -804,8 +807,8 @@ def test_status_patch_carries_only_the_changes_and_leaves_kopf_alone() -> None:
         kopf={"progress": {}},
     )
     patch = c.status_patch(STATUS, new)
-    assert set(patch) == {"observedGeneration", "conditions", "readyReplicas", "endpoint"}
-    assert patch["endpoint"] is None and patch["readyReplicas"] == 1
+    assert set(patch) == {"observedGeneration", "conditions", "readyReplicas", "endpoint", "state"}
+    assert patch["endpoint"] is None and patch["readyReplicas"] == 1 and patch["state"] == "RollingOut"
     assert patch["conditions"][0]["lastTransitionTime"] == "2025-01-02T03:09:05Z"
 
 
@@ -820,3 +823,41 @@ def test_status_patch_merges_nested_objects() -> None:
     )
     assert c.status_patch(STATUS, new) == {"plan": {"flags": {"max_model_len": 16384}}}
     assert c.status_patch(None, new)["plan"]["fits"] is True
+
+
+def _conditions(*updates: tuple[str, str, str]) -> list[Any]:
+    return c.fold_conditions([], [c.ConditionUpdate(t, s, r, "m") for t, s, r in updates],  # type: ignore[arg-type]
+                             observed_generation=1, now=T0)
+
+
+@pytest.mark.parametrize(("updates", "exhausted", "state"), [
+    ((), False, "Pending"),
+    (((c.READY, "True", c.AVAILABLE), (c.DEGRADED, "False", c.AS_EXPECTED)), False, "Ready"),
+    (((c.READY, "True", c.SCALED_TO_ZERO),), False, "ScaledToZero"),
+    (((c.READY, "False", c.SERVING_PREVIOUS_PROFILE), (c.PROGRESSING, "True", c.DEPLOYING)), False, "RollingOut"),
+    (((c.PROGRESSING, "True", c.DEPLOYING),), False, "RollingOut"),
+    (((c.DEGRADED, "True", c.INVALID_SPEC), (c.PROGRESSING, "False", c.INVALID_SPEC)), False, "InvalidSpec"),
+    (((c.DEGRADED, "True", c.PLAN_INFEASIBLE), (c.READY, "False", c.PLAN_INFEASIBLE)), False, "Infeasible"),
+    (((c.DEGRADED, "True", c.MODEL_NOT_FOUND),), False, "ModelNotFound"),
+    (((c.DEGRADED, "True", c.UNSCHEDULABLE), (c.READY, "False", c.SERVING_PREVIOUS_PROFILE)), False, "Unschedulable"),
+    (((c.DEGRADED, "True", c.REMEDIATING),), False, "Remediating"),
+    (((c.DEGRADED, "True", c.CUDA_OUT_OF_MEMORY),), False, "CUDAOutOfMemory"),
+    # exhausted while an old pod still serves: never "Ready"
+    (((c.READY, "True", c.AVAILABLE), (c.DEGRADED, "True", c.REMEDIATION_EXHAUSTED)), True, "RemediationExhausted"),
+    (((c.READY, "True", c.AVAILABLE),), True, "RemediationExhausted"),
+    (((c.DEGRADED, "True", c.RECONCILE_ERROR),), False, "ReconcileError"),
+    (((c.DEGRADED, "True", c.CHILD_REJECTED),), False, "ChildRejected"),
+])
+def test_state_reads_like_kubectl_get_pods(updates: tuple[tuple[str, str, str], ...], exhausted: bool,
+                                           state: str) -> None:
+    assert c.state_of(_conditions(*updates), exhausted=exhausted) == state
+
+
+def test_fold_status_keeps_the_state_in_step_with_the_conditions() -> None:
+    new = c.fold_status(STATUS, conditions=[c.ConditionUpdate(c.DEGRADED, "True", c.UNSCHEDULABLE, "0/3 nodes")],
+                        observed_generation=3, now=T1)
+    assert new.state == "Unschedulable"
+    assert c.status_patch(STATUS, new)["state"] == "Unschedulable"
+    exhausted = c.fold_status(STATUS, observed_generation=3, now=T1,
+                              remediation=RemediationStatus(step=3, exhausted=True))
+    assert exhausted.state == "RemediationExhausted"

@@ -20,11 +20,11 @@ import pytest
 import yaml
 
 from vllm_operator.api.v1alpha1 import RemediationSpec, RemediationStatus, parse_spec
-from vllm_operator.handlers.remediation import current_from
 from vllm_operator.planner import Constraints, messages
 from vllm_operator.planner.versions import profile_for
 from vllm_operator.reconcile import constraints_from_status
 from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
+from vllm_operator.remediation.ladder import current_from
 from vllm_operator.remediation.policy import (
     Action,
     Current,
@@ -351,7 +351,7 @@ def test_weights_do_not_fit_counts_pipeline_stages_against_max_count() -> None:
 
 def test_weights_verdict_names_gpu_count_when_the_user_fixed_it() -> None:
     spec = parse_spec({"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"count": 1, "maxCount": 8}})
-    cur = current_from(spec, {"plan": {"flags": FLAGS}}, None)
+    cur = current_from(spec, {"plan": {"flags": FLAGS}})
     verdict = step(WEIGHTS, cur)
     assert verdict.action is Action.EXHAUSTED
     assert "spec.gpu.count" in verdict.message
@@ -525,7 +525,7 @@ def test_failure_keys_in_history_only_are_ignored_too() -> None:
                     {"step": 2, "time": "2025-06-01T11:05:00Z", "failureClass": "NoKVCacheMemory",
                      "podUID": "pod-b", "restartCount": 1}],
         "lastFailureKey": "pod-c/7"}}
-    cur = current_from(spec, status, None)
+    cur = current_from(spec, status)
     assert cur.history_keys == {"pod-a/3", "pod-b/1", "pod-c/7"}
     assert cur.step == 2 and cur.constraints == Constraints(max_model_len=19456)
     assert cur.last_step_time == datetime(2025, 6, 1, 11, 5, tzinfo=UTC)
@@ -540,20 +540,17 @@ def test_remediation_disabled_surfaces_and_changes_nothing() -> None:
     assert "spec.remediation.enabled" in decision.message
 
 
-def test_current_from_reads_pins_limits_and_the_deployments_memory() -> None:
+def test_current_from_reads_pins_limits_and_the_containers_memory() -> None:
     spec = parse_spec({"model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
                        "flags": {"maxModelLen": 8192, "enforceEager": True},
                        "gpu": {"maxCount": 4}, "workload": {"contextLength": 4096},
                        "remediation": {"maxSteps": 3, "minIntervalSeconds": 0, "enabled": False}})
-    deployment = {"spec": {"template": {"spec": {"containers": [
-        {"name": "vllm", "resources": {"limits": {"memory": "26Gi"}}}]}}}}
-    cur = current_from(spec, {"plan": {"flags": FLAGS}, "gpu": {"memoryGiB": L4_GIB}}, deployment)
+    cur = current_from(spec, {"plan": {"flags": FLAGS}, "gpu": {"memoryGiB": L4_GIB}}, host_memory_gib=26.0)
     assert cur.pinned == {"max_model_len", "enforce_eager"}
     assert (cur.max_gpus, cur.min_context, cur.max_steps, cur.min_interval_seconds, cur.enabled) == (4, 4096, 3, 0,
                                                                                                    False)
     assert cur.host_memory_gib == 26.0 and cur.gpu_total_gib == L4_GIB and not cur.memory_pinned
-    assert current_from(parse_spec({"model": {"name": "m/m"}, "resources": {"memory": "64Gi"}}), {},
-                        None).memory_pinned
+    assert current_from(parse_spec({"model": {"name": "m/m"}, "resources": {"memory": "64Gi"}}), {}).memory_pinned
 
 
 # --- pinned flags are never changed (all classes × all pinned sets) ----------------------------------------------

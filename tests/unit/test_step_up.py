@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vllm_operator.api.v1alpha1 import parse_spec
-from vllm_operator.handlers.remediation import STEP_UP, step_up_target
+from vllm_operator.remediation.ladder import STEP_UP, step_up_target
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

@@ -76,6 +76,12 @@ AVAILABLE: Final = "Available"
 PODS_NOT_READY: Final = "PodsNotReady"
 SCALED_TO_ZERO: Final = "ScaledToZero"
 ROLLOUT_COMPLETE: Final = "RolloutComplete"
+#: Pods of an earlier template still serve while the current one is not ready (Ready=False).
+SERVING_PREVIOUS_PROFILE: Final = "ServingPreviousProfile"
+#: The Deployment's own Progressing condition says the rollout ran past progressDeadlineSeconds.
+PROGRESS_DEADLINE_EXCEEDED: Final = "ProgressDeadlineExceeded"
+#: A rollout without a surge pod (no spare GPUs for one): Event reason.
+ROLLING_WITHOUT_SURGE: Final = "RollingWithoutSurge"
 
 # Remediation (Progressing, Degraded)
 REMEDIATING: Final = "Remediating"
@@ -94,6 +100,10 @@ STARTUP_TIMEOUT: Final = "StartupTimeout"
 IMAGE_PULL_FAILED: Final = "ImagePullFailed"
 UNSCHEDULABLE: Final = "Unschedulable"
 
+# The operator's own trouble (Degraded): an unexpected error while reconciling, a child the API server refused
+RECONCILE_ERROR: Final = "ReconcileError"
+CHILD_REJECTED: Final = "ChildRejected"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 
@@ -110,6 +120,9 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     PODS_NOT_READY,
     SCALED_TO_ZERO,
     ROLLOUT_COMPLETE,
+    SERVING_PREVIOUS_PROFILE,
+    PROGRESS_DEADLINE_EXCEEDED,
+    ROLLING_WITHOUT_SURGE,
     REMEDIATING,
     REMEDIATION_EXHAUSTED,
     REMEDIATION_DISABLED,
@@ -123,6 +136,8 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     STARTUP_TIMEOUT,
     IMAGE_PULL_FAILED,
     UNSCHEDULABLE,
+    RECONCILE_ERROR,
+    CHILD_REJECTED,
     AS_EXPECTED,
 )
 
@@ -250,7 +265,48 @@ def fold_status(
     data.update(changes)
     data["conditions"] = folded
     data["observed_generation"] = observed_generation
+    remediation = data.get("remediation")
+    data["state"] = state_of(folded, exhausted=bool(remediation is not None and remediation.exhausted))
     return VLLMServiceStatus.model_validate(data)
+
+
+#: `status.state` values (the STATUS column of `kubectl get vllms`) besides the Degraded reasons shown as they are.
+STATE_READY: Final = "Ready"
+STATE_ROLLING_OUT: Final = "RollingOut"
+STATE_PENDING: Final = "Pending"
+STATE_SCALED_TO_ZERO: Final = "ScaledToZero"
+STATE_INFEASIBLE: Final = "Infeasible"
+
+#: Degraded reasons that name the state outright, most pressing first.
+_STATE_BY_DEGRADED: Final[dict[str, str]] = {
+    INVALID_SPEC: INVALID_SPEC,
+    PLAN_INFEASIBLE: STATE_INFEASIBLE,
+    MODEL_NOT_FOUND: MODEL_NOT_FOUND,
+    GPU_NOT_FOUND: GPU_NOT_FOUND,
+    CHILD_REJECTED: CHILD_REJECTED,
+    RECONCILE_ERROR: RECONCILE_ERROR,
+    REMEDIATION_EXHAUSTED: REMEDIATION_EXHAUSTED,
+    UNSCHEDULABLE: UNSCHEDULABLE,
+    PROGRESS_DEADLINE_EXCEEDED: PROGRESS_DEADLINE_EXCEEDED,
+    REMEDIATING: REMEDIATING,
+}
+
+
+def state_of(conditions: Sequence[Condition], *, exhausted: bool = False) -> str:
+    """One word for the STATUS column, read like `kubectl get pods`: what is wrong when something is (the Degraded
+    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a failure class
+    such as CUDAOutOfMemory), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
+    degraded = find_condition(conditions, DEGRADED)
+    if exhausted:
+        return REMEDIATION_EXHAUSTED
+    if degraded is not None and degraded.status == TRUE:
+        return _STATE_BY_DEGRADED.get(degraded.reason, degraded.reason)
+    ready = find_condition(conditions, READY)
+    if ready is not None and ready.status == TRUE:
+        return STATE_SCALED_TO_ZERO if ready.reason == SCALED_TO_ZERO else STATE_READY
+    if ready is not None or find_condition(conditions, PROGRESSING) is not None:
+        return STATE_ROLLING_OUT
+    return STATE_PENDING
 
 
 def _as_status(status: VLLMServiceStatus | Mapping[str, Any] | None) -> VLLMServiceStatus:

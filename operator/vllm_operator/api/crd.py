@@ -62,12 +62,19 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "GPU", "type": "string", "jsonPath": ".status.gpu.product"},
     {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensor_parallel_size"},
     {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.max_model_len"},
+    {"name": "Status", "type": "string", "jsonPath": ".status.state"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {
         "name": "Reason",
         "type": "string",
         "priority": 1,
         "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+    },
+    {
+        "name": "Message",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": '.status.conditions[?(@.type=="Degraded")].message',
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

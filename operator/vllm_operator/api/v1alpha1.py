@@ -1447,6 +1447,12 @@ class VLLMServiceStatus(_StatusModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation of the spec last reconciled."
     )
+    state: str | None = Field(
+        default=None,
+        description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
+                    "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
+                    "Unschedulable, Remediating, RemediationExhausted, a failure class such as CUDAOutOfMemory).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."
     )

@@ -19,6 +19,10 @@ class OperatorConfig:
     metrics_interval_seconds: int = 60
     default_image: str | None = None
     prometheus_selector: str | None = None
+    #: the namespaces the operator watches; empty: all of them (what it may list pods in, for the surge decision)
+    namespaces: tuple[str, ...] = ()
+    #: how long one reconcile (read, plan, render, apply) may take before the service gets a ReconcileError
+    reconcile_timeout_seconds: float = 60.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

@@ -87,17 +87,42 @@ VLLMSERVICES = Resource("vllm-operator.dev", "v1alpha1", "vllmservices")
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS}
 
 
+class Rejected(kopf.PermanentError):
+    """The API server refused what the operator sent (400, 422): retrying the same object cannot help."""
+
+    def __init__(self, what: str, status: int, message: str) -> None:
+        super().__init__(f"{what}: the API server refused it ({status}): {message}")
+        self.what = what
+        self.status = status
+        self.server_message = message
+
+
+def server_message(exc: ApiException) -> str:
+    """The `message` of the API server's Status body, else the HTTP reason."""
+    body = exc.body
+    try:
+        data = json.loads(body) if isinstance(body, (str, bytes)) and body else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])[:2000]
+    return str(exc.reason or exc.status)
+
+
 @contextlib.contextmanager
 def api_errors(what: str) -> Iterator[None]:
-    """Map API failures to kopf's retry semantics."""
+    """Map API failures to kopf's retry semantics: 400/422 → `Rejected` (permanent, with the server's message),
+    409 → retry soon, 429/5xx/connection → retry later, other 4xx (403, 404) → retry much later."""
     try:
         yield
     except ApiException as exc:
         if exc.status == 409:
             raise kopf.TemporaryError(f"{what}: conflict, retrying", delay=1) from exc
+        if exc.status in (400, 422):
+            raise Rejected(what, exc.status, server_message(exc)) from exc
         if exc.status in (429,) or (exc.status or 0) >= 500:
             raise kopf.TemporaryError(f"{what}: API server answered {exc.status}", delay=5) from exc
-        raise kopf.TemporaryError(f"{what}: {exc.status} {exc.reason}", delay=30) from exc
+        raise kopf.TemporaryError(f"{what}: {exc.status} {server_message(exc)}", delay=30) from exc
     except (HTTPError, OSError) as exc:
         raise kopf.TemporaryError(f"{what}: API unreachable ({exc})", delay=5) from exc
 
@@ -191,14 +216,16 @@ def read_log(namespace: str, pod: str, *, container: str, tail_lines: int, previ
 
 
 def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str,
-               component: str = "vllm-operator") -> None:
-    """A core/v1 Event on the VLLMService (kubectl describe shows it)."""
+               component: str = "vllm-operator", event_name: str | None = None) -> None:
+    """A core/v1 Event on the VLLMService (kubectl describe shows it). `event_name`: a fixed name (a second post of
+    the same Event then answers 409 AlreadyExists) instead of a generated one."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     name = involved.get("name", "object")
     body = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "metadata": {"name": event_name, "namespace": namespace} if event_name else {
+            "generateName": f"{name}.", "namespace": namespace},
         "involvedObject": involved,
         "type": type_,
         "reason": reason,

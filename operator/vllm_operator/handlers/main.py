@@ -33,7 +33,8 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
     kube.configure(kubeconfig)
     config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None,
                      default_image=default_image or None, metrics_interval_seconds=metrics_interval,
-                     prometheus_selector=prometheus_selector or None)
+                     prometheus_selector=prometheus_selector or None,
+                     namespaces=() if all_namespaces else tuple(namespaces))
     if metrics_port:
         from ..metrics import start_metrics_server
 

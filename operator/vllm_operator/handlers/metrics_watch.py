@@ -40,15 +40,14 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
-from .. import metrics, reconcile
+from .. import metrics
 from ..api import conditions as cond
 from ..api.v1alpha1 import (
-    DEFAULT_IMAGE,
     GROUP,
     PLURAL,
     VERSION,
+    MetricsStatus,
     RemediationEvent,
     RemediationStatus,
     SpecValidationError,
@@ -65,9 +64,10 @@ from ..metrics.policy import (
     decide,
     metrics_status,
 )
-from ..remediation.policy import constraints_to_profile, profile_constraints
-from . import config, kube
-from .service import apply_children, list_gpu_nodes, load_model, registry
+from ..remediation.ladder import ProfileChange
+from . import config, effects, kube
+from .remediation import change_profile
+from .service import registry
 
 log = logging.getLogger("vllm_operator.metrics")
 
@@ -197,11 +197,15 @@ def _scale_back(service: Mapping[str, Any]) -> None:
     replicas = _replicas(deployment)
     if replicas is None or replicas <= spec.replicas:
         return
-    with kube.api_errors("scale the Deployment"):
-        kube.patch(kube.DEPLOYMENTS, meta["namespace"], meta["name"], {"spec": {"replicas": spec.replicas}})
-    with kube.api_errors("clear status.metrics.desiredReplicas"):
-        kube.patch(kube.VLLMSERVICES, meta["namespace"], meta["name"],
-                   {"status": {"metrics": {"desiredReplicas": None}}}, subresource="status")
+    effects.scale_deployment(meta["namespace"], meta["name"], spec.replicas)
+
+    def cleared(status: dict[str, Any]) -> VLLMServiceStatus | None:
+        if (status.get("metrics") or {}).get("desiredReplicas") is None:
+            return None
+        observed = MetricsStatus.model_validate(status.get("metrics") or {})
+        return _fold(status, [], datetime.now(UTC), metrics=observed.model_copy(update={"desired_replicas": None}))
+
+    update_status(meta["namespace"], meta["name"], cleared)
     _event(service, "Normal", SCALED_DOWN, f"spec.prometheus.enabled is false: replicas {replicas} → "
                                            f"{spec.replicas} (spec.replicas)")
 
@@ -222,44 +226,10 @@ def _status_of(service: Mapping[str, Any]) -> dict[str, Any]:
     return dict(service.get("status") or {})
 
 
-def _patch_status(namespace: str, name: str, service: Mapping[str, Any], new: VLLMServiceStatus) -> bool | None:
-    """Merge-patch status with the read's resourceVersion as a precondition. True: written; False: nothing to
-    write; None: the object changed since it was read (409)."""
-    patch = cond.status_patch(_status_of(service), new)
-    if not patch:
-        return False
-    version = (service.get("metadata") or {}).get("resourceVersion")
-    body: dict[str, Any] = {"status": patch}
-    if version:
-        body["metadata"] = {"resourceVersion": version}
-    with kube.api_errors(f"write status of {name}"):
-        try:
-            kube.patch(kube.VLLMSERVICES, namespace, name, body, subresource="status")
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-    return True
-
-
 def update_status(namespace: str, name: str, build: Callable[[dict[str, Any]], VLLMServiceStatus | None],
-                  attempts: int = 3) -> bool:
-    """Read the service, `build` its next status from what is stored now, write it unless someone wrote in
-    between (then read and build again). Returns whether anything was written. Holds the service's lock (the
-    reconcile and the remediation ladder take it too), so in this process nothing interleaves at all."""
-    with kube.service_lock(namespace, name):
-        for _ in range(attempts):
-            with kube.api_errors("read the VLLMService"):
-                service = kube.get(kube.VLLMSERVICES, namespace, name)
-            if service is None:
-                return False
-            new = build(_status_of(service))
-            if new is None:
-                return False
-            written = _patch_status(namespace, name, service, new)
-            if written is not None:
-                return written
-    raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
+                  attempts: int = 6) -> bool:
+    """The one status writer (`effects.update_status`), with `build` given the stored status."""
+    return effects.update_status(namespace, name, lambda service: build(_status_of(service)), attempts=attempts)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,81 +305,29 @@ def _replicas(deployment: Mapping[str, Any] | None) -> int | None:
     return int(value) if isinstance(value, int) else 1
 
 
-def _involved(service: Mapping[str, Any]) -> dict[str, Any]:
-    meta = service.get("metadata") or {}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService", "name": meta.get("name"),
-            "namespace": meta.get("namespace"), "uid": meta.get("uid")}
-
-
 def _event(service: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
     meta = service.get("metadata") or {}
-    with kube.api_errors("post an event"):
-        kube.post_event(meta["namespace"], _involved(service), type_, reason, message)
+    effects.post_event(meta["namespace"], effects.involved(service), type_, reason, message)
 
 
 def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, observation: Observation,
                              decision: MetricsDecision, available: cond.ConditionUpdate, replicas: int | None,
                              now: datetime) -> bool:
-    """Re-plan with the lower max_num_seqs (a remediation step), roll the Deployment, record. False when the new
-    plan would not fit or would not lower max-num-seqs (then nothing is changed)."""
+    """Lower max_num_seqs as a ladder step (`remediation.ladder`: re-planned, recorded, then rolled out). False
+    when the new plan would not fit or would not lower max-num-seqs (then nothing is changed)."""
     assert decision.max_num_seqs is not None
     meta = service.get("metadata") or {}
-    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
-    spec_dict = dict(service.get("spec") or {})
-    files, model_error = load_model(spec_dict, namespace)
-    nodes = [] if spec.gpu.product else list_gpu_nodes(dict(spec.node_selector))
-    kept_replicas = False
-    with kube.service_lock(namespace, name):  # as the reconcile and the ladder: no step in between
-        for _ in range(3):
-            with kube.api_errors("read the VLLMService"):
-                fresh = kube.get(kube.VLLMSERVICES, namespace, name)
-            if fresh is None:
-                return False
-            status = _status_of(fresh)
-            generation = int((fresh.get("metadata") or {}).get("generation") or 1)
-            remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-            learned = profile_constraints(remediation.profile)  # as stored now: a ladder step may have come since
-            limit = min(decision.max_num_seqs, learned.max_num_seqs or decision.max_num_seqs)
-            stepped = remediation.model_copy(update={
-                "step": remediation.step + 1, "exhausted": False,
-                "profile": constraints_to_profile(learned.model_copy(update={"max_num_seqs": limit}))})
-            stepped_status = dict(status)
-            stepped_status["remediation"] = stepped.model_dump(by_alias=True, exclude_none=True)
-            desired = reconcile.desired_state(reconcile.Observed(
-                name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                status=stepped_status, now=now, nodes=nodes, model_files=files, model_error=model_error,
-                catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
-            flags_before = dict((status.get("plan") or {}).get("flags") or {})
-            if desired.plan is None or not desired.plan.fits or desired.children is None:
-                log.warning("%s/%s: %s — but the re-plan does not fit; nothing changed", namespace, name,
-                            decision.message)
-                return False
-            seqs_after = desired.plan.flags.get("max_num_seqs")
-            seqs_before = flags_before.get("max_num_seqs")
-            if not isinstance(seqs_after, int) or (isinstance(seqs_before, int) and seqs_after >= seqs_before):
-                log.info("%s/%s: the re-plan keeps max-num-seqs %s; nothing changed", namespace, name, seqs_after)
-                return False
-            entry = RemediationEvent(step=stepped.step, time=cond.format_time(now),
-                                     failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
-                                     flags_before=flags_before, flags_after=desired.plan.flags,
-                                     message=decision.message, profile_before=dict(remediation.profile))
-            recorded = stepped.model_copy(update={"history": [*remediation.history, entry]})
-            new_status = cond.fold_status(desired.status, conditions=[available], observed_generation=generation,
-                                          now=now, remediation=recorded,
-                                          metrics=metrics_status(observation, status.get("metrics"), now))
-            apply_children(desired.children, namespace)  # idempotent (spec hash): safe to repeat on a retry
-            if not kept_replicas:
-                _keep_replicas(namespace, name, spec, replicas)
-                kept_replicas = True
-            if _patch_status(namespace, name, fresh, new_status) is not None:
-                break
-        else:
-            raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing", delay=1)
-    metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
-                        desired.plan.prediction.kv_cache_tokens)
-    metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
-    _event(service, "Warning", MAX_NUM_SEQS_LOWERED, f"step {stepped.step}: {decision.message}")
-    log.info("%s/%s: step %s: %s", namespace, name, stepped.step, decision.message)
+    name, namespace = meta["name"], meta["namespace"]
+    change = ProfileChange(
+        failure_class=str(decision.failure_class), changes={"max_num_seqs": decision.max_num_seqs},
+        message=decision.message, evidence=decision.evidence, lowers="max_num_seqs", conditions=(available,),
+        status_changes={"metrics": metrics_status(observation, _status_of(service).get("metrics"), now)})
+    outcome = change_profile(namespace, name, change)
+    if outcome is None:
+        log.info("%s/%s: %s — but the re-plan does not fit or keeps max-num-seqs; nothing changed", namespace, name,
+                 decision.message)
+        return False
+    _keep_replicas(namespace, name, spec, replicas)
     return True
 
 
@@ -419,8 +337,7 @@ def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: i
         return
     if not spec.replicas < replicas <= spec.max_replicas:
         return
-    with kube.api_errors("keep the Deployment's replicas"):
-        kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": replicas}})
+    effects.scale_deployment(namespace, name, replicas)
 
 
 def apply_replicas(service: Mapping[str, Any], observation: Observation, decision: MetricsDecision,
@@ -436,8 +353,7 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
             flags_after["replicas"] = before
         event_type, reason = "Warning", REPLICAS_RECOMMENDED
     else:
-        with kube.api_errors("scale the Deployment"):
-            kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": decision.replicas}})
+        effects.scale_deployment(namespace, name, decision.replicas)
         flags_after = {"replicas": decision.replicas}
         up = decision.action is MetricsAction.SCALE_UP
         event_type, reason = ("Normal", SCALED_UP if up else SCALED_DOWN)

@@ -1,53 +1,52 @@
-"""Read pod failures and walk the remediation ladder (observe → classify → decide → apply).
+"""The remediation ladder's shell: observe (pods, their failures, log tails), decide (`remediation.ladder.next_step`,
+pure), then record, act, announce (`effects`).
 
-All state lives in the VLLMService's status (`status.remediation`: step, profile, history with the failure keys
-pod UID + restart count), so a restarted operator neither repeats nor loses a step. Pods running an older
-profile than the Deployment's current template are ignored (their failure was already answered).
+Record, then act: a step is first written to `status.remediation` (profile, history entry, failure key) with a
+`resourceVersion` precondition, then its Event is posted, then the Deployment is rolled out. A reconcile renders
+from the recorded profile, so a step recorded but not rolled out (a failed patch, a crash) is completed by the next
+reconcile or retry and never undone; a failure whose key is recorded never causes a second step. A step whose write
+failed is retried promptly (`RETRY_DELAYS`), not after the watchdog; so is a step deferred by
+`spec.remediation.minIntervalSeconds`, at the time it is due. Pods of an older template than the Deployment's are
+ignored (their failure was already answered).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from .. import metrics, reconcile
-from ..api import conditions as cond
-from ..api.v1alpha1 import DEFAULT_IMAGE, RemediationEvent, RemediationStatus
+from ..api.v1alpha1 import RemediationEvent
 from ..quantity import quantity_gib
+from ..remediation import ladder
 from ..remediation.classifier import Failure, classify, classify_text
 from ..remediation.evidence import ContainerEvidence, evidence_from_pod
-from ..remediation.policy import (
-    Action,
-    Current,
-    Decision,
-    constraints_to_profile,
-    decide,
-    failure_key,
-    profile_constraints,
-)
+from ..remediation.ladder import STEP_UP, Deferred, Outcome, PodFailure, ProfileChange, step_up_target
+from ..remediation.policy import failure_key
 from ..render.manifests import ANNOTATION_PLAN, LABEL_SERVICE
-from . import config, kube
+from . import effects, kube
+from .observe import observe_service
+
+__all__ = ["STEP_UP", "cancel_retries", "classify_pod", "death_index", "remediate_service", "step_up_service",
+           "step_up_target"]
 
 log = logging.getLogger("vllm_operator.remediation")
 LOG_TAIL_LINES = 80
-_REASON_BY_ACTION = {Action.STEP: cond.REMEDIATING, Action.EXHAUSTED: cond.REMEDIATION_EXHAUSTED}
+#: Delays of the prompt retries of a step whose write failed (seconds); after the last, the watchdog looks again.
+RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+#: A step deferred by minIntervalSeconds is retried at its due time when that is at most this far away (seconds).
+MAX_DEFERRAL = 900.0
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _failing(evidence: ContainerEvidence) -> bool:
@@ -102,12 +101,11 @@ def read_log_tail(namespace: str, pod: str) -> str | None:
         return None
 
 
-def _current_plan_hash(deployment: Mapping[str, Any] | None) -> str | None:
-    if deployment is None:
+def _template_hash(obj: Mapping[str, Any] | None) -> str | None:
+    if obj is None:
         return None
-    template = ((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}
-    annotations = template.get("annotations") or {}
-    value = annotations.get(ANNOTATION_PLAN)
+    template = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    value = (template.get("annotations") or {}).get(ANNOTATION_PLAN)
     return str(value) if value is not None else None
 
 
@@ -129,285 +127,231 @@ def _node_memory_gib() -> float | None:
     return max(known) if known else None
 
 
-def current_from(spec: Any, status: Mapping[str, Any], deployment: Mapping[str, Any] | None) -> Current:
-    remediation = status.get("remediation") or {}
-    history = remediation.get("history") or []
-    last = _parse_time(history[-1].get("time")) if history else None
-    keys = {f"{h.get('podUID')}/{h.get('restartCount')}" for h in history if h.get("podUID")}
-    if remediation.get("lastFailureKey"):
-        keys.add(remediation["lastFailureKey"])
-    keys.update(remediation.get("handledKeys") or [])
-    return Current(
-        flags=dict((status.get("plan") or {}).get("flags") or {}),
-        planned_kv_gib=((status.get("plan") or {}).get("memory") or {}).get("kvCacheGiB"),
-        pinned=frozenset(spec.flags.to_vllm()),
-        constraints=profile_constraints(remediation.get("profile") or {}),
-        step=int(remediation.get("step") or 0),
-        history_keys=frozenset(keys),
-        last_step_time=last,
-        max_steps=spec.remediation.max_steps,
-        min_interval_seconds=spec.remediation.min_interval_seconds,
-        enabled=spec.remediation.enabled,
-        max_gpus=spec.gpu.count or spec.gpu.max_count,
-        gpu_count_fixed=bool(spec.gpu.count),
-        min_context=spec.workload.context_length,
-        gpu_total_gib=(status.get("gpu") or {}).get("memoryGiB"),
-        host_memory_gib=_container_memory_gib(deployment),
-        node_memory_gib=None,
-        memory_pinned=bool(spec.resources.memory),
-    )
-
-
-def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> Decision | None:
-    """Look at the service's pods; take at most one ladder step. Returns the decision taken, if any."""
-    with kube.service_lock(namespace, name):
-        return _remediate_locked(namespace, name, logger)
-
-
-def _remediate_locked(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -> Decision | None:
-    found = kube.get_service(namespace, name)
-    if found is None:
-        return None
-    service, spec = found
-    status = dict(service.get("status") or {})
-    with kube.api_errors("read the Deployment and pods"):
-        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
-        pods = kube.list_objects(kube.PODS, namespace, label_selector=f"{LABEL_SERVICE}={name}")
-    current_hash = _current_plan_hash(deployment)
+def pod_failures(pods: list[dict[str, Any]], deployment: Mapping[str, Any] | None) -> list[PodFailure]:
+    """The classified failures of the pods of the Deployment's current template (older pods were answered)."""
+    current = _template_hash(deployment)
+    found = []
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        if current_hash and annotations.get(ANNOTATION_PLAN) not in (None, current_hash):
-            continue  # a pod of an older profile: its failure was already answered by the step that replaced it
+        if current and annotations.get(ANNOTATION_PLAN) not in (None, current):
+            continue
         for evidence, failure in classify_pod(pod):
-            current = current_from(spec, status, deployment)
-            if failure.kind == "HostOOMKilled":
-                current = current.model_copy(update={"node_memory_gib": _node_memory_gib()})
-            key = failure_key(evidence.pod_uid, death_index(pod, evidence))
-            decision = decide(failure, key, current, _now())
-            if decision.action in (Action.IGNORE, Action.WAIT):
-                continue
-            if decision.action is Action.EXHAUSTED and (status.get("remediation") or {}).get("exhausted"):
-                _remember(namespace, name, status, key)  # the verdict stands: note the failure, announce nothing
-                continue
-            return apply_decision(service, spec, status, decision, evidence, failure, key, logger, deployment)
-    return None
+            found.append(PodFailure(evidence, failure, failure_key(evidence.pod_uid, death_index(pod, evidence)),
+                                    annotations.get(ANNOTATION_PLAN)))
+    return found
 
 
-def apply_decision(service: Mapping[str, Any], spec: Any, status: dict[str, Any], decision: Decision,
-                   evidence: ContainerEvidence, failure: Failure, key: str,
-                   logger: logging.Logger | kopf.Logger, deployment: Mapping[str, Any] | None = None) -> Decision:
-    """Write what the decision says: a step (status, Deployment, event) or a verdict (status, event)."""
-    meta = service.get("metadata") or {}
-    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
-    generation = int(meta.get("generation") or 1)
-    now = _now()
-    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-    involved = {"apiVersion": service.get("apiVersion"), "kind": "VLLMService", "name": name,
-                "namespace": namespace, "uid": uid}
-    flags_before = dict((status.get("plan") or {}).get("flags") or {})
-    if decision.action is Action.STEP and decision.constraints is not None:
-        remediation = remediation.model_copy(update={
-            "step": remediation.step + 1,
-            "profile": constraints_to_profile(decision.constraints),
-            "last_failure_key": key,
-            "exhausted": False,
-        })
-        stepped = dict(status)
-        stepped["remediation"] = remediation.model_dump(by_alias=True, exclude_none=True)
-        files, model_error = _model_files(service, namespace)
-        desired = reconcile.desired_state(reconcile.Observed(
-            name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
-            status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error,
-            catalog=config.CONFIG.catalog,
-                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
-        if desired.plan is None or not desired.plan.fits:
-            why = desired.plan.failure.message if desired.plan and desired.plan.failure else "no plan"
-            options = "; ".join(o.summary for o in (desired.plan.options if desired.plan else [])[:3])
-            exhausted = decision.model_copy(update={
-                "action": Action.EXHAUSTED,
-                "message": f"{decision.message}, but then nothing fits: {why}"
-                           + (f" Options: {options}" if options else "")})
-            return apply_decision(service, spec, status, exhausted, evidence, failure, key, logger, deployment)
-        if not _changes_pods(desired, deployment):
-            nothing = decision.model_copy(update={
-                "action": Action.EXHAUSTED,
-                "message": f"{decision.message}, but the plan cannot change accordingly ("
-                           f"{_why_unchanged(desired)}); {failure.summary}"})
-            return apply_decision(service, spec, status, nothing, evidence, failure, key, logger, deployment)
-        flags_after = desired.plan.flags
-        entry = RemediationEvent(step=remediation.step, time=cond.format_time(now), failure_class=str(failure.kind),
-                                 evidence=(failure.excerpt or failure.summary)[:500], podUID=evidence.pod_uid,
-                                 restart_count=evidence.restart_count, flags_before=flags_before,
-                                 flags_after=flags_after, message=decision.message,
-                                 profile_before=dict((status.get("remediation") or {}).get("profile") or {}))
-        remediation = remediation.model_copy(update={"history": [*remediation.history, entry]})
-        new_status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
-            cond.DEGRADED, cond.TRUE, cond.REMEDIATING, f"step {remediation.step}: {decision.message}")],
-            observed_generation=generation, now=now, remediation=remediation)
-        if desired.children is not None:
-            from .service import apply_children
-
-            apply_children(desired.children, namespace)
-        _write(namespace, name, status, new_status)
-        metrics.REMEDIATIONS.labels(failure_class=str(failure.kind)).inc()
-        _event(namespace, involved, "Warning", f"Remediated{failure.kind}",
-               f"step {remediation.step}: {decision.message}. Evidence: {failure.summary}")
-        logger.info("remediation step %s for %s/%s: %s", remediation.step, namespace, name, decision.message)
-        return decision
-    handled = [*[k for k in remediation.handled_keys if k != key], key][-20:]
-    remediation = remediation.model_copy(update={"last_failure_key": key, "handled_keys": handled,
-                                                 "exhausted": decision.action is Action.EXHAUSTED})
-    if decision.action is Action.EXHAUSTED:
-        update = cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.REMEDIATION_EXHAUSTED, decision.message)
-        reason = cond.REMEDIATION_EXHAUSTED
-    else:
-        update = cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, _surface_reason(failure), decision.message)
-        reason = f"PodFailed{failure.kind}"
-    new_status = cond.fold_status(status, conditions=[update], observed_generation=generation, now=now,
-                                  remediation=remediation)
-    _write(namespace, name, status, new_status)
-    _event(namespace, involved, "Warning", reason, decision.message)
-    logger.warning("%s/%s: %s", namespace, name, decision.message)
-    return decision
+# --------------------------------------------------------------------------------------------------
+# Observe → decide → record → announce → act
+# --------------------------------------------------------------------------------------------------
 
 
-def _changes_pods(desired: reconcile.Desired, deployment: Mapping[str, Any] | None) -> bool:
-    """Whether the stepped plan renders a different pod template than the one running."""
-    if deployment is None or desired.children is None:
-        return True
-    for child in desired.children:
-        if child.get("kind") == "Deployment":
-            want = (((child.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations", {})
-            return bool(want.get(ANNOTATION_PLAN) != _current_plan_hash(deployment))
-    return True
-
-
-def _why_unchanged(desired: reconcile.Desired) -> str:
-    plan = desired.plan
-    if plan is None:
-        return "no plan"
-    return (f"the planner still chooses {plan.gpu_count} GPU(s) per pod on {plan.gpu} with the same flags: the "
-            "nodes or spec.gpu limit it")
-
-
-def _remember(namespace: str, name: str, status: dict[str, Any], key: str) -> None:
-    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-    handled = [*[k for k in remediation.handled_keys if k != key], key][-20:]
-    new = cond.fold_status(status, observed_generation=_generation(status), now=_now(), remediation=remediation.model_copy(
-        update={"last_failure_key": key, "handled_keys": handled}))
-    _write(namespace, name, status, new)
-
-
-def _generation(status: Mapping[str, Any]) -> int | None:
-    value = status.get("observedGeneration")
-    return int(value) if value is not None else None
-
-
-def _surface_reason(failure: Failure) -> str:
-    return {"ImagePull": cond.IMAGE_PULL_FAILED, "HostOOMKilled": cond.CONTAINER_OOM_KILLED}.get(
-        str(failure.kind), cond.CONTAINER_CRASH_LOOP_BACK_OFF)
-
-
-def _write(namespace: str, name: str, old: Mapping[str, Any], new: Any) -> None:
-    from .service import write_status
-
-    write_status(namespace, name, old, new)
-
-
-def _event(namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    with kube.api_errors("post an event"):
-        kube.post_event(namespace, involved, type_, reason, message)
-
-
-def _nodes_for(spec: Any) -> list[dict[str, str]]:
-    from .service import list_gpu_nodes
-
-    if spec.gpu.product:
-        return []
-    return list_gpu_nodes(dict(spec.node_selector))
-
-
-def _model_files(service: Mapping[str, Any], namespace: str) -> tuple[Any, str | None]:
-    from .service import load_model
-
-    return load_model(service.get("spec") or {}, namespace)
-
-
-STEP_UP = "StepUp"
+def remediate_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> Outcome | None:
+    """Look at the service's pods; take at most one ladder step (recorded, then rolled out). Returns the outcome
+    recorded now, if any. A failed write raises kopf.TemporaryError and schedules a prompt retry."""
+    return _guarded(namespace, name, logger, failures=True)
 
 
 def step_up_service(namespace: str, name: str, logger: logging.Logger | kopf.Logger = log) -> bool:
     """spec.remediation.allowStepUp: after a stable window, restore the profile from before the last step, once
     per profile (a profile that failed again after a step back is not retried). Returns whether it stepped."""
+    outcome = _guarded(namespace, name, logger, failures=False, step_up=True)
+    return outcome is not None and outcome.action == "step_up"
+
+
+def change_profile(namespace: str, name: str, change: ProfileChange,
+                   logger: logging.Logger | kopf.Logger = log) -> Outcome | None:
+    """A metric-driven profile change, taken as a ladder step (recorded, then rolled out); None when the re-plan
+    would not fit or not change what it must."""
+    return _guarded(namespace, name, logger, failures=False, change=change)
+
+
+def _guarded(namespace: str, name: str, logger: logging.Logger | kopf.Logger, **how: Any) -> Outcome | None:
+    try:
+        outcome = _step(namespace, name, logger, **how)
+    except kopf.TemporaryError as exc:
+        _schedule(namespace, name, exc.delay if isinstance(exc.delay, int | float) else None, failed=True)
+        raise
+    if outcome is not None:
+        _retries.pop((namespace, name), None)
+    return outcome
+
+
+def _step(namespace: str, name: str, logger: logging.Logger | kopf.Logger, *, failures: bool,
+          step_up: bool = False, change: ProfileChange | None = None) -> Outcome | None:
     with kube.service_lock(namespace, name):
         found = kube.get_service(namespace, name)
         if found is None:
-            return False
+            return None
         service, spec = found
-        status = dict(service.get("status") or {})
-        target = step_up_target(spec, status, _now())
-        if target is None:
-            return False
-        profile, entry = target
-        return _apply_step_up(service, spec, status, profile, entry, logger)
+        now = _now()
+        deployment: dict[str, Any] | None = None
+        seen: list[PodFailure] = []
+        if failures:
+            with kube.api_errors("read the Deployment and pods"):
+                deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+                pods = kube.list_objects(kube.PODS, namespace, label_selector=f"{LABEL_SERVICE}={name}")
+            seen = pod_failures(pods, deployment)
+            keys = ladder.recorded_keys(ladder.remediation_of(service.get("status") or {}))
+            if not [f for f in seen if f.key not in keys]:
+                _announce(service, now)
+                return None  # nothing new: the common case, without reading the model or the nodes
+        elif change is None and step_up_target(spec, service.get("status") or {}, now) is None:
+            return None  # no step up due: nothing to plan (the watchdog asks every round)
+        node_memory = _node_memory_gib() if any(f.failure.kind == "HostOOMKilled" for f in seen) else None
+        observed = observe_service(service, now)
+        results: list[Outcome | Deferred | None] = []
+
+        def build(fresh: dict[str, Any]) -> Any:
+            generation = int((fresh.get("metadata") or {}).get("generation") or observed.generation)
+            view = replace(observed, generation=generation)
+
+            def render(status: Mapping[str, Any]) -> reconcile.Desired:
+                return reconcile.desired_state(replace(view, status=dict(status)))
+
+            seen_now = ladder.Observed(status=dict(fresh.get("status") or {}), generation=generation, now=now,
+                                       render=render)
+            result = ladder.next_step(seen_now, spec, failures=seen, change=change, step_up=step_up,
+                                      host_memory_gib=_container_memory_gib(deployment),
+                                      node_memory_gib=node_memory)
+            results.append(result)
+            return result.status if isinstance(result, Outcome) else None
+
+        written = effects.update_status(namespace, name, build)
+        last = results[-1] if results else None
+        if isinstance(last, Deferred):
+            _schedule(namespace, name, (last.retry_at - now).total_seconds(), failed=False)
+            logger.info("%s/%s: %s", namespace, name, last.message)
+            return None
+        if not written or not isinstance(last, Outcome):
+            if any(isinstance(r, Outcome) and r.children is not None for r in results):
+                _complete(namespace, name, logger)  # a step may have landed before its answer was lost
+            return None
+        return _act(service, last, logger)
 
 
-def step_up_target(spec: Any, status: Mapping[str, Any], now: datetime) -> tuple[dict[str, Any], Any] | None:
-    """The profile a step back would restore, or None when not allowed or not due (pure)."""
-    if not (spec.remediation.allow_step_up and spec.remediation.enabled):
-        return None
-    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-    if not remediation.profile or not remediation.history:
-        return None
-    ready = next((c for c in status.get("conditions") or [] if c.get("type") == cond.READY), None)
-    if not ready or ready.get("status") != cond.TRUE:
-        return None
-    last = remediation.history[-1]
-    since = max(filter(None, [_parse_time(ready.get("lastTransitionTime")), _parse_time(last.time)]))
-    if (now - since).total_seconds() < spec.remediation.stable_window_seconds:
-        return None
-    # entries that only scaled replicas or advised (metrics watch) did not change the profile
-    steps = [h for h in remediation.history if h.failure_class != STEP_UP and set(h.flags_before) != {"replicas"}
-             and "recommendedReplicas" not in h.flags_after]
-    if not steps:
-        return None
-    restore = dict(steps[-1].profile_before)
-    tried = [h.profile_before for h in remediation.history if h.failure_class == STEP_UP]
-    if restore in tried or restore == dict(remediation.profile):
-        return None
-    return restore, steps[-1]
-
-
-def _apply_step_up(service: Mapping[str, Any], spec: Any, status: dict[str, Any], profile: dict[str, Any],
-                   undone: Any, logger: logging.Logger | kopf.Logger) -> bool:
+def _act(service: Mapping[str, Any], outcome: Outcome, logger: logging.Logger | kopf.Logger) -> Outcome:
+    """The outcome is recorded: announce it, then roll it out."""
     meta = service.get("metadata") or {}
-    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid", "")
-    generation = int(meta.get("generation") or 1)
-    now = _now()
-    remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-    stepped = dict(status)
-    stepped["remediation"] = {**(status.get("remediation") or {}), "profile": profile}
-    files, model_error = _model_files(service, namespace)
-    desired = reconcile.desired_state(reconcile.Observed(
-        name=name, namespace=namespace, uid=uid, generation=generation, spec=dict(service.get("spec") or {}),
-        status=stepped, now=now, nodes=_nodes_for(spec), model_files=files, model_error=model_error,
-        catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE))
-    if desired.plan is None or not desired.plan.fits or desired.children is None:
-        return False
-    message = (f"stable for {spec.remediation.stable_window_seconds}s: stepping back from step "
-               f"{remediation.step} ({undone.message})")
-    entry = RemediationEvent(step=max(remediation.step - 1, 0), time=cond.format_time(now), failure_class=STEP_UP,
-                             evidence="", flags_before=dict((status.get("plan") or {}).get("flags") or {}),
-                             flags_after=desired.plan.flags, message=message, profile_before=profile)
-    remediation = remediation.model_copy(update={"step": max(remediation.step - 1, 0), "profile": profile,
-                                                 "history": [*remediation.history, entry]})
-    from .service import apply_children
+    namespace, name = meta["namespace"], meta["name"]
+    if outcome.entry is not None:
+        _post_step_event(service, outcome.entry)
+    else:
+        for event in outcome.events:
+            effects.post_event(namespace, effects.involved(service), event.type, event.reason, event.message)
+    if outcome.children is not None:
+        effects.apply_children(outcome.children, namespace)
+    if outcome.plan is not None:
+        metrics.record_plan(namespace, name, outcome.plan.fits, outcome.plan.flags,
+                            outcome.plan.prediction.kv_cache_tokens)
+    if outcome.entry is not None and outcome.action == "step":
+        metrics.REMEDIATIONS.labels(failure_class=outcome.failure_class).inc()
+    if outcome.action in ("step", "step_up"):
+        logger.info("%s/%s: step %s: %s", namespace, name, outcome.entry.step if outcome.entry else "?",
+                    outcome.message)
+    elif outcome.action != "remember":
+        logger.warning("%s/%s: %s", namespace, name, outcome.message)
+    return outcome
 
-    apply_children(desired.children, namespace)
-    new_status = cond.fold_status(desired.status, observed_generation=generation, now=now, remediation=remediation)
-    _write(namespace, name, status, new_status)
-    involved = {"apiVersion": service.get("apiVersion"), "kind": "VLLMService", "name": name,
-                "namespace": namespace, "uid": uid}
-    _event(namespace, involved, "Normal", "SteppedUp", message)
-    logger.info("%s/%s: %s", namespace, name, message)
-    return True
+
+def _complete(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -> None:
+    """Finish what the status records: roll out the recorded profile, post the Events of recent steps."""
+    with kube.service_lock(namespace, name):
+        service = effects.read_service(namespace, name)
+        if service is None:
+            return
+        now = _now()
+        _announce(service, now)
+        desired = reconcile.desired_state(observe_service(service, now))
+        if desired.children is not None:
+            for line in effects.apply_children(desired.children, namespace):
+                logger.info("%s/%s: completing the recorded step: %s", namespace, name, line)
+
+
+# Events of recorded steps known to be posted, by their fixed names. Bounded; after a restart the Events of the steps
+# of the last `ladder.ANNOUNCE_WINDOW` are posted again once (a 409 AlreadyExists when they are there).
+_announced: set[str] = set()
+
+
+def step_event_name(service: Mapping[str, Any], entry: RemediationEvent) -> str:
+    """The fixed name of a recorded step's Event: the same for every post of it, by any operator process."""
+    meta = service.get("metadata") or {}
+    digest = hashlib.sha256(f"{meta.get('uid')}/{entry.step}/{entry.time}/{entry.failure_class}/"
+                            f"{entry.pod_uid}/{entry.restart_count}".encode()).hexdigest()[:16]
+    return f"{str(meta.get('name'))[:200]}.step.{digest}"
+
+
+def _post_step_event(service: Mapping[str, Any], entry: RemediationEvent) -> None:
+    meta = service.get("metadata") or {}
+    name = step_event_name(service, entry)
+    if name in _announced:
+        return
+    event = ladder.step_event(entry)
+    if effects.post_event(meta["namespace"], effects.involved(service), event.type, event.reason, event.message,
+                          name=name):
+        if len(_announced) > 10000:
+            _announced.clear()
+        _announced.add(name)
+
+
+def _announce(service: Mapping[str, Any], now: datetime) -> None:
+    """Post the Events of recent recorded steps that this process has not seen posted (a crash or a failed post
+    lost them; idempotent by name)."""
+    for entry in ladder.unannounced(service.get("status") or {}, now):
+        _post_step_event(service, entry)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prompt retries
+# --------------------------------------------------------------------------------------------------
+
+_retries: dict[tuple[str, str], int] = {}
+_timers: dict[tuple[str, str], threading.Timer] = {}
+_timers_lock = threading.Lock()
+
+
+def _schedule(namespace: str, name: str, delay: float | None, *, failed: bool) -> None:
+    """Look at the service again soon: after a failed write (backing off along RETRY_DELAYS), or when a deferred
+    step is due. One pending retry per service."""
+    key = (namespace, name)
+    if failed:
+        attempt = _retries.get(key, 0)
+        if attempt >= len(RETRY_DELAYS):
+            _retries.pop(key, None)
+            log.warning("%s/%s: retries exhausted; the watchdog looks again", namespace, name)
+            return
+        _retries[key] = attempt + 1
+        delay = max(delay or 0.0, RETRY_DELAYS[attempt]) if attempt else RETRY_DELAYS[0]
+    elif delay is None or delay > MAX_DEFERRAL:
+        return
+    with _timers_lock:
+        pending = _timers.get(key)
+        if pending is not None and pending.is_alive():
+            return
+        timer = threading.Timer(max(delay or 0.0, 0.05), _retry, args=(namespace, name))
+        timer.daemon = True
+        _timers[key] = timer
+        timer.start()
+
+
+def _retry(namespace: str, name: str) -> None:
+    with _timers_lock:
+        _timers.pop((namespace, name), None)
+    try:
+        if _step(namespace, name, log, failures=True) is None:
+            _complete(namespace, name, log)
+        _retries.pop((namespace, name), None)
+    except kopf.TemporaryError as exc:
+        log.warning("%s/%s: remediation retry deferred: %s", namespace, name, exc)
+        _schedule(namespace, name, exc.delay if isinstance(exc.delay, int | float) else None, failed=True)
+    except Exception:  # a retry must never kill its thread silently
+        log.exception("%s/%s: remediation retry failed", namespace, name)
+
+
+def cancel_retries() -> None:
+    """Stop pending retries (the operator is stopping)."""
+    with _timers_lock:
+        for timer in _timers.values():
+            timer.cancel()
+        _timers.clear()
+    _retries.clear()

@@ -6,20 +6,31 @@ The operator never writes a VLLMService's spec: only its status, its children an
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import functools
 import logging
 import os
+import threading
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
+from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
-from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY
-from ..sources import ModelFiles, ModelSourceError, model_files_from_inline, resolve_model_id
-from . import config, kube
+from ..render.manifests import LABEL_SERVICE, MANAGED_BY
+from . import config, effects, kube, rollouts
+from .effects import apply_children
+from .observe import list_gpu_nodes, load_model
+from .remediation import remediate_service, step_up_service
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
@@ -55,68 +66,6 @@ def _involved(name: str, namespace: str, uid: str | None) -> dict[str, Any]:
             "uid": uid}
 
 
-def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | None, str | None]:
-    """The model's config.json (+ checkpoint size): inline, from a ConfigMap, the catalog, or the hub."""
-    model = spec.get("model") or {}
-    name = str(model.get("name", ""))
-    try:
-        if model.get("config"):
-            return model_files_from_inline(dict(model["config"]), _inline_index(model), name), None
-        ref = model.get("configMapRef")
-        if ref:
-            with kube.api_errors("read the model ConfigMap"):
-                config_map = kube.get(kube.CONFIGMAPS, namespace, ref["name"])
-            if config_map is None:
-                return None, f"ConfigMap {ref['name']} (spec.model.configMapRef) not found"
-            data = config_map.get("data") or {}
-            config_text = data.get(ref.get("configKey", "config.json"))
-            if config_text is None:
-                return None, f"ConfigMap {ref['name']} has no key {ref.get('configKey', 'config.json')}"
-            index_text = data.get(ref.get("safetensorsIndexKey", "model.safetensors.index.json"))
-            return model_files_from_inline(config_text, index_text, name), None
-        return resolve_model_id(name, revision=model.get("revision")), None
-    except ModelSourceError as exc:
-        return None, str(exc)
-
-
-def _inline_index(model: Mapping[str, Any]) -> dict[str, Any] | None:
-    index = model.get("safetensorsIndex")
-    return dict(index) if index else None
-
-
-def list_gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
-    selector = ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or None
-    with kube.api_errors("list nodes"):
-        nodes = kube.list_objects(kube.NODES, label_selector=selector)
-    return [dict((n.get("metadata") or {}).get("labels") or {}) for n in nodes]
-
-
-def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Create what is missing, patch what changed (by spec-hash annotation); returns what was written."""
-    written = []
-    for child in children:
-        resource = kube.KIND_RESOURCES[child["kind"]]
-        name = child["metadata"]["name"]
-        with kube.api_errors(f"apply {child['kind']} {name}"):
-            existing = kube.get(resource, namespace, name)
-            if existing is None:
-                kube.create(resource, namespace, child)
-                written.append(f"created {child['kind']} {name}")
-                continue
-            if child["kind"] == "PersistentVolumeClaim":
-                continue  # immutable spec: created once, never patched
-            want = child["metadata"].get("annotations", {}).get(ANNOTATION_SPEC_HASH)
-            have = ((existing.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-            if want != have:
-                kube.patch(resource, namespace, name, {
-                    "metadata": {"labels": child["metadata"]["labels"],
-                                 "annotations": child["metadata"]["annotations"],
-                                 "ownerReferences": child["metadata"]["ownerReferences"]},
-                    "spec": child["spec"]})
-                written.append(f"updated {child['kind']} {name}")
-    return written
-
-
 def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) -> bool:
     patch = cond.status_patch(dict(old), new)
     if not patch:
@@ -127,37 +76,105 @@ def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) ->
 
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
-                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
+                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
+                      new: bool = False, node_max_age: float = 0.0) -> reconcile.Desired:
     """Observe, compute, apply — the whole reconcile of one VLLMService (under the service's lock, on its
-    current status: the status in kopf's event may predate a ladder step the pod handler just wrote)."""
+    current status: the status in kopf's event may predate a ladder step the pod handler just wrote).
+
+    `new`: kopf's creation event of a service without status — nothing else has written to it or made its
+    children yet, so neither is read first (a burst of creations costs half the requests).
+    `node_max_age`: a list of the GPU nodes this recent (seconds) will do (0: list them now)."""
     with kube.service_lock(namespace, name):
-        with kube.api_errors(f"read {name}"):
-            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
-        if fresh is not None:
-            status = dict(fresh.get("status") or {})
-        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger)
+        if not new:
+            with kube.api_errors(f"read {name}"):
+                fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+            if fresh is not None:
+                status = dict(fresh.get("status") or {})
+        return _reconcile_locked(name, namespace, uid, generation, spec, status, logger, new=new,
+                                 node_max_age=max(node_max_age, NODE_CACHE_SECONDS if new else 0.0))
+
+
+#: How long a list of GPU nodes serves the creation of other services (a burst of creations lists the nodes once a
+#: second, not once per service; updates, resumes and the watchdog always list them afresh).
+NODE_CACHE_SECONDS = 1.0
+_node_cache: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[float, list[dict[str, str]]]] = {}
+_node_cache_lock = threading.Lock()
+
+
+def gpu_nodes(node_selector: Mapping[str, str], max_age: float = NODE_CACHE_SECONDS) -> list[dict[str, str]]:
+    """The labels of the nodes matching `node_selector`, from a list at most `max_age` seconds old."""
+    key = (id(kube.client()), tuple(sorted((str(k), str(v)) for k, v in node_selector.items())))
+    now = time.monotonic()
+    with _node_cache_lock:
+        hit = _node_cache.get(key)
+    if hit is not None and now - hit[0] < max_age:
+        return hit[1]
+    nodes = list_gpu_nodes(dict(node_selector))
+    with _node_cache_lock:
+        _node_cache[key] = (now, nodes)
+    return nodes
+
+
+def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Children of a new service: create each without reading it first; one that exists already (409) or any other
+    failure goes through `effects.apply_children`, which reads, compares and retries."""
+    written, rest = [], []
+    for index, child in enumerate(children):
+        try:
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child)
+        except ApiException as exc:
+            if exc.status in (400, 422):  # refused: the same object would be refused again
+                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
+                    raise
+            rest = children[index:]
+            break
+        except (HTTPError, OSError):
+            rest = children[index:]
+            break
+        written.append(f"created {child['kind']} {child['metadata']['name']}")
+    return written + (apply_children(rest, namespace) if rest else [])
 
 
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
-                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger) -> reconcile.Desired:
+                      status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
+                      new: bool = False, node_max_age: float = 0.0) -> reconcile.Desired:
     spec_dict = dict(spec)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                                  status=dict(status), now=_now(), list_nodes=list_gpu_nodes,
+                                  status=dict(status), now=_now(),
+                                  list_nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
+                                  else list_gpu_nodes,
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
+    if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
+        # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
+        desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
+            cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, "the spec is reconciled")], observed_generation=generation,
+            now=observed.now)
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
     if desired.children is not None:
-        for line in apply_children(desired.children, namespace):
+        for line in (create_children if new else apply_children)(desired.children, namespace):
             logger.info(line)
+            if line.startswith("updated Deployment ") and _profile_changed(status, desired):
+                # a new profile: none of its pods runs yet, whatever readyReplicas says
+                desired.status = cond.fold_status(
+                    desired.status, conditions=rollout.started_conditions(
+                        desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
+                    observed_generation=generation, now=observed.now)
     write_status(namespace, name, status, desired.status)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         with kube.api_errors("post an event"):
             kube.post_event(namespace, involved, event.type, event.reason, event.message)
     return desired
+
+
+def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> bool:
+    before = status.get("plan") or {}
+    after = desired.status.plan
+    return after is not None and before.get("args") != after.args
 
 
 def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,23 +190,111 @@ def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[
     return new
 
 
+#: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
+_RECONCILE_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="reconcile")
+#: The longest pause between retries of a transient failure (seconds).
+MAX_RETRY_DELAY = 600.0
+
+
+def backoff(delay: float | None, retry: int) -> float:
+    """A transient failure's delay, doubled with each retry of the same handler, capped."""
+    return float(min((delay or 1.0) * 2 ** min(retry, 10), MAX_RETRY_DELAY))
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
 @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
-def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
-                          status: Mapping[str, Any], logger: kopf.Logger, reason: str, **_: Any) -> None:
+async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
+                                status: Mapping[str, Any], logger: kopf.Logger, reason: str, retry: int = 0,
+                                **_: Any) -> None:
+    """Every VLLMService gets an answer: a status, or — when anything goes wrong — a condition and one Event naming
+    what is wrong and what to change. A permanent failure (the API server refused a child, an unexpected error, a
+    reconcile past its time bound) is not retried until the spec changes; a transient one backs off."""
     assert namespace is not None  # VLLMService is namespaced
-    if reason == "update" and (status.get("remediation") or {}).get("profile"):
-        status = _reset_ladder(namespace, name, status)
+    generation = int(meta.get("generation") or 1)
+    call = functools.partial(_reconcile_now, name, namespace, uid, generation, copy.deepcopy(dict(spec)),
+                             copy.deepcopy(dict(status)), logger, reason)
+    loop = asyncio.get_running_loop()
+    timeout = config.CONFIG.reconcile_timeout_seconds
     try:
-        desired = reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
-    except kopf.TemporaryError:
-        metrics.RECONCILES.labels(outcome="retry").inc()
+        desired = await asyncio.wait_for(loop.run_in_executor(_RECONCILE_POOL, call), timeout=timeout)
+    except kube.Rejected as exc:
+        await _answer(namespace, name, uid, generation, cond.CHILD_REJECTED,
+                      f"{exc}; change the spec so that what the operator renders from it is valid", logger)
         raise
+    except TimeoutError:
+        await _answer(namespace, name, uid, generation, cond.RECONCILE_ERROR,
+                      f"reconciling took longer than {timeout:.0f} s (reading the model or planning it): the spec "
+                      "asks for too much work (e.g. a huge spec.model.config); change it", logger)
+        raise kopf.PermanentError(f"reconcile exceeded {timeout:.0f} s") from None
+    except kopf.TemporaryError as exc:
+        metrics.RECONCILES.labels(outcome="retry").inc()
+        raise kopf.TemporaryError(str(exc), delay=backoff(exc.delay, retry)) from exc
+    except kopf.PermanentError:
+        raise
+    except Exception as exc:
+        logger.exception("reconcile of %s/%s failed", namespace, name)
+        await _answer(namespace, name, uid, generation, cond.RECONCILE_ERROR,
+                      f"the operator could not reconcile this spec ({type(exc).__name__}: {str(exc)[:500]}); "
+                      "change the spec — it is retried when the spec changes — or report this error", logger)
+        raise kopf.PermanentError(f"{type(exc).__name__}: {exc}") from exc
     metrics.RECONCILES.labels(outcome="ok" if desired.plan and desired.plan.fits else "not_deployed").inc()
     if desired.retry_after:
         raise kopf.TemporaryError("waiting: " + "; ".join(e.message for e in desired.events)[:200],
-                                  delay=desired.retry_after)
+                                  delay=backoff(desired.retry_after, retry))
+
+
+def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: dict[str, Any],
+                   status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
+    if reason == "update" and (status.get("remediation") or {}).get("profile"):
+        status = _reset_ladder(namespace, name, status)
+    return reconcile_service(name, namespace, uid, generation, spec, status, logger,
+                             new=reason == "create" and not status)
+
+
+async def _answer(namespace: str, name: str, uid: str, generation: int, reason: str, message: str,
+                  logger: kopf.Logger) -> None:
+    """Say what went wrong: Degraded=True (and Ready/Progressing False) with `reason`, and one Event."""
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.run_in_executor(_RECONCILE_POOL, functools.partial(
+            record_failure, namespace, name, uid, generation, reason, message))
+    except Exception as exc:  # the answer could not be written: let kopf retry the whole reconcile
+        metrics.RECONCILES.labels(outcome="retry").inc()
+        raise kopf.TemporaryError(f"{reason}: {message[:200]} (and the status write failed: {exc})",
+                                  delay=5) from exc
+    metrics.RECONCILES.labels(outcome="error").inc()
+    logger.error("%s: %s", reason, message)
+
+
+def record_failure(namespace: str, name: str, uid: str, generation: int, reason: str, message: str) -> None:
+    """Write the failure with the status's resourceVersion as a precondition, without the service's lock (a
+    reconcile past its time bound may still hold it), then post its Event unless the status already said it."""
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+               cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, "waiting for a spec change"),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "the current spec is not applied")]
+    for _ in range(5):
+        service = effects.read_service(namespace, name)
+        if service is None:
+            return
+        stored = service.get("status") or {}
+        said = any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE and c.get("reason") == reason
+                   and c.get("message") == message and c.get("observedGeneration") == generation
+                   for c in stored.get("conditions") or [])
+        new = cond.fold_status(stored, conditions=updates, observed_generation=generation, now=_now())
+        if effects.patch_status(namespace, name, service, new) is not None:
+            break
+    else:
+        raise kopf.TemporaryError(f"the status of {namespace}/{name} could not be written", delay=1)
+    if not said:
+        effects.post_event(namespace, _involved(name, namespace, uid), "Warning", reason, message)
+
+
+def answered_failure(status: Mapping[str, Any], generation: int | None) -> bool:
+    """Whether the status holds a permanent failure (of this generation, unless None): no timer retries it."""
+    return any(c.get("type") == cond.DEGRADED and c.get("status") == cond.TRUE
+               and c.get("reason") in (cond.RECONCILE_ERROR, cond.CHILD_REJECTED)
+               and generation in (None, c.get("observedGeneration")) for c in status.get("conditions") or [])
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
@@ -197,10 +302,14 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
     """A pod of ours changed: if its vLLM container failed, walk the remediation ladder one step."""
     if type == "DELETED":
         return
-    from .remediation import remediate_service
-
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    if owner and rollout.unschedulable_message(body):
+        try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
+            rollouts.refresh(meta["namespace"], owner)
+        except kopf.TemporaryError as exc:
+            logger.warning("rollout status deferred: %s", exc)
+        return
     if not owner or not _looks_failed(body):
         return
     try:
@@ -219,23 +328,31 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=120, initial_delay=60, idle=30, registry=registry)
+#: The watchdog's period (seconds): a safety net behind the event handlers, so a few requests per service per
+#: period (benchmarks/operator_scale.py --idle-seconds measures the cost at rest).
+WATCHDOG_INTERVAL = 120.0
+#: How old a list of the GPU nodes the watchdog's re-plan may use (seconds): one list serves many services.
+WATCHDOG_NODE_MAX_AGE = 60.0
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=WATCHDOG_INTERVAL, initial_delay=60, idle=30, registry=registry)
 def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
                          status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
     """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
     if anything drifted. Writes nothing when nothing changed."""
-    from .remediation import remediate_service, step_up_service
-
     assert namespace is not None
+    if answered_failure(status, int(meta.get("generation") or 1)):
+        return  # a permanent failure waits for a spec change, not for a timer
     allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
     if remediate_service(namespace, name, logger) is None and not (
             allow_step_up and step_up_service(namespace, name, logger)):
-        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger)
+        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger,
+                          node_max_age=WATCHDOG_NODE_MAX_AGE)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
-    """Fold the Deployment's readiness into the owner's status (Ready, readyReplicas)."""
+    """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":
         return
     meta = body.get("metadata") or {}
@@ -243,21 +360,6 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
     namespace = meta.get("namespace")
     if not owner or not namespace:
         return
-    with kube.service_lock(namespace, owner):
-        _fold_readiness(namespace, owner, body)
-
-
-def _fold_readiness(namespace: str, owner: str, body: Mapping[str, Any]) -> None:
-    with kube.api_errors("read the VLLMService"):
-        service = kube.get(kube.VLLMSERVICES, namespace, owner)
-    if service is None:
-        return
-    status = service.get("status") or {}
-    if (status.get("plan") or {}).get("fits") is False:
-        return  # an infeasible plan has no Deployment of ours to report on
-    deployment_status = body.get("status") or {}
-    replicas = int((body.get("spec") or {}).get("replicas") or 0)
-    ready = int(deployment_status.get("readyReplicas") or 0)
-    generation = int((service.get("metadata") or {}).get("generation") or 1)
-    new = reconcile.readiness_update(status, generation=generation, now=_now(), replicas=replicas, ready=ready)
-    write_status(namespace, owner, status, new)
+    if not body.get("status"):
+        return  # the Deployment controller has not looked at it yet: the reconcile's status stands
+    rollouts.refresh(namespace, owner, body)

@@ -1,6 +1,6 @@
-"""A harness for the remediation ladder's handler tests: the emulated API server, the CRD, GPU nodes, and the
-real operator talking to it over HTTP: its kopf registry in a thread of the test process (fast), or the
-`vllm-operator run` process (for restarts that must lose everything held in memory).
+"""The operator under test, in one harness: the emulated API server (optionally behind the fault proxy), the CRD,
+GPU nodes, and the real operator talking to it over HTTP — its kopf registry in a thread of the test process (fast),
+or the `vllm-operator run` process (for restarts that must lose everything held in memory, and kill -9).
 
 The test plays three roles:
 
@@ -12,9 +12,12 @@ The test plays three roles:
 * vLLM: the termination message is what `terminationMessagePolicy: FallbackToLogsOnError` leaves, the tail of a
   realistic vLLM log (the error texts come from `planner.messages`, vLLM's own format strings by release).
 
-The operator can be stopped and started again against the same API state (restart tests). Every wait is a poll
-with a timeout (the emulator wakes pollers on every change); "nothing more happened" is checked against a barrier
-that proves the operator has looked (its `list pods` reads in the namespace, from the access log).
+`Cluster(tmp_path, faults=True)` puts a `kit.faults.FaultProxy` between the operator and the API (`cluster.faults`);
+the test's own requests go to the API directly. The operator can be stopped and started again against the same API
+state (restart tests), or killed (`kill()`, SIGKILL). Every wait is a poll with a timeout (the emulator wakes
+pollers on every change); "nothing more happened" is checked against a barrier that proves the operator has looked
+(its `list pods` reads in the namespace, from the access log). Fixtures: `harness` (an in-process operator already
+running, no nodes), or build a `Cluster` in the test module.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,18 +41,23 @@ import aiohttp.web
 import attrs
 import kopf
 import kubernetes
+import pytest
 import yaml
 
+from kit.faults import FaultProxy
 from vllm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from vllm_operator.handlers import kube
+from vllm_operator.handlers import remediation as remediation_handlers
 from vllm_operator.handlers.service import registry
 from vllm_operator.planner import messages
+from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator.planner.versions import profile_for
 from vllm_operator.render.manifests import ANNOTATION_PLAN
-from vllm_operator_sim.emulator import EmulatedAPIServer, KubeEmulator
+from vllm_operator_sim.emulator import AccessRecord, EmulatedAPIServer, KubeEmulator
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"
 CORPUS_PATH = REPO / "tests" / "unit" / "data" / "vllm_failure_texts.yaml"
 TIMEOUT = 15.0
@@ -144,15 +152,42 @@ def vllm_texts(version: str) -> dict[str, Callable[..., str]]:
 # The cluster
 
 
-def gpu_node(name: str, product: str = "NVIDIA-L4", count: int = 1, memory: str = "64Gi") -> dict[str, Any]:
-    """A GPU node as GPU Feature Discovery labels it, with allocatable host memory."""
+def gpu_node(name: str, product: str = "NVIDIA-L4", count: int = 1, memory: str = "64Gi",
+             memory_mib: int | None = None, *, memory_label: bool = False, **labels: str) -> dict[str, Any]:
+    """A GPU node as GPU Feature Discovery labels it (product, count; `memory_label`: also nvidia.com/gpu.memory in
+    MiB, from the catalog unless `memory_mib` is given), with allocatable host memory and extra `labels`."""
+    if memory_label and memory_mib is None:
+        with contextlib.suppress(Exception):
+            memory_mib = load_gpu_catalog().get(product).memory_mib
+    node_labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count),
+                   "kubernetes.io/hostname": name, **labels}
+    if memory_mib:
+        node_labels["nvidia.com/gpu.memory"] = str(memory_mib)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product, "nvidia.com/gpu.count": str(count),
-                                              "kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": node_labels},
         "status": {"capacity": {"nvidia.com/gpu": str(count), "memory": memory, "cpu": "32"},
                    "allocatable": {"nvidia.com/gpu": str(count), "memory": memory, "cpu": "32"}},
     }
+
+
+def vllmservice(name: str, spec: Mapping[str, Any], namespace: str = "default") -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService",
+            "metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)}
+
+
+def container(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """The vllm container of a rendered Deployment."""
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(next(c for c in containers if c["name"] == "vllm"))
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value after `flag` in an argument list (None when absent or when it is a bare switch)."""
+    if flag not in args:
+        return None
+    index = args.index(flag)
+    return args[index + 1] if index + 1 < len(args) and not args[index + 1].startswith("--") else None
 
 
 def vllm_container(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,12 +243,16 @@ class Cluster:
     its own event loop; fast) or as the real `vllm-operator run -A --standalone` process (`process=True`: a
     restart then loses everything held in memory, as a rescheduled operator pod does)."""
 
-    def __init__(self, tmp_path: Path, namespace: str = "default") -> None:
+    def __init__(self, tmp_path: Path, namespace: str = "default", *, faults: bool = False) -> None:
         self.tmp_path = tmp_path
         self.namespace = namespace
         self.api_state = SlowAPI()
         self.server = EmulatedAPIServer(self.api_state).start()
         self.kubeconfig = self.server.write_kubeconfig(tmp_path / "kubeconfig")
+        #: between the operator and the API when `faults`; the test's own requests go to the API directly
+        self.faults: FaultProxy | None = FaultProxy(self.server.url).start() if faults else None
+        self.operator_kubeconfig = (self.faults.write_kubeconfig(tmp_path / "operator-kubeconfig")
+                                    if self.faults is not None else self.kubeconfig)
         self.server.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
         self.api = kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
@@ -247,17 +286,17 @@ class Cluster:
     def _start_process(self) -> None:
         exe = Path(sys.executable).parent / "vllm-operator"
         command = [str(exe)] if exe.exists() else [sys.executable, "-m", "vllm_operator.cli"]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "KUBECONFIG": str(self.operator_kubeconfig)}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [*command, "run", "-A", "--kubeconfig", str(self.kubeconfig), "--standalone", "--liveness", "",
+                [*command, "run", "-A", "--kubeconfig", str(self.operator_kubeconfig), "--standalone", "--liveness", "",
                  "--metrics-port", "0"], stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def _start_thread(self, timeout: float = 10.0) -> None:
         # as `vllm-operator run` does: credentials for kopf's login handler and for the operator's REST helper
-        os.environ["KUBECONFIG"] = str(self.kubeconfig)
+        os.environ["KUBECONFIG"] = str(self.operator_kubeconfig)
         os.environ["HF_HUB_OFFLINE"] = "1"
-        kube.configure(str(self.kubeconfig))
+        kube.configure(str(self.operator_kubeconfig))
         handler = logging.FileHandler(self.log_path)
         handler.setFormatter(logging.Formatter("[%(asctime)s] %(name)-20.20s [%(levelname)-8s] %(message)s"))
         for name in ("kopf", "vllm_operator"):
@@ -268,6 +307,9 @@ class Cluster:
         stop, ready = threading.Event(), threading.Event()
         settings = kopf.OperatorSettings()  # the registry's operator_startup fills in the operator's own
         settings.peering.standalone = True
+        # kopf keeps a per-object worker alive for idle_timeout (5 s) after its last event and waits for the
+        # workers when stopping: a short one keeps teardowns and restarts fast without changing what is written.
+        settings.queueing.idle_timeout = 0.3
 
         def target() -> None:
             try:
@@ -301,6 +343,7 @@ class Cluster:
         if thread is not None and self._stop_flag is not None:
             self._stop_flag.set()
             thread.join(timeout)
+            remediation_handlers.cancel_retries()  # the in-process operator's pending prompt retries
             assert not thread.is_alive(), "the operator did not stop in time"
         if self._log_handler is not None:
             for name in ("kopf", "vllm_operator"):
@@ -311,12 +354,21 @@ class Cluster:
         errors, self._thread_errors = self._thread_errors, []
         assert not errors, f"the operator failed: {errors!r}"
 
+    def kill(self) -> None:
+        """kill -9 the operator process (nothing it holds in memory survives, nothing is finished)."""
+        process, self.process = self.process, None
+        assert process is not None, "kill() needs the operator process (start_operator(process=True))"
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
     def close(self) -> None:
         try:
             self.stop_operator()
         finally:
             with contextlib.suppress(Exception):
                 self.api.close()
+            if self.faults is not None:
+                self.faults.stop()
             self.server.stop()
             for key, value in self._saved_env.items():
                 if value is None:
@@ -357,45 +409,57 @@ class Cluster:
                      memory: str = "64Gi") -> None:
         self.server.create_object("nodes", gpu_node(name, product, count, memory))
 
-    def create_service(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a VLLMService over HTTP, as a user would."""
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService",
-                "metadata": {"name": name, "namespace": self.namespace}, "spec": dict(spec)}
+    def add_node(self, name: str, product: str, count: int = 1, **labels: str) -> dict[str, Any]:
+        """A GPU node with GFD's memory label too (from the catalog), and extra labels."""
+        return self.server.create_object("nodes", gpu_node(name, product, count, memory_label=True, **labels))
+
+    def create_service(self, name: str, spec: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Create a VLLMService over HTTP, as a user (kubectl) would."""
+        namespace = namespace or self.namespace
         created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, body)
+            GROUP, VERSION, namespace, PLURAL, vllmservice(name, spec, namespace))
         return created
 
-    def patch_spec(self, name: str, spec_patch: Mapping[str, Any]) -> dict[str, Any]:
+    create = create_service
+
+    def patch_spec(self, name: str, spec_patch: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Merge-patch the spec over HTTP, as a user would."""
         patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": dict(spec_patch)})
+            GROUP, VERSION, namespace or self.namespace, PLURAL, name, {"spec": dict(spec_patch)})
         return patched
 
-    def service(self, name: str) -> dict[str, Any]:
-        obj = self.server.get_object(PLURAL, name, self.namespace)
-        assert obj is not None, f"VLLMService {name} is gone"
-        return obj
+    def delete(self, name: str, namespace: str | None = None) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace or self.namespace, PLURAL, name)
 
-    def deployment(self, name: str) -> dict[str, Any] | None:
-        return self.server.get_object("deployments", name, self.namespace)
+    def service(self, name: str, namespace: str | None = None) -> Any:
+        """The VLLMService as stored now (None when it is gone)."""
+        return self.server.get_object(PLURAL, name, namespace or self.namespace)
 
-    def events(self, name: str, reason: str | None = None) -> list[dict[str, Any]]:
-        """core/v1 Events the operator posted about the VLLMService `name` (kopf's own log events excluded)."""
+    def deployment(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.server.get_object("deployments", name, namespace or self.namespace)
+
+    def k8s_service(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return self.server.get_object("services", name, namespace or self.namespace)
+
+    def events(self, name: str | None = None, reason: str | None = None, namespace: str | None = None,
+               component: str | None = "vllm-operator") -> list[dict[str, Any]]:
+        """core/v1 Events about a VLLMService (by name; all when None), optionally by reason; by default only those
+        the operator posted itself (kopf's own log events excluded)."""
         found = []
-        for event in self.server.list_objects("events", self.namespace):
+        for event in self.server.list_objects("events", namespace or self.namespace):
             involved = event.get("involvedObject") or {}
-            if involved.get("kind") != "VLLMService" or involved.get("name") != name:
+            if involved.get("kind") != "VLLMService" or name not in (None, involved.get("name")):
                 continue
-            if (event.get("source") or {}).get("component") != "vllm-operator":
+            if component is not None and (event.get("source") or {}).get("component") != component:
                 continue
             if reason is None or event.get("reason") == reason:
                 found.append(event)
         return found
 
     def wait_deployment(self, name: str, predicate: Callable[[dict[str, Any]], bool] = lambda _: True,
-                        timeout: float = TIMEOUT, message: str = "") -> dict[str, Any]:
+                        namespace: str | None = None, timeout: float = TIMEOUT, message: str = "") -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
-            deployment = self.deployment(name)
+            deployment = self.deployment(name, namespace)
             return deployment if deployment is not None and predicate(deployment) else None
         return self.wait_for(check, timeout, message or f"Deployment {name} as expected")
 
@@ -416,9 +480,10 @@ class Cluster:
         return self.wait_for(check, timeout, message or f"{name}: status.remediation as expected")
 
     def wait_condition(self, name: str, type_: str, status: str, reason: str | None = None,
-                       timeout: float = TIMEOUT) -> dict[str, Any]:
+                       namespace: str | None = None, timeout: float = TIMEOUT) -> dict[str, Any]:
+        """Wait until the VLLMService has the condition; returns the whole object."""
         def check() -> dict[str, Any] | None:
-            obj = self.service(name)
+            obj = self.service(name, namespace)
             found = condition(obj, type_)
             ok = found is not None and found["status"] == status and (reason is None or found["reason"] == reason)
             return obj if ok else None
@@ -429,6 +494,24 @@ class Cluster:
             found = self.events(name, reason)
             return found if len(found) >= count else None
         return self.wait_for(check, timeout, f"{count} Event(s) {reason} about {name}")
+
+    def wait_settled(self, name: str, namespace: str | None = None, timeout: float = TIMEOUT,
+                     quiet: float = 0.5) -> dict[str, Any]:
+        """Wait until kopf has finished with the object (its last-handled annotation is there, no handler
+        progress is pending) and the API has seen no request for `quiet` seconds."""
+        def handled() -> dict[str, Any] | None:
+            obj = self.service(name, namespace)
+            if obj is None:
+                return None
+            annotations = obj["metadata"].get("annotations") or {}
+            progress = ((obj.get("status") or {}).get("kopf") or {}).get("progress")
+            done = "vllm-operator.dev/last-handled-configuration" in annotations and not progress
+            return obj if done and (obj.get("status") or {}).get("observedGeneration") else None
+        self.wait_for(handled, timeout, f"kopf finished handling {name}")
+        self.wait_quiet(quiet, timeout)
+        result = self.service(name, namespace)
+        assert result is not None
+        return dict(result)
 
     def wait_looked(self, since: int, timeout: float = TIMEOUT) -> None:
         """Barrier: the operator has read the pods again since `since` (a `remediation_reads()` value)."""
@@ -446,6 +529,25 @@ class Cluster:
             count = len(emulator.access_log)
             if count != last:
                 last, since = count, time.monotonic()
+
+    # --- what was written (the access log is appended to under the emulator's state lock: read it under it) ---
+
+    def request_count(self) -> int:
+        with self.server.emulator._state_lock:
+            return len(self.server.emulator.access_log)
+
+    def clear_access_log(self) -> None:
+        with self.server.emulator._state_lock:
+            self.server.emulator.access_log.clear()
+
+    def writes(self) -> list[AccessRecord]:
+        """Write requests (create/update/patch/delete) in the access log, in order."""
+        with self.server.emulator._state_lock:
+            return [r for r in self.server.emulator.access_log if r.verb in WRITE_VERBS]
+
+    def recorded_requests(self) -> list[Any]:
+        """kmock's request records (method, url, data), newest last; bounded by max_recorded_requests."""
+        return list(self.server.emulator)
 
     # --- the kubelet --------------------------------------------------------------------------------
 
@@ -567,3 +669,99 @@ class Cluster:
 def plan_annotation(obj: Mapping[str, Any]) -> str | None:
     meta = obj["spec"]["template"]["metadata"] if obj.get("kind") == "Deployment" else obj["metadata"]
     return (meta.get("annotations") or {}).get(ANNOTATION_PLAN)
+
+
+@pytest.fixture(name="harness")
+def harness_fixture(tmp_path: Path) -> Iterator[Cluster]:
+    """The emulator with the CRD and an operator running in-process; no GPU nodes (tests add their own)."""
+    env = Cluster(tmp_path)
+    try:
+        env.start_operator()
+        yield env
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ladder scenarios (shared by the handler and e2e tests of record-then-act)
+
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"  # on one L4: TP 1, utilization 0.9, max-model-len 32768
+
+
+def deploy(cluster: Cluster, name: str, spec: Mapping[str, Any] | None = None, *, process: bool = False,
+           memory: str = "64Gi", timeout: float = 30.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One L4 node, the operator, a VLLMService of Qwen 7B (remediation without minimum interval, unless `spec`
+    says otherwise); returns (Deployment, VLLMService) once it is planned."""
+    cluster.add_gpu_node(memory=memory)
+    cluster.start_operator(process=process)
+    body: dict[str, Any] = {"model": {"name": QWEN_7B}, "remediation": {"minIntervalSeconds": 0}}
+    for key, value in (spec or {}).items():
+        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
+    cluster.create_service(name, body)
+    deployment = cluster.wait_deployment(name, timeout=timeout)
+
+    def planned() -> dict[str, Any] | None:
+        obj = cluster.service(name)
+        return obj if ((obj or {}).get("status") or {}).get("plan") else None
+    service = cluster.wait_for(planned, timeout, "status.plan written")
+    return deployment, service
+
+
+def no_kv_crash(service: Mapping[str, Any]) -> str:
+    """NoKVCacheMemory as the service's vLLM release words it, as the kubelet's termination message."""
+    error = vllm_texts(service["status"]["plan"]["vllmVersion"])["no_kv"]()
+    return kubelet_termination_message(engine_failure_log(error))
+
+
+def recorded_event_messages(cluster: Cluster, name: str) -> list[str]:
+    return [str(e.get("message")) for e in cluster.events(name)]
+
+
+def template_patches(cluster: Cluster, name: str) -> list[str]:
+    """The plan annotations of the pod templates written to the Deployment `name`, in order (create, patches), as
+    the API received them (from kmock's request records; consecutive repeats — a retried write — collapsed)."""
+    seen: list[str] = []
+    for record in cluster.recorded_requests():
+        method = str(record.method).split(".")[-1].upper()
+        url = str(record.url.path)
+        if method not in ("POST", "PATCH") or "/deployments" not in url:
+            continue
+        if method == "PATCH" and not url.endswith(f"/deployments/{name}"):
+            continue
+        data = getattr(record, "data", None)
+        if not isinstance(data, Mapping):
+            continue
+        if method == "POST" and (data.get("metadata") or {}).get("name") != name:
+            continue
+        template = (data.get("spec") or {}).get("template") or {}
+        value = ((template.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN)
+        if value is not None and (not seen or seen[-1] != value):
+            seen.append(value)
+    return seen
+
+
+def assert_ladder_invariants(cluster: Cluster, name: str, *, max_steps: int) -> list[dict[str, Any]]:
+    """What must hold whatever failed on the way: every pod-template change appears exactly once in the history,
+    steps never exceed maxSteps and count up one by one, the profile never moves back, and every recorded step's
+    Event was posted. Returns the history."""
+    from vllm_operator.api.v1alpha1 import RemediationEvent
+    from vllm_operator.remediation.ladder import step_event
+
+    obj = cluster.service(name)
+    steps = history(obj)
+    assert len(steps) <= max_steps and remediation(obj)["step"] <= max_steps, steps
+    assert [h["step"] for h in steps] == list(range(1, len(steps) + 1)), steps
+    keys = [f"{h['podUID']}/{h['restartCount']}" for h in steps]
+    assert len(set(keys)) == len(keys), f"one failure, two steps: {keys}"
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after["flagsBefore"] == before["flagsAfter"], "a step did not start where the previous one ended"
+    templates = template_patches(cluster, name)
+    assert len(templates) == len(steps) + 1, f"{len(templates)} pod templates written for {len(steps)} steps"
+    assert len(set(templates)) == len(templates), f"the profile moved back: {templates}"
+    deployment = cluster.deployment(name)
+    assert deployment is not None and plan_annotation(deployment) == templates[-1]
+    posted = recorded_event_messages(cluster, name)
+    for entry in steps:
+        expected = step_event(RemediationEvent.model_validate(entry)).message[:1024]
+        assert expected in posted, f"no Event for step {entry['step']}: {expected!r}"
+    return steps

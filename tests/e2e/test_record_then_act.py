@@ -1,0 +1,83 @@
+"""Record, then act — kill -9 of the real `vllm-operator run` process at chosen points of a ladder step.
+
+The operator process talks to the emulated API through the fault proxy (`kit.faults`), which holds one chosen
+request of the step (its status write, its rollout, its Event) while the test kills the process with SIGKILL; the
+held request is then either dropped (it never lands) or let through (it lands after the process died). A new
+process, with nothing but what is in the API, must finish the step exactly once: one history entry, the
+Deployment on the recorded profile (never rolled back, never stepped again), the step's Event posted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kit.inprocess import (
+    Cluster,
+    args_of,
+    assert_ladder_invariants,
+    deploy,
+    flag,
+    history,
+    no_kv_crash,
+)
+
+NAME = "qwen"
+STATUS = r"/vllmservices/qwen/status$"
+TIMEOUT = 60.0  # a process start takes seconds, more under load
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    method: str
+    path: str
+    body: str      # picks the step's own request among the operator's others
+    lands: bool    # the held request reaches the API after the kill (True) or never (False)
+
+
+POINTS = {
+    "status-write-lost": KillPoint("PATCH", STATUS, '"history"', lands=False),
+    "status-write-lands-after-death": KillPoint("PATCH", STATUS, '"history"', lands=True),
+    "rollout-lost": KillPoint("PATCH", r"/deployments/qwen$", "gpu-memory-utilization", lands=False),
+    "event-lost": KillPoint("POST", r"/events$", "RemediatedNoKVCacheMemory", lands=False),
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    env = Cluster(tmp_path, faults=True)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("point", POINTS.values(), ids=list(POINTS))
+def test_kill_9_inside_a_step_finishes_it_exactly_once_after_restart(cluster: Cluster, point: KillPoint) -> None:
+    deployment, service = deploy(cluster, NAME, process=True, timeout=TIMEOUT)
+    before = flag(args_of(deployment), "--gpu-memory-utilization")
+    faults = cluster.faults
+    assert faults is not None
+    held = faults.add(method=point.method, path=point.path, body=point.body, hold=TIMEOUT,
+                      status=None if point.lands else 503, name="held")
+    cluster.crashed_pod(deployment, "qwen-a", message=no_kv_crash(service))
+    cluster.wait_for(lambda: held.fired == 1, TIMEOUT, "the operator is inside the step")
+    cluster.kill()
+    faults.clear()  # lets the held request go: it lands (forwarded) or fails (503) — the operator is gone
+    if point.lands:
+        cluster.wait_history(NAME, 1, timeout=TIMEOUT)
+
+    cluster.start_operator(process=True)  # nothing survives but what is in the API
+    obj = cluster.wait_history(NAME, 1, timeout=TIMEOUT)
+    recorded = str(history(obj)[0]["flagsAfter"]["gpu_memory_utilization"])
+    assert recorded != before
+    cluster.wait_deployment(NAME, lambda d: flag(args_of(d), "--gpu-memory-utilization") == recorded,
+                            timeout=TIMEOUT, message="the recorded step rolled out")
+    cluster.wait_events(NAME, "RemediatedNoKVCacheMemory", timeout=TIMEOUT)
+    cluster.wait_quiet(1.0, timeout=TIMEOUT)
+    steps = assert_ladder_invariants(cluster, NAME, max_steps=5)
+    assert len(steps) == 1
+    assert len(cluster.events(NAME, "RemediatedNoKVCacheMemory")) == 1
