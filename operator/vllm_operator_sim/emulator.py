@@ -431,18 +431,36 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return {'$ref': f'#/$defs/{builtin}'} if builtin else {'properties': {'metadata': {
             '$ref': f'#/$defs/{OBJECT_META}'}}}
 
-    def _admit(self, rdef: ResourceDef, obj: Obj, old: Obj | None, opts: _WriteOptions) -> None:
-        """Validate an HTTP write (pruning and defaulting ``obj`` in place); raise 400/422."""
+    def _admit(self, rdef: ResourceDef, obj: Obj, old: Obj | None, opts: _WriteOptions,
+               subresource: str | None = None) -> None:
+        """Validate an HTTP write (pruning and defaulting ``obj`` in place); raise 400/422.
+
+        A status write admits ``.status`` only: the rest is the stored object's, which it cannot change.
+        """
         schema, builtin = self._schema_of(rdef)
+        if subresource == 'status' and 'status' in obj:
+            if schema is not None:
+                preserve = {'x-kubernetes-preserve-unknown-fields': True} if schema.get(
+                    'x-kubernetes-preserve-unknown-fields') else {}
+                schema = {'type': 'object', 'properties': {
+                    'status': (schema.get('properties') or {}).get('status') or preserve}}
+                view: Obj = {'status': obj['status']}
+                self._admit_view(rdef, obj, view, {'status': (old or {}).get('status')}, schema, None, opts)
+                obj['status'] = view['status']
+            return
+        self._admit_view(rdef, obj, obj, old, schema, builtin, opts)
+
+    def _admit_view(self, rdef: ResourceDef, obj: Obj, view: Obj, old: Obj | None, schema: dict[str, Any] | None,
+                    builtin: str | None, opts: _WriteOptions) -> None:
         errors: list[FieldError] = []
         dropped: list[str] = []
         if schema is not None:
-            dropped = prune_unknown(obj, schema)
-            apply_defaults(obj, schema)
-            errors = schema_errors(obj, crd_schema=schema, old=old) + cel_errors(obj, schema, old)
+            dropped = prune_unknown(view, schema)
+            apply_defaults(view, schema)
+            errors = schema_errors(view, crd_schema=schema, old=old) + cel_errors(view, schema, old)
         elif builtin is not None:
-            dropped = prune_unknown(obj, {'$ref': f'#/$defs/{builtin}'}, builtin=True)
-            errors = schema_errors(obj, builtin=builtin, old=old)
+            dropped = prune_unknown(view, {'$ref': f'#/$defs/{builtin}'}, builtin=True)
+            errors = schema_errors(view, builtin=builtin, old=old)
         if dropped and opts.field_validation == 'Strict':
             raise _bad_request('strict decoding error: ' + ', '.join(f'unknown field "{f}"' for f in dropped))
         if opts.field_validation == 'Warn':
@@ -628,7 +646,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if applied or rewritten:
                 new['metadata']['managedFields'] = sent or None
             if opts.admit:
-                self._admit(rdef, new, old, opts)
+                self._admit(rdef, new, old, opts, subresource)
                 if not applied and not rewritten and opts.manager:
                     track_update(old, new, opts.manager, self._field_schema(rdef), self.now,
                                  'status' if subresource == 'status' else None)
@@ -1011,6 +1029,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     raise _bad_request(f'a container name must be specified for pod {name}, choose one of: '
                                        f'{containers}')
                 container = containers[0] if containers else None
+            if previous and not self._running(pod, container):
+                logs = self._logs  # no run after the one that ended: its log is still the container's log
             key = next((k for k in ((namespace, name, container), (namespace, name, None)) if k in logs), None)
             if key is None and previous:
                 raise _bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
@@ -1024,6 +1044,17 @@ class KubeEmulator(kmock.KubernetesEmulator):
         except ValueError:
             raise _bad_request('tailLines and limitBytes must be integers') from None
         return text
+
+    @staticmethod
+    def _running(pod: Obj, container: str | None) -> bool:
+        """Whether a new run of the container started after the one in ``lastState.terminated``.
+
+        ``previous=true`` reads the run recorded in ``lastState.terminated`` (as the kubelet does): the log kept
+        from before the restart while the container runs again, else (back-off) the container's log as it is.
+        """
+        statuses = (pod.get('status') or {}).get('containerStatuses') or []
+        status = next((s for s in statuses if s.get('name') == container), statuses[0] if statuses else {})
+        return 'running' in (status.get('state') or {}) or 'terminated' in (status.get('state') or {})
 
     async def _stream_watch(self, raw: aiohttp.web.BaseRequest, rdef: ResourceDef, namespace: str | None,
                            name: str | None, params: Mapping[str, str]) -> aiohttp.web.StreamResponse:

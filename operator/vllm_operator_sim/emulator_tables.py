@@ -156,6 +156,9 @@ _BUILTIN: dict[tuple[str, str], tuple[Columns, Callable[[Mapping[str, Any], Now]
                     ('Nominated Node', 1), ('Readiness Gates', 1)], _pod_cells),
     ('', 'events'): ([('Last Seen', 0), ('Type', 0), ('Reason', 0), ('Object', 0), ('Subobject', 1),
                       ('Source', 1), ('Message', 0), ('First Seen', 1), ('Count', 1), ('Name', 1)], _event_cells),
+    ('events.k8s.io', 'events'): ([('Last Seen', 0), ('Type', 0), ('Reason', 0), ('Object', 0), ('Subobject', 1),
+                                   ('Source', 1), ('Message', 0), ('First Seen', 1), ('Count', 1), ('Name', 1)],
+                                  _event_cells),
     ('apps', 'deployments'): ([('Ready', 0), ('Up-to-date', 0), ('Available', 0), ('Age', 0), ('Containers', 1),
                                ('Images', 1), ('Selector', 1)], _deployment_cells),
     ('', 'services'): ([('Type', 0), ('Cluster-IP', 0), ('External-IP', 0), ('Port(s)', 0), ('Age', 0),
@@ -177,9 +180,12 @@ def as_table(rdef: ResourceDef, result: Mapping[str, Any], now: Now | None = Non
     rows = []
     if builtin is not None:
         columns, cells_of = builtin
-        definitions += [_definition(n, 'string', p) for n, p in columns]
+        named = rdef.plural != 'events'  # events lead with Last Seen and end with their name
+        definitions = (definitions if named else []) + [_definition(n, 'string', p) for n, p in columns]
         for obj in items:
-            rows.append({'cells': [obj.get('metadata', {}).get('name', ''), *cells_of(obj, now)], 'object': obj})
+            cells = cells_of(obj, now)
+            rows.append({'cells': [obj.get('metadata', {}).get('name', ''), *cells] if named else cells,
+                         'object': obj})
     else:
         printer = [(c.get('name', ''), c.get('type', 'string'), c.get('jsonPath', ''), int(c.get('priority', 0)))
                    for c in rdef.printer_columns]
