@@ -183,8 +183,8 @@ def as_table(rdef: ResourceDef, result: Mapping[str, Any], now: Now | None = Non
         named = rdef.plural != 'events'  # events lead with Last Seen and end with their name
         definitions = (definitions if named else []) + [_definition(n, 'string', p) for n, p in columns]
         for obj in items:
-            cells = cells_of(obj, now)
-            rows.append({'cells': [obj.get('metadata', {}).get('name', ''), *cells] if named else cells,
+            row = cells_of(obj, now)
+            rows.append({'cells': [obj.get('metadata', {}).get('name', ''), *row] if named else row,
                          'object': obj})
     else:
         printer = [(c.get('name', ''), c.get('type', 'string'), c.get('jsonPath', ''), int(c.get('priority', 0)))
