@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import celpy  # cel-python
 import jsonschema
 
 from vllm_operator_sim.emulator_openapi import builtin_definitions, resolve
@@ -211,15 +212,11 @@ def schema_errors(obj: Any, *, crd_schema: Mapping[str, Any] | None = None, buil
 
 @functools.cache
 def _cel_program(rule: str) -> Any:
-    import celpy  # cel-python: the sim extra's dependency
-
     env = celpy.Environment()
     return env.program(env.compile(rule))
 
 
 def _cel_eval(rule: str, value: Any, old: Any) -> tuple[bool, str | None]:
-    import celpy
-
     activation = {'self': celpy.json_to_cel(value)}  # type: ignore[attr-defined]
     if old is not None:
         activation['oldSelf'] = celpy.json_to_cel(old)  # type: ignore[attr-defined]

@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import kubernetes_validate
+
 from vllm_operator_sim.emulator_resources import ResourceDef
 
 __all__ = ['OBJECT_META', 'builtin_definitions', 'crd_schema', 'kind_schema_name', 'openapi_v2', 'openapi_v3_doc',
@@ -35,7 +37,7 @@ _DEFS_REF = '#/$defs/'
 @functools.cache
 def builtin_definitions() -> dict[str, Schema]:
     """Kubernetes' definitions (``io.k8s.api.apps.v1.Deployment``, …) from the newest release packaged."""
-    root = importlib.resources.files('kubernetes_validate').joinpath('kubernetes-json-schema')
+    root = importlib.resources.files(kubernetes_validate).joinpath('kubernetes-json-schema')
     releases = [p.name for p in root.iterdir() if re.fullmatch(r'v\d+\.\d+\.\d+-local', p.name)]
     newest = max(releases, key=lambda n: tuple(int(x) for x in n[1:].split('-')[0].split('.')))
     document = json.loads(root.joinpath(newest, '_definitions.json').read_text())
