@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+pytestmark = pytest.mark.vllm  # the optional extra: the only reason a test here may skip
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (optional extra: vllm-operator[vllm])")
 
 from vllm_operator import reconcile  # noqa: E402
