@@ -510,8 +510,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             objs = self._store.get(rdef.storage_key, {})
             return [obj for _, obj in sorted(objs.items()) if match(obj)], self._rv
 
-    def _create(self, rdef: ResourceDef, namespace: str | None, body: Any, *, from_api: bool,
-                opts: _WriteOptions = _DIRECT) -> Obj:
+    @staticmethod
+    def _new_object(rdef: ResourceDef, namespace: str | None, body: Any) -> tuple[Obj, str]:
+        """A copy of a create's body with its metadata a dict, and the namespace it goes to ('' if none)."""
         if not isinstance(body, dict):
             raise _bad_request('the body of the request must be a JSON object')
         obj = copy.deepcopy(body)
@@ -519,30 +520,39 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise _invalid_fields(rdef, '', [FieldError('metadata', 'FieldValueTypeInvalid',
                                                         'Invalid value: must be an object')])
         meta = obj['metadata'] = dict(obj.get('metadata') or {})
-        if rdef.namespaced:
-            if namespace and meta.get('namespace') not in (None, '', namespace):
-                raise _bad_request('the namespace of the provided object does not match the namespace sent '
-                                   'on the request')
-            meta['namespace'] = namespace or meta.get('namespace') or 'default'
-        else:
+        if not rdef.namespaced:
             meta.pop('namespace', None)
-        key_ns = meta.get('namespace', '')
+            return obj, ''
+        if namespace and meta.get('namespace') not in (None, '', namespace):
+            raise _bad_request('the namespace of the provided object does not match the namespace sent on the request')
+        key_ns = meta['namespace'] = namespace or meta.get('namespace') or 'default'
+        if not isinstance(key_ns, str):
+            raise _invalid_fields(rdef, meta.get('name'), [FieldError(
+                'metadata.namespace', 'FieldValueTypeInvalid', 'Invalid value: must be of type string')])
+        return obj, key_ns
+
+    @staticmethod
+    def _new_name(rdef: ResourceDef, meta: Obj, key_ns: str, objs: Mapping[ObjKey, Obj]) -> str:
+        """The name a create stores under (``generateName`` resolved), validated and not taken."""
+        if not meta.get('name') and meta.get('generateName'):
+            while not meta.get('name') or (key_ns, meta['name']) in objs:
+                meta['name'] = meta['generateName'] + ''.join(random.choices('bcdfghjklmnpqrstvwxz2456789', k=5))
+        name = meta.get('name')
+        if not name and name != 0:
+            raise _invalid(rdef, '', 'metadata.name: Required value: name or generateName is required')
+        if errors := name_errors(rdef.plural, rdef.group, name):
+            raise _invalid_fields(rdef, name, errors)
+        if (key_ns, name) in objs:
+            raise APIError(409, 'AlreadyExists', f'{rdef.qualified} "{name}" already exists', _details(rdef, name))
+        return str(name)
+
+    def _create(self, rdef: ResourceDef, namespace: str | None, body: Any, *, from_api: bool,
+                opts: _WriteOptions = _DIRECT) -> Obj:
+        obj, key_ns = self._new_object(rdef, namespace, body)
+        meta = obj['metadata']
         with self._state_lock:
             objs = self._store.setdefault(rdef.storage_key, {})
-            if not meta.get('name') and meta.get('generateName'):
-                while not meta.get('name') or (key_ns, meta['name']) in objs:
-                    meta['name'] = meta['generateName'] + ''.join(random.choices('bcdfghjklmnpqrstvwxz2456789', k=5))
-            name = meta.get('name')
-            if not name and name != 0:
-                raise _invalid(rdef, '', 'metadata.name: Required value: name or generateName is required')
-            if errors := name_errors(rdef.plural, rdef.group, name):
-                raise _invalid_fields(rdef, name, errors)
-            if (key_ns, name) in objs:
-                raise APIError(409, 'AlreadyExists', f'{rdef.qualified} "{name}" already exists',
-                               _details(rdef, name))
-            if rdef.namespaced and not isinstance(key_ns, str):
-                raise _invalid_fields(rdef, name, [FieldError('metadata.namespace', 'FieldValueTypeInvalid',
-                                                              'Invalid value: must be of type string')])
+            name = self._new_name(rdef, meta, key_ns, objs)
             if from_api and 'status' in rdef.subresources:
                 obj.pop('status', None)
             managed = meta.get('managedFields') if opts.admit else None
@@ -639,19 +649,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if sent_rv not in (None, '') and str(sent_rv) != old['metadata']['resourceVersion']:
                 raise _conflict(rdef, name)
             new = self._merge(rdef, old, candidate, subresource)
-            sent = (candidate.get('metadata') or {}).get('managedFields')
-            # server-side apply sets managedFields itself; a client may rewrite them (kubectl's upgrade of
-            # client-side apply ownership does), which the server takes as they are
-            rewritten = opts.admit and isinstance(sent, list) and sent != old['metadata'].get('managedFields')
-            if applied or rewritten:
-                new['metadata']['managedFields'] = sent or None
-            if opts.admit:
-                self._admit(rdef, new, old, opts, subresource)
-                if not applied and not rewritten and opts.manager:
-                    track_update(old, new, opts.manager, self._field_schema(rdef), self.now,
-                                 'status' if subresource == 'status' else None)
-                if new['metadata'].get('managedFields') is None:
-                    new['metadata'].pop('managedFields', None)
+            self._admit_update(rdef, old, new, candidate, subresource, opts, applied)
             if new == old:
                 return old
             old_meta, new_meta = old['metadata'], new['metadata']
@@ -671,6 +669,24 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if new_meta.get('deletionTimestamp') and not new_meta.get('finalizers'):
                 return self._remove(rdef, (namespace, name))
             return new
+
+    def _admit_update(self, rdef: ResourceDef, old: Obj, new: Obj, candidate: Obj, subresource: str | None,
+                      opts: _WriteOptions, applied: bool) -> None:
+        """Admission and field ownership of an update (``new`` is changed in place)."""
+        sent = (candidate.get('metadata') or {}).get('managedFields')
+        # server-side apply sets managedFields itself; a client may rewrite them (kubectl's upgrade of
+        # client-side apply ownership does), which the server takes as they are
+        rewritten = opts.admit and isinstance(sent, list) and sent != old['metadata'].get('managedFields')
+        if applied or rewritten:
+            new['metadata']['managedFields'] = sent or None
+        if not opts.admit:
+            return
+        self._admit(rdef, new, old, opts, subresource)
+        if not applied and not rewritten and opts.manager:
+            track_update(old, new, opts.manager, self._field_schema(rdef), self.now,
+                         'status' if subresource == 'status' else None)
+        if new['metadata'].get('managedFields') is None:
+            new['metadata'].pop('managedFields', None)
 
     @staticmethod
     def _merge(rdef: ResourceDef, old: Obj, candidate: Obj, subresource: str | None) -> Obj:
@@ -832,37 +848,42 @@ class KubeEmulator(kmock.KubernetesEmulator):
             log.exception('The emulator failed on %s %s', raw.method, raw.path_qs)
             return aiohttp.web.json_response(APIError(500, 'InternalError', repr(e)).status(), status=500)
 
-    async def _serve(self, raw: aiohttp.web.BaseRequest, body: bytes, params: dict[str, str]
-                     ) -> aiohttp.web.StreamResponse:
-        parts = [p for p in raw.path.split('/') if p]
+    def _serve_discovery(self, raw: aiohttp.web.BaseRequest, parts: list[str],
+                         defs: Mapping[tuple[str, str, str], ResourceDef]) -> Any:
+        """The documents of non-resource paths (version, health, OpenAPI, discovery), or ``None``."""
         if not parts or parts[0] in ('version', 'healthz', 'livez', 'readyz'):
-            return aiohttp.web.json_response(self._serve_nonresource(parts))
+            return self._serve_nonresource(parts)
         if parts[0] == 'openapi':
-            return aiohttp.web.json_response(self._serve_openapi(parts[1:]))
+            return self._serve_openapi(parts[1:])
         if parts == ['api']:
-            return aiohttp.web.json_response({'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': [
-                {'clientCIDR': '0.0.0.0/0', 'serverAddress': raw.host}]})
-        with self._state_lock:
-            defs = dict(self._defs)
+            return {'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': [
+                {'clientCIDR': '0.0.0.0/0', 'serverAddress': raw.host}]}
         if parts == ['apis']:
-            return aiohttp.web.json_response(api_group_list(defs.values()))
-        if parts[0] == 'api' and len(parts) >= 2:
-            group, version, rest = '', parts[1], parts[2:]
-        elif parts[0] == 'apis' and len(parts) >= 3:
-            group, version, rest = parts[1], parts[2], parts[3:]
-        elif parts[0] == 'apis' and len(parts) == 2:
+            return api_group_list(defs.values())
+        if parts[0] == 'apis' and len(parts) == 2:
             versions = list(dict.fromkeys(v for g, v, _ in defs if g == parts[1]))
             if not versions:
                 raise _NO_RESOURCE
-            return aiohttp.web.json_response(api_group(parts[1], versions))
-        else:
+            return api_group(parts[1], versions)
+        if parts[0] not in ('api', 'apis') or len(parts) < (2 if parts[0] == 'api' else 3):
             raise _NO_RESOURCE
-        if not rest:
+        if len(parts) == (2 if parts[0] == 'api' else 3):  # a group version's resources
+            group, version = ('', parts[1]) if parts[0] == 'api' else (parts[1], parts[2])
             served = [r for (g, v, _), r in defs.items() if (g, v) == (group, version)]
             if not served:
                 raise _NO_RESOURCE
-            return aiohttp.web.json_response(api_resource_list(served[0].api_version, served))
+            return api_resource_list(served[0].api_version, served)
+        return None
 
+    async def _serve(self, raw: aiohttp.web.BaseRequest, body: bytes, params: dict[str, str]
+                     ) -> aiohttp.web.StreamResponse:
+        parts = [p for p in raw.path.split('/') if p]
+        with self._state_lock:
+            defs = dict(self._defs)
+        document = self._serve_discovery(raw, parts, defs)
+        if document is not None:
+            return aiohttp.web.json_response(document)
+        group, version, rest = ('', parts[1], parts[2:]) if parts[0] == 'api' else (parts[1], parts[2], parts[3:])
         watch = raw.method == 'GET' and params.get('watch') in ('true', '1')
         if rest[0] == 'watch':  # the deprecated /watch/ paths
             watch, rest = True, rest[1:]
@@ -915,17 +936,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
                         name: str | None, sub: str | None, body: bytes, params: dict[str, str]
                         ) -> aiohttp.web.StreamResponse:
         ns = self._ns(rdef, namespace)
-        data: Any = None
-        opts = _WriteOptions.from_request(params, raw.headers.get('User-Agent', '')) if verb in (
-            'create', 'update', 'patch', 'delete', 'deletecollection') else _DIRECT
-        if body.strip() and verb in ('create', 'update', 'patch', 'delete', 'deletecollection'):
-            if 'protobuf' in raw.content_type or 'cbor' in raw.content_type:
-                raise APIError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
-                               'accepted media types include: application/json')
-            try:
-                data = yaml.safe_load(body) if raw.content_type == _APPLY_PATCH else json.loads(body)
-            except (ValueError, yaml.YAMLError):
-                raise _bad_request('the body of the request could not be decoded as JSON') from None
+        writes = verb in ('create', 'update', 'patch', 'delete', 'deletecollection')
+        opts = _WriteOptions.from_request(params, raw.headers.get('User-Agent', '')) if writes else _DIRECT
+        data = self._decode(raw.content_type, body) if writes else None
         result: Any
         status = 200
         if verb == 'list':
@@ -974,6 +987,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
             result = as_table(rdef, result, self.now())
         headers = {'Warning': ', '.join(f'299 - {json.dumps(w)}' for w in opts.warnings)} if opts.warnings else None
         return aiohttp.web.json_response(result, status=status, headers=headers)
+
+    @staticmethod
+    def _decode(content_type: str, body: bytes) -> Any:
+        """A write's body: JSON, or YAML for server-side apply; ``None`` when empty."""
+        if not body.strip():
+            return None
+        if 'protobuf' in content_type or 'cbor' in content_type:
+            raise APIError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
+                           'accepted media types include: application/json')
+        try:
+            return yaml.safe_load(body) if content_type == _APPLY_PATCH else json.loads(body)
+        except (ValueError, yaml.YAMLError):
+            raise _bad_request('the body of the request could not be decoded as JSON') from None
 
     def _server_side_apply(self, rdef: ResourceDef, ns: str, name: str, sub: str | None, config: Any,
                            params: Mapping[str, str], opts: _WriteOptions) -> tuple[Obj, int]:

@@ -1,7 +1,7 @@
 """Contract: every argument list the operator renders is accepted by vLLM's own `vllm serve` parser.
 
 Needs vLLM (the optional extra `vllm-operator[vllm]`; on a machine without a GPU: `pip install vllm`, then
-`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu` — see ../shared/TESTING.md).
+`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu`: `make test-vllm` does it all).
 Skipped where vLLM is not installed. The Deployments are rendered for the installed vLLM's own release, so the flag
 table (catalog/vllm_flags.yaml) is exercised for that release too.
 """
