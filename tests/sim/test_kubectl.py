@@ -293,3 +293,18 @@ def _send(request: Request) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
+
+
+def test_a_built_in_kind_is_validated_with_kubernetes_schemas(kubectl: Kubectl, api: EmulatedAPIServer,
+                                                             tmp_path: Path) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+                  "spec": {"replica": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                      "metadata": {"labels": {"app": "web"}},
+                      "spec": {"containers": [{"name": "web", "image": "nginx:1", "ports": [{"containerPort": "80"}]}]}}}}
+    refused = _apply_manifest(kubectl, tmp_path, deployment)
+    assert refused.returncode != 0 and 'unknown field "spec.replica"' in refused.stderr, refused.stderr
+    del deployment["spec"]["replica"]
+    refused = _apply_manifest(kubectl, tmp_path, deployment)
+    assert refused.returncode != 0, refused.stdout
+    assert "spec.template.spec.containers[0].ports[0].containerPort" in refused.stderr, refused.stderr
+    assert api.get_object("deployments", "web") is None
