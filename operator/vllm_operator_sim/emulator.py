@@ -28,8 +28,10 @@ Deliberate simplifications: creating an object in a missing namespace creates th
 a namespace deletes its objects and the namespace at once; pods are deleted without a grace period;
 core and ``events.k8s.io`` events are stored separately; objects are stored once per group and plural
 (no conversion between CRD versions); writes through the direct Python API skip admission and field
-ownership (so tests can store what a client could not). Not supported: pagination (``limit`` returns
-everything), BOOKMARK events, admission webhooks, auth.
+ownership (so tests can store what a client could not). A watch with ``sendInitialEvents=true`` (client-go's
+watch-list, as kubectl 1.35 uses it) gets the current objects, then the BOOKMARK that ends them. Not supported:
+pagination (``limit`` returns everything), other BOOKMARK events, protobuf and CBOR bodies (``kubectl create
+deployment`` sends protobuf: 415), admission webhooks, auth.
 
 :class:`EmulatedAPIServer` serves an emulator on ``127.0.0.1`` from a background thread with its own
 event loop, so blocking clients, kopf and subprocesses such as ``kubectl`` can all talk to it.
@@ -1112,6 +1114,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
             deadline = loop.time() + timeout if timeout > 0 else None
             for event in backlog:
                 await self._write_event(response, rdef, event, match, table)
+            if params.get('sendInitialEvents') == 'true':  # a watch-list (client-go's WatchListClient)
+                bookmark = {'kind': rdef.kind, 'apiVersion': rdef.api_version, 'metadata': {
+                    'resourceVersion': str(backlog[-1].rv if backlog else self._rv),
+                    'annotations': {'k8s.io/initial-events-end': 'true'}}}
+                await response.write(json.dumps({'type': 'BOOKMARK', 'object': bookmark}).encode() + b'\n')
             while True:
                 wait = 5.0 if deadline is None else min(5.0, deadline - loop.time())
                 if wait <= 0:

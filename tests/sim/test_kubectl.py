@@ -308,3 +308,10 @@ def test_a_built_in_kind_is_validated_with_kubernetes_schemas(kubectl: Kubectl, 
     assert refused.returncode != 0, refused.stdout
     assert "spec.template.spec.containers[0].ports[0].containerPort" in refused.stderr, refused.stderr
     assert api.get_object("deployments", "web") is None
+
+
+def test_kubectl_wait_gets_the_end_of_the_initial_events(kubectl: Kubectl) -> None:
+    """kubectl 1.35 waits with a watch-list (sendInitialEvents=true): it needs the BOOKMARK that ends the list."""
+    kubectl("apply", "-f", str(CRD_PATH))
+    out = kubectl("wait", "--for=condition=established", "crd/vllmservices.vllm-operator.dev", "--timeout=10s")
+    assert "condition met" in out
