@@ -315,3 +315,21 @@ def test_kubectl_wait_gets_the_end_of_the_initial_events(kubectl: Kubectl) -> No
     kubectl("apply", "-f", str(CRD_PATH))
     out = kubectl("wait", "--for=condition=established", "crd/vllmservices.vllm-operator.dev", "--timeout=10s")
     assert "condition met" in out
+
+
+def test_openapi_v2_and_v3_documents(api: EmulatedAPIServer, with_crd: Kubectl) -> None:
+    status, v2 = _send(Request(api.url + "/openapi/v2"))
+    assert status == 200 and v2["swagger"] == "2.0"
+    definitions = v2["definitions"]
+    assert definitions["io.k8s.api.apps.v1.Deployment"]["x-kubernetes-group-version-kind"] == [
+        {"group": "apps", "kind": "Deployment", "version": "v1"}]
+    assert "dev.vllm-operator.v1alpha1.VLLMService" in definitions
+    assert all(isinstance(s.get("type", ""), str) for s in definitions.values())   # OpenAPI types, not lists
+    status, v3 = _send(Request(api.url + "/openapi/v3"))
+    url = v3["paths"]["apis/vllm-operator.dev/v1alpha1"]["serverRelativeURL"]
+    status, doc = _send(Request(api.url + url))
+    assert status == 200 and doc["openapi"].startswith("3.")
+    patch = doc["paths"]["/apis/vllm-operator.dev/v1alpha1/namespaces/{namespace}/vllmservices/{name}"]["patch"]
+    assert {"fieldValidation", "dryRun", "fieldManager", "force"} <= {p["name"] for p in patch["parameters"]}
+    schema = doc["components"]["schemas"]["dev.vllm-operator.v1alpha1.VLLMService"]
+    assert schema["properties"]["metadata"]["$ref"].endswith("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
