@@ -29,7 +29,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HF_HOME=/tmp/huggingface
-# Only the wheels built above, offline: the package without extras (no [vllm], no [dev]).
+# Only the wheels built above, offline: the package without extras (no [vllm], no [dev], no [sim]: the image runs
+# the operator; `vllm-operator demo` needs the simulator's extra and says so in one line here).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python -m pip install --no-index --find-links=/wheels vllm-operator \
  && groupadd --system --gid 10001 vllm-operator \

@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-vllm lint typecheck contracts crds bench clean
+.PHONY: demo test test-vllm lint typecheck contracts crds docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,9 +27,11 @@ test-vllm:
 	.venv-vllm/bin/pip install -q -e .
 	VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -o addopts="" tests/contract
 
+# .pre-commit-config.yaml runs the same commands.
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests benchmarks
+	$(BIN)/ruff check operator tests benchmarks scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/install_doc.py --check
 
 contracts: $(STAMP)
 	$(BIN)/lint-imports
@@ -37,6 +39,10 @@ contracts: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/python -m vllm_operator.api.crd --write crds/
 	cp crds/vllmservices.vllm-operator.dev.yaml charts/vllm-operator/crds/
+
+# docs/install.md is generated from README.md's "Install on a cluster" section.
+docs:
+	$(PY) scripts/install_doc.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/planner_accuracy.py

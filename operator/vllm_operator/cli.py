@@ -261,12 +261,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     ))
 
 
+#: The simulator and the modules of its extra's dependencies (kmock, aiohttp, jsonschema, cel-python,
+#: kubernetes-validate): one missing means the extra is not installed.
+_SIM_MODULES = frozenset({"vllm_operator_sim", "kmock", "aiohttp", "jsonschema", "celpy", "kubernetes_validate"})
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     # The simulator is its own package (vllm_operator_sim) with its own extra; the operator never depends on it.
     try:
         demo = importlib.import_module("vllm_operator_sim.demo")
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in {"vllm_operator_sim", "kmock", "aiohttp"}:
+        if exc.name and exc.name.split(".")[0] in _SIM_MODULES:
             raise UsageError(
                 f"the demo needs the simulated cluster ({exc.name} is not installed): "
                 "pip install 'vllm-operator[sim]'"

@@ -122,7 +122,8 @@ class SimulatedCluster:
         self.pools = [_pool(p) for p in pools]
         self.scenarios = scenarios if scenarios is not None else load_scenarios()
         self.clock = clock or SimClock(speed)
-        self.server = EmulatedAPIServer()
+        # One clock for the API server and the kubelet: creation times, status times and ages agree.
+        self.server = EmulatedAPIServer(KubeEmulator(now=self.clock.datetime_at))
         self.kubelet = Kubelet(self.server.emulator, self.clock, hidden=self.scenarios.hidden,
                                image_pull_s=image_pull_s, tick_s=tick_s, on_event=on_event)
         self._own_workdir = workdir is None

@@ -466,7 +466,7 @@ def _wait_for_interrupt(cluster: SimulatedCluster, out: TextIO) -> None:
               f"  export KUBECONFIG={cluster.kubeconfig_path}\n"
               "  kubectl get vllms\n"
               "  kubectl get pods -o wide\n"
-              "  kubectl describe vllm <name>\n"
+              "  kubectl describe vllms <name>\n"
               "Press Ctrl-C to stop it.\n")
     out.flush()
     stop = threading.Event()

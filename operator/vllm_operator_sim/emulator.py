@@ -13,13 +13,25 @@ overrides a response, for fault injection), and replaces kmock's in-memory logic
   and ``resourceVersion`` resume from a bounded per-resource history (410 Expired beyond it);
 * discovery of built-ins and of CRDs created at run time (served at once, ``Established=True``);
 * finalizers with ``deletionTimestamp``, immediate cascading garbage collection by ``ownerReferences``;
-* ``pods/log`` with text set by :meth:`KubeEmulator.set_pod_log`; an RBAC-style access log.
+* ``pods/log`` with text set by :meth:`KubeEmulator.set_pod_log` (``previous=true``, ``tailLines``,
+  ``limitBytes``); an RBAC-style access log;
+* admission of HTTP writes (:mod:`~vllm_operator_sim.emulator_admission`): names, unknown fields
+  (``fieldValidation``), CRD pruning, defaults, schema and CEL rules, built-in types; ``dryRun=All`` on
+  every write; server-side apply with field managers and conflicts (:mod:`~vllm_operator_sim.emulator_apply`);
+* ``/openapi/v2`` and ``/openapi/v3`` (:mod:`~vllm_operator_sim.emulator_openapi`) for ``kubectl explain``
+  and validation; server-side tables with kubectl's columns (:mod:`~vllm_operator_sim.emulator_tables`).
+
+Timestamps come from :attr:`KubeEmulator.now` (the wall clock, or the simulated cluster's clock), so ages
+agree with the timestamps the simulated kubelet writes.
 
 Deliberate simplifications: creating an object in a missing namespace creates the namespace; deleting
 a namespace deletes its objects and the namespace at once; pods are deleted without a grace period;
 core and ``events.k8s.io`` events are stored separately; objects are stored once per group and plural
-(no conversion between CRD versions). Not supported: server-side apply, ``dryRun``, pagination
-(``limit`` returns everything), BOOKMARK events, admission, schema validation and pruning, auth.
+(no conversion between CRD versions); writes through the direct Python API skip admission and field
+ownership (so tests can store what a client could not). A watch with ``sendInitialEvents=true`` (client-go's
+watch-list, as kubectl 1.35 uses it) gets the current objects, then the BOOKMARK that ends them. Not supported:
+pagination (``limit`` returns everything), other BOOKMARK events, protobuf and CBOR bodies (``kubectl create
+deployment`` sends protobuf: 415), admission webhooks, auth.
 
 :class:`EmulatedAPIServer` serves an emulator on ``127.0.0.1`` from a background thread with its own
 event loop, so blocking clients, kopf and subprocesses such as ``kubectl`` can all talk to it.
@@ -46,7 +58,26 @@ from typing import Any, NamedTuple, TypeVar
 import aiohttp.web
 import attrs
 import kmock
+import yaml
 
+from vllm_operator_sim.emulator_admission import (
+    FieldError,
+    apply_defaults,
+    cel_errors,
+    name_errors,
+    prune_unknown,
+    schema_errors,
+)
+from vllm_operator_sim.emulator_apply import ApplyConflict, track_update
+from vllm_operator_sim.emulator_apply import apply as server_side_apply
+from vllm_operator_sim.emulator_openapi import (
+    OBJECT_META,
+    crd_schema,
+    kind_schema_name,
+    openapi_v2,
+    openapi_v3_doc,
+    openapi_v3_paths,
+)
 from vllm_operator_sim.emulator_patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from vllm_operator_sim.emulator_resources import (
     BUILTIN_RESOURCES,
@@ -73,7 +104,8 @@ ObjKey = tuple[str, str]  # (namespace or '' for cluster-scoped, name)
 _NS = next(r for r in BUILTIN_RESOURCES if r.plural == 'namespaces')
 _CRD = next(r for r in BUILTIN_RESOURCES if r.plural == 'customresourcedefinitions')
 _SYSTEM_META = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds',
-                'generation', 'resourceVersion', 'name', 'namespace')
+                'generation', 'resourceVersion', 'name', 'namespace', 'managedFields')
+_APPLY_PATCH = 'application/apply-patch+yaml'
 
 
 class AccessRecord(NamedTuple):
@@ -119,6 +151,39 @@ def _invalid(rdef: ResourceDef, name: str, why: str) -> APIError:
     return APIError(422, 'Invalid', f'{rdef.kind} "{name}" is invalid: {why}', _details(rdef, name))
 
 
+def _invalid_fields(rdef: ResourceDef, name: Any, errors: list[FieldError]) -> APIError:
+    """A 422 as the real server words it: ``Kind.group "name" is invalid: [field: message, …]``."""
+    kind = f'{rdef.kind}.{rdef.group}' if rdef.group else rdef.kind
+    text = str(errors[0]) if len(errors) == 1 else '[' + ', '.join(map(str, errors)) + ']'
+    details = {**_details(rdef, str(name)), 'kind': rdef.kind, 'causes': [e.cause() for e in errors]}
+    return APIError(422, 'Invalid', f'{kind} "{name}" is invalid: {text}', details)
+
+
+@dataclasses.dataclass
+class _WriteOptions:
+    """What an HTTP write asks for (the direct API writes with ``admit=False``)."""
+
+    admit: bool = False
+    dry_run: bool = False
+    field_validation: str = 'Warn'
+    manager: str | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_request(cls, params: Mapping[str, str], user_agent: str) -> _WriteOptions:
+        dry_run = params.get('dryRun')
+        if dry_run not in (None, '', 'All'):
+            raise _bad_request(f'Invalid dry run value: {dry_run!r}, only "All" is allowed')
+        validation = params.get('fieldValidation') or 'Warn'
+        if validation not in ('Ignore', 'Warn', 'Strict'):
+            raise _bad_request(f'fieldValidation must be one of "Ignore", "Warn" or "Strict", not {validation!r}')
+        manager = params.get('fieldManager') or (user_agent.split('/')[0] if user_agent else 'unknown')
+        return cls(admit=True, dry_run=dry_run == 'All', field_validation=validation, manager=manager[:128])
+
+
+_DIRECT = _WriteOptions()
+
+
 def _bad_request(message: str) -> APIError:
     return APIError(400, 'BadRequest', message)
 
@@ -126,8 +191,8 @@ def _bad_request(message: str) -> APIError:
 _NO_RESOURCE = APIError(404, 'NotFound', 'the server could not find the requested resource')
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+def _wall_clock() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _get_path(obj: Mapping[str, Any], path: str) -> Any:
@@ -174,6 +239,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     """
 
     history_size: int = 1000  #: watch events kept per resource for ``resourceVersion`` resumes
+    #: The cluster's clock: ``creationTimestamp``, ``deletionTimestamp``, ages in tables, managedFields times.
+    now: Callable[[], datetime.datetime] = _wall_clock
     max_recorded_requests: int = 2000  #: kmock's request records kept (older ones are dropped)
     access_log: collections.deque[AccessRecord] = attrs.field(
         factory=lambda: collections.deque(maxlen=100_000), init=False)
@@ -185,6 +252,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _floors: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
     _watchers: set[_Watcher] = attrs.field(factory=set, init=False)
     _logs: dict[tuple[str, str, str | None], str] = attrs.field(factory=dict, init=False)
+    _previous_logs: dict[tuple[str, str, str | None], str] = attrs.field(factory=dict, init=False)
     _accessed: set[AccessRecord] = attrs.field(factory=set, init=False)
     _rv: int = attrs.field(default=0, init=False)
 
@@ -286,10 +354,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 return None
             raise
 
-    def set_pod_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None:
-        """Set what ``GET pods/log`` returns (for one container, or for any container if ``None``)."""
+    def set_pod_log(self, namespace: str, name: str, text: str, container: str | None = None, *,
+                    previous: bool = False) -> None:
+        """Set what ``GET pods/log`` returns (for one container, or for any container if ``None``).
+
+        With ``previous=True``: the log of the container's previous run (``?previous=true``).
+        """
         with self._state_lock:
-            self._logs[namespace, name, container] = text
+            (self._previous_logs if previous else self._logs)[namespace, name, container] = text
 
     def append_pod_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None:
         """Append to a pod's log."""
@@ -338,6 +410,66 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     # --- the store ------------------------------------------------------------------------------
 
+    def _stamp(self) -> str:
+        return self.now().astimezone(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')
+
+    def _crd_of(self, rdef: ResourceDef) -> Obj | None:
+        """The CustomResourceDefinition serving a custom resource."""
+        with self._state_lock:
+            return self._store.get(_CRD.storage_key, {}).get(('', f'{rdef.plural}.{rdef.group}'))
+
+    def _schema_of(self, rdef: ResourceDef) -> tuple[dict[str, Any] | None, str | None]:
+        """(a CRD version's schema, or ``None``; the built-in definition name, or ``None``)."""
+        if rdef.custom:
+            crd = self._crd_of(rdef)
+            return (crd_schema(crd, rdef.version) if crd is not None else None), None
+        return None, kind_schema_name(rdef)
+
+    def _field_schema(self, rdef: ResourceDef) -> dict[str, Any]:
+        """The schema that tells associative lists from atomic ones (for field ownership)."""
+        schema, builtin = self._schema_of(rdef)
+        if schema is not None:
+            return schema
+        return {'$ref': f'#/$defs/{builtin}'} if builtin else {'properties': {'metadata': {
+            '$ref': f'#/$defs/{OBJECT_META}'}}}
+
+    def _admit(self, rdef: ResourceDef, obj: Obj, old: Obj | None, opts: _WriteOptions,
+               subresource: str | None = None) -> None:
+        """Validate an HTTP write (pruning and defaulting ``obj`` in place); raise 400/422.
+
+        A status write admits ``.status`` only: the rest is the stored object's, which it cannot change.
+        """
+        schema, builtin = self._schema_of(rdef)
+        if subresource == 'status' and 'status' in obj:
+            if schema is not None:
+                preserve = {'x-kubernetes-preserve-unknown-fields': True} if schema.get(
+                    'x-kubernetes-preserve-unknown-fields') else {}
+                schema = {'type': 'object', 'properties': {
+                    'status': (schema.get('properties') or {}).get('status') or preserve}}
+                view: Obj = {'status': obj['status']}
+                self._admit_view(rdef, obj, view, {'status': (old or {}).get('status')}, schema, None, opts)
+                obj['status'] = view['status']
+            return
+        self._admit_view(rdef, obj, obj, old, schema, builtin, opts)
+
+    def _admit_view(self, rdef: ResourceDef, obj: Obj, view: Obj, old: Obj | None, schema: dict[str, Any] | None,
+                    builtin: str | None, opts: _WriteOptions) -> None:
+        errors: list[FieldError] = []
+        dropped: list[str] = []
+        if schema is not None:
+            dropped = prune_unknown(view, schema)
+            apply_defaults(view, schema)
+            errors = schema_errors(view, crd_schema=schema, old=old) + cel_errors(view, schema, old)
+        elif builtin is not None:
+            dropped = prune_unknown(view, {'$ref': f'#/$defs/{builtin}'}, builtin=True)
+            errors = schema_errors(view, builtin=builtin, old=old)
+        if dropped and opts.field_validation == 'Strict':
+            raise _bad_request('strict decoding error: ' + ', '.join(f'unknown field "{f}"' for f in dropped))
+        if opts.field_validation == 'Warn':
+            opts.warnings += [f'unknown field "{f}"' for f in dropped]
+        if errors:
+            raise _invalid_fields(rdef, obj['metadata'].get('name'), errors)
+
     def _next_rv(self) -> str:
         self._rv += 1
         return str(self._rv)
@@ -380,40 +512,70 @@ class KubeEmulator(kmock.KubernetesEmulator):
             objs = self._store.get(rdef.storage_key, {})
             return [obj for _, obj in sorted(objs.items()) if match(obj)], self._rv
 
-    def _create(self, rdef: ResourceDef, namespace: str | None, body: Any, *, from_api: bool) -> Obj:
+    @staticmethod
+    def _new_object(rdef: ResourceDef, namespace: str | None, body: Any) -> tuple[Obj, str]:
+        """A copy of a create's body with its metadata a dict, and the namespace it goes to ('' if none)."""
         if not isinstance(body, dict):
             raise _bad_request('the body of the request must be a JSON object')
         obj = copy.deepcopy(body)
+        if not isinstance(obj.get('metadata') or {}, dict):
+            raise _invalid_fields(rdef, '', [FieldError('metadata', 'FieldValueTypeInvalid',
+                                                        'Invalid value: must be an object')])
         meta = obj['metadata'] = dict(obj.get('metadata') or {})
-        if rdef.namespaced:
-            if namespace and meta.get('namespace') not in (None, '', namespace):
-                raise _bad_request('the namespace of the provided object does not match the namespace sent '
-                                   'on the request')
-            meta['namespace'] = namespace or meta.get('namespace') or 'default'
-        else:
+        if not rdef.namespaced:
             meta.pop('namespace', None)
-        key_ns = meta.get('namespace', '')
+            return obj, ''
+        if namespace and meta.get('namespace') not in (None, '', namespace):
+            raise _bad_request('the namespace of the provided object does not match the namespace sent on the request')
+        key_ns = meta['namespace'] = namespace or meta.get('namespace') or 'default'
+        if not isinstance(key_ns, str):
+            raise _invalid_fields(rdef, meta.get('name'), [FieldError(
+                'metadata.namespace', 'FieldValueTypeInvalid', 'Invalid value: must be of type string')])
+        return obj, key_ns
+
+    @staticmethod
+    def _new_name(rdef: ResourceDef, meta: Obj, key_ns: str, objs: Mapping[ObjKey, Obj]) -> str:
+        """The name a create stores under (``generateName`` resolved), validated and not taken."""
+        if not meta.get('name') and meta.get('generateName'):
+            while not meta.get('name') or (key_ns, meta['name']) in objs:
+                meta['name'] = meta['generateName'] + ''.join(random.choices('bcdfghjklmnpqrstvwxz2456789', k=5))
+        name = meta.get('name')
+        if not name and name != 0:
+            raise _invalid(rdef, '', 'metadata.name: Required value: name or generateName is required')
+        if errors := name_errors(rdef.plural, rdef.group, name):
+            raise _invalid_fields(rdef, name, errors)
+        if (key_ns, name) in objs:
+            raise APIError(409, 'AlreadyExists', f'{rdef.qualified} "{name}" already exists', _details(rdef, name))
+        return str(name)
+
+    def _create(self, rdef: ResourceDef, namespace: str | None, body: Any, *, from_api: bool,
+                opts: _WriteOptions = _DIRECT) -> Obj:
+        obj, key_ns = self._new_object(rdef, namespace, body)
+        meta = obj['metadata']
         with self._state_lock:
             objs = self._store.setdefault(rdef.storage_key, {})
-            if not meta.get('name') and meta.get('generateName'):
-                while not meta.get('name') or (key_ns, meta['name']) in objs:
-                    meta['name'] = meta['generateName'] + ''.join(random.choices('bcdfghjklmnpqrstvwxz2456789', k=5))
-            name = meta.get('name')
-            if not name:
-                raise _invalid(rdef, '', 'metadata.name: Required value: name or generateName is required')
-            if (key_ns, name) in objs:
-                raise APIError(409, 'AlreadyExists', f'{rdef.qualified} "{name}" already exists',
-                               _details(rdef, name))
-            if rdef.namespaced and ('', key_ns) not in self._store.get(_NS.storage_key, {}):
-                self._create(_NS, None, {'metadata': {'name': key_ns}}, from_api=False)  # auto-created
+            name = self._new_name(rdef, meta, key_ns, objs)
             if from_api and 'status' in rdef.subresources:
                 obj.pop('status', None)
+            managed = meta.get('managedFields') if opts.admit else None
             for field in _SYSTEM_META:
                 meta.pop(field, None)
-            meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
+            meta.update(name=name, uid=str(uuid.uuid4()), creationTimestamp=self._stamp(), generation=1)
             obj['apiVersion'], obj['kind'] = rdef.api_version, rdef.kind
             if key_ns:
                 meta['namespace'] = key_ns
+            if opts.admit:
+                self._admit(rdef, obj, None, opts)
+                if managed is not None:  # server-side apply's create
+                    meta['managedFields'] = managed
+                elif opts.manager:
+                    track_update(None, obj, opts.manager, self._field_schema(rdef), self.now)
+            if opts.dry_run:
+                if rdef.storage_key == _CRD.storage_key:
+                    self._check_crd(obj)
+                return obj
+            if rdef.namespaced and ('', key_ns) not in self._store.get(_NS.storage_key, {}):
+                self._create(_NS, None, {'metadata': {'name': key_ns}}, from_api=False)  # auto-created
             self._apply_defaults(rdef, obj)
             meta['resourceVersion'] = self._next_rv()
             objs[key_ns, name] = obj
@@ -432,13 +594,20 @@ class KubeEmulator(kmock.KubernetesEmulator):
         elif rdef.storage_key == _CRD.storage_key:
             self._register_crd(obj)
 
-    def _register_crd(self, crd: Obj) -> None:
+    @staticmethod
+    def _check_crd(crd: Obj) -> list[ResourceDef]:
         spec, name = crd.get('spec') or {}, crd['metadata']['name']
         names = spec.get('names') or {}
         defs = from_crd(crd)
         if not defs or not names.get('kind') or name != f'{names.get("plural")}.{spec.get("group")}':
             raise _invalid(_CRD, name, 'spec: a group, names.plural, names.kind and a served version are required, '
                            'and metadata.name must be <plural>.<group>')
+        return defs
+
+    def _register_crd(self, crd: Obj) -> None:
+        spec = crd.get('spec') or {}
+        names = spec.get('names') or {}
+        defs = self._check_crd(crd)
         self._unregister_crd(crd)
         for rdef in defs:
             self.register_resource(rdef)
@@ -446,7 +615,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     'listKind': names.get('listKind', names['kind'] + 'List'), **names}
         storage = next((v['name'] for v in spec['versions'] if v.get('storage')), defs[0].version)
         conditions = (crd.get('status') or {}).get('conditions') or [
-            {'type': t, 'status': 'True', 'reason': r, 'message': m, 'lastTransitionTime': _now()}
+            {'type': t, 'status': 'True', 'reason': r, 'message': m, 'lastTransitionTime': self._stamp()}
             for t, r, m in [('NamesAccepted', 'NoConflicts', 'no conflicts found'),
                             ('Established', 'InitialNamesAccepted', 'the initial names have been accepted')]]
         crd['status'] = {'acceptedNames': accepted, 'storedVersions': [storage], 'conditions': conditions}
@@ -459,7 +628,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 del self._defs[def_key]
 
     def _write(self, rdef: ResourceDef, namespace: str, name: str, mutate: Callable[[Obj], Any], *,
-               subresource: str | None = None) -> Obj:
+               subresource: str | None = None, opts: _WriteOptions = _DIRECT, applied: bool = False) -> Obj:
         """Read-modify-write one object with the API's rules; returns the stored result."""
         with self._state_lock:
             objs = self._store.get(rdef.storage_key, {})
@@ -482,6 +651,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if sent_rv not in (None, '') and str(sent_rv) != old['metadata']['resourceVersion']:
                 raise _conflict(rdef, name)
             new = self._merge(rdef, old, candidate, subresource)
+            self._admit_update(rdef, old, new, candidate, subresource, opts, applied)
             if new == old:
                 return old
             old_meta, new_meta = old['metadata'], new['metadata']
@@ -491,6 +661,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                                'if the object is being deleted')
             if _body_of(new) != _body_of(old):
                 new_meta['generation'] = int(old_meta.get('generation', 1)) + 1
+            if opts.dry_run:
+                return new
             if rdef.storage_key == _CRD.storage_key and subresource is None:
                 self._register_crd(new)
             new_meta['resourceVersion'] = self._next_rv()
@@ -499,6 +671,24 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if new_meta.get('deletionTimestamp') and not new_meta.get('finalizers'):
                 return self._remove(rdef, (namespace, name))
             return new
+
+    def _admit_update(self, rdef: ResourceDef, old: Obj, new: Obj, candidate: Obj, subresource: str | None,
+                      opts: _WriteOptions, applied: bool) -> None:
+        """Admission and field ownership of an update (``new`` is changed in place)."""
+        sent = (candidate.get('metadata') or {}).get('managedFields')
+        # server-side apply sets managedFields itself; a client may rewrite them (kubectl's upgrade of
+        # client-side apply ownership does), which the server takes as they are
+        rewritten = opts.admit and isinstance(sent, list) and sent != old['metadata'].get('managedFields')
+        if applied or rewritten:
+            new['metadata']['managedFields'] = sent or None
+        if not opts.admit:
+            return
+        self._admit(rdef, new, old, opts, subresource)
+        if not applied and not rewritten and opts.manager:
+            track_update(old, new, opts.manager, self._field_schema(rdef), self.now,
+                         'status' if subresource == 'status' else None)
+        if new['metadata'].get('managedFields') is None:
+            new['metadata'].pop('managedFields', None)
 
     @staticmethod
     def _merge(rdef: ResourceDef, old: Obj, candidate: Obj, subresource: str | None) -> Obj:
@@ -537,7 +727,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 'spec': {'replicas': _get_path(obj, rdef.spec_replicas_path) or 0},
                 'status': {'replicas': _get_path(obj, rdef.status_replicas_path) or 0, 'selector': selector}}
 
-    def _delete(self, rdef: ResourceDef, namespace: str, name: str, options: Mapping[str, Any] | None) -> Obj:
+    def _delete(self, rdef: ResourceDef, namespace: str, name: str, options: Mapping[str, Any] | None,
+                dry_run: bool = False) -> Obj:
         options = options or {}
         with self._state_lock:
             objs = self._store.get(rdef.storage_key, {})
@@ -547,10 +738,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
             pre = options.get('preconditions') or {}
             if any(pre.get(k) not in (None, old['metadata'].get(k)) for k in ('uid', 'resourceVersion')):
                 raise _conflict(rdef, name)
+            if dry_run:
+                if old['metadata'].get('finalizers') and not old['metadata'].get('deletionTimestamp'):
+                    return {**old, 'metadata': {**old['metadata'], 'deletionTimestamp': self._stamp(),
+                                                'deletionGracePeriodSeconds': 0}}
+                return old
             if old['metadata'].get('finalizers'):
                 if old['metadata'].get('deletionTimestamp'):
                     return old
-                meta = {**old['metadata'], 'deletionTimestamp': _now(), 'deletionGracePeriodSeconds': 0,
+                meta = {**old['metadata'], 'deletionTimestamp': self._stamp(), 'deletionGracePeriodSeconds': 0,
                         'resourceVersion': self._next_rv()}
                 new = objs[namespace, name] = {**old, 'metadata': meta}
                 self._emit(rdef, 'MODIFIED', new, old)
@@ -578,8 +774,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     if sdef is not None and okey in objs:
                         self._delete(sdef, okey[0], okey[1], None)
         elif rdef.storage_key == ('', 'pods'):
-            for log_key in [k for k in self._logs if k[:2] == key]:
-                del self._logs[log_key]
+            for logs in (self._logs, self._previous_logs):
+                for log_key in [k for k in logs if k[:2] == key]:
+                    del logs[log_key]
         if not orphan:
             self._collect_garbage(obj['metadata']['uid'])
         return obj
@@ -653,35 +850,42 @@ class KubeEmulator(kmock.KubernetesEmulator):
             log.exception('The emulator failed on %s %s', raw.method, raw.path_qs)
             return aiohttp.web.json_response(APIError(500, 'InternalError', repr(e)).status(), status=500)
 
-    async def _serve(self, raw: aiohttp.web.BaseRequest, body: bytes, params: dict[str, str]
-                     ) -> aiohttp.web.StreamResponse:
-        parts = [p for p in raw.path.split('/') if p]
+    def _serve_discovery(self, raw: aiohttp.web.BaseRequest, parts: list[str],
+                         defs: Mapping[tuple[str, str, str], ResourceDef]) -> Any:
+        """The documents of non-resource paths (version, health, OpenAPI, discovery), or ``None``."""
         if not parts or parts[0] in ('version', 'healthz', 'livez', 'readyz'):
-            return aiohttp.web.json_response(self._serve_nonresource(parts))
+            return self._serve_nonresource(parts)
+        if parts[0] == 'openapi':
+            return self._serve_openapi(parts[1:])
         if parts == ['api']:
-            return aiohttp.web.json_response({'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': [
-                {'clientCIDR': '0.0.0.0/0', 'serverAddress': raw.host}]})
-        with self._state_lock:
-            defs = dict(self._defs)
+            return {'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': [
+                {'clientCIDR': '0.0.0.0/0', 'serverAddress': raw.host}]}
         if parts == ['apis']:
-            return aiohttp.web.json_response(api_group_list(defs.values()))
-        if parts[0] == 'api' and len(parts) >= 2:
-            group, version, rest = '', parts[1], parts[2:]
-        elif parts[0] == 'apis' and len(parts) >= 3:
-            group, version, rest = parts[1], parts[2], parts[3:]
-        elif parts[0] == 'apis' and len(parts) == 2:
+            return api_group_list(defs.values())
+        if parts[0] == 'apis' and len(parts) == 2:
             versions = list(dict.fromkeys(v for g, v, _ in defs if g == parts[1]))
             if not versions:
                 raise _NO_RESOURCE
-            return aiohttp.web.json_response(api_group(parts[1], versions))
-        else:
+            return api_group(parts[1], versions)
+        if parts[0] not in ('api', 'apis') or len(parts) < (2 if parts[0] == 'api' else 3):
             raise _NO_RESOURCE
-        if not rest:
+        if len(parts) == (2 if parts[0] == 'api' else 3):  # a group version's resources
+            group, version = ('', parts[1]) if parts[0] == 'api' else (parts[1], parts[2])
             served = [r for (g, v, _), r in defs.items() if (g, v) == (group, version)]
             if not served:
                 raise _NO_RESOURCE
-            return aiohttp.web.json_response(api_resource_list(served[0].api_version, served))
+            return api_resource_list(served[0].api_version, served)
+        return None
 
+    async def _serve(self, raw: aiohttp.web.BaseRequest, body: bytes, params: dict[str, str]
+                     ) -> aiohttp.web.StreamResponse:
+        parts = [p for p in raw.path.split('/') if p]
+        with self._state_lock:
+            defs = dict(self._defs)
+        document = self._serve_discovery(raw, parts, defs)
+        if document is not None:
+            return aiohttp.web.json_response(document)
+        group, version, rest = ('', parts[1], parts[2:]) if parts[0] == 'api' else (parts[1], parts[2], parts[3:])
         watch = raw.method == 'GET' and params.get('watch') in ('true', '1')
         if rest[0] == 'watch':  # the deprecated /watch/ paths
             watch, rest = True, rest[1:]
@@ -707,9 +911,22 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return await self._stream_watch(raw, rdef, namespace, name, params)
         return self._serve_resource(raw, verb, rdef, namespace, name, sub, body, params)
 
+    def _serve_openapi(self, parts: list[str]) -> Any:
+        with self._state_lock:
+            resources = self.served_resources()
+            crds = {(o.get('spec', {}).get('group', ''), o.get('spec', {}).get('names', {}).get('plural', '')): o
+                    for o in self._store.get(_CRD.storage_key, {}).values()}
+        if parts == ['v2']:
+            return openapi_v2(resources, crds)
+        if parts == ['v3']:
+            return openapi_v3_paths(resources, crds)
+        if len(parts) > 1 and parts[0] == 'v3' and (doc := openapi_v3_doc(resources, crds, '/'.join(parts[1:]))):
+            return doc
+        raise _NO_RESOURCE
+
     def _serve_nonresource(self, parts: list[str]) -> Any:
         if not parts:
-            paths = {'/api', '/api/v1', '/apis', '/version', '/healthz'}
+            paths = {'/api', '/api/v1', '/apis', '/version', '/healthz', '/openapi/v2', '/openapi/v3'}
             paths |= {f'/apis/{r.group}/{r.version}' for r in self.served_resources() if r.group}
             paths |= {f'/apis/{r.group}' for r in self.served_resources() if r.group}
             return {'paths': sorted(paths)}
@@ -721,15 +938,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
                         name: str | None, sub: str | None, body: bytes, params: dict[str, str]
                         ) -> aiohttp.web.StreamResponse:
         ns = self._ns(rdef, namespace)
-        data: Any = None
-        if body.strip() and verb in ('create', 'update', 'patch', 'delete', 'deletecollection'):
-            if 'protobuf' in raw.content_type:
-                raise APIError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
-                               'accepted media types include: application/json')
-            try:
-                data = json.loads(body)
-            except ValueError:
-                raise _bad_request('the body of the request could not be decoded as JSON') from None
+        writes = verb in ('create', 'update', 'patch', 'delete', 'deletecollection')
+        opts = _WriteOptions.from_request(params, raw.headers.get('User-Agent', '')) if writes else _DIRECT
+        data = self._decode(raw.content_type, body) if writes else None
         result: Any
         status = 200
         if verb == 'list':
@@ -738,6 +949,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
                       'metadata': {'resourceVersion': str(rv)}, 'items': [self._present(rdef, o) for o in items]}
         elif verb == 'get' and sub == 'log':
             return aiohttp.web.Response(text=self._pod_log(rdef, ns, name or '', params))
+        elif verb == 'patch' and raw.content_type == _APPLY_PATCH:
+            assert name is not None
+            result, status = self._server_side_apply(rdef, ns, name, sub, data, params, opts)
+            result = self._scale_of(rdef, result) if sub == 'scale' else self._present(rdef, result)
         elif verb == 'get':
             with self._state_lock:
                 obj = self._store.get(rdef.storage_key, {}).get((ns, name or ''))
@@ -747,7 +962,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         elif verb == 'create':
             if sub is not None:
                 raise _NO_RESOURCE
-            result, status = self._present(rdef, self._create(rdef, namespace, data, from_api=True)), 201
+            result, status = self._present(rdef, self._create(rdef, namespace, data, from_api=True, opts=opts)), 201
         elif verb in ('update', 'patch'):
             assert name is not None
             if verb == 'update':
@@ -756,21 +971,72 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 fn: Callable[[Obj], Any] = lambda _: data  # noqa: E731
             else:
                 fn = self._patcher(rdef, name, raw.content_type, data)
-            result = self._write(rdef, ns, name, fn, subresource=sub)
+            result = self._write(rdef, ns, name, fn, subresource=sub, opts=opts)
             result = self._scale_of(rdef, result) if sub == 'scale' else self._present(rdef, result)
         elif verb == 'delete':
             options = {**(data if isinstance(data, dict) else {}), **params}
-            result = self._present(rdef, self._delete(rdef, ns, name or '', options))
+            dry_run = opts.dry_run or 'All' in (options.get('dryRun') or [])
+            result = self._present(rdef, self._delete(rdef, ns, name or '', options, dry_run))
         else:  # deletecollection
             items, rv = self._select(rdef, namespace, None, params.get('labelSelector'), params.get('fieldSelector'))
             deleted = [self._delete(rdef, ns if rdef.namespaced and namespace else o['metadata'].get('namespace', ''),
-                                    o['metadata']['name'], data if isinstance(data, dict) else None) for o in items]
+                                    o['metadata']['name'], data if isinstance(data, dict) else None, opts.dry_run)
+                       for o in items]
             result = {'kind': f'{rdef.kind}List', 'apiVersion': rdef.api_version,
                       'metadata': {'resourceVersion': str(self._rv)},
                       'items': [self._present(rdef, o) for o in deleted]}
         if verb in ('get', 'list') and sub is None and wants_table(raw.headers.get('Accept', '')):
-            result = as_table(rdef, result)
-        return aiohttp.web.json_response(result, status=status)
+            result = as_table(rdef, result, self.now())
+        headers = {'Warning': ', '.join(f'299 - {json.dumps(w)}' for w in opts.warnings)} if opts.warnings else None
+        return aiohttp.web.json_response(result, status=status, headers=headers)
+
+    @staticmethod
+    def _decode(content_type: str, body: bytes) -> Any:
+        """A write's body: JSON, or YAML for server-side apply; ``None`` when empty."""
+        if not body.strip():
+            return None
+        if 'protobuf' in content_type or 'cbor' in content_type:
+            raise APIError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - '
+                           'accepted media types include: application/json')
+        try:
+            return yaml.safe_load(body) if content_type == _APPLY_PATCH else json.loads(body)
+        except (ValueError, yaml.YAMLError):
+            raise _bad_request('the body of the request could not be decoded as JSON') from None
+
+    def _server_side_apply(self, rdef: ResourceDef, ns: str, name: str, sub: str | None, config: Any,
+                           params: Mapping[str, str], opts: _WriteOptions) -> tuple[Obj, int]:
+        """PATCH with ``application/apply-patch+yaml``: create or merge, with field managers and conflicts."""
+        if not params.get('fieldManager'):
+            raise _bad_request('PATCH with apply requires a fieldManager (the fieldManager query parameter)')
+        if not isinstance(config, dict):
+            raise _bad_request('the applied configuration must be an object')
+        meta: Obj = config['metadata'] if isinstance(config.get('metadata'), dict) else {}
+        if meta.get('name', name) != name:
+            raise _bad_request('the name of the object does not match the name on the URL')
+        force = params.get('force') in ('true', '1')
+        schema = self._field_schema(rdef)
+        manager = opts.manager or ''
+
+        def applied(live: Obj) -> Obj:
+            try:
+                return server_side_apply(live, config, manager, schema, force=force, now=self.now,
+                                         subresource='status' if sub == 'status' else None)
+            except ApplyConflict as e:
+                causes = [{'reason': 'FieldManagerConflict', 'message': f'conflict with "{m}"', 'field': f}
+                          for m, f in e.conflicts]
+                raise APIError(409, 'Conflict', str(e), {**_details(rdef, name), 'causes': causes}) from None
+
+        with self._state_lock:
+            exists = (ns, name) in self._store.get(rdef.storage_key, {})
+            if exists:
+                return self._write(rdef, ns, name, applied, subresource=sub, opts=opts, applied=True), 200
+            if sub is not None:
+                raise _not_found(rdef, name)
+            skeleton: Obj = {'apiVersion': rdef.api_version, 'kind': rdef.kind,
+                             'metadata': {'name': name, **({'namespace': ns} if ns else {})}}
+            new = applied(skeleton)
+            new['metadata'].update({k: v for k, v in meta.items() if k in ('generateName',)})
+            return self._create(rdef, ns or None, new, from_api=True, opts=opts), 201
 
     @staticmethod
     def _present(rdef: ResourceDef, obj: Obj) -> Obj:
@@ -778,11 +1044,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return obj if obj.get('apiVersion') == rdef.api_version else {**obj, 'apiVersion': rdef.api_version}
 
     def _pod_log(self, rdef: ResourceDef, namespace: str, name: str, params: Mapping[str, str]) -> str:
+        previous = params.get('previous') in ('true', '1')
+        logs = self._previous_logs if previous else self._logs
+        container = params.get('container')
         with self._state_lock:
-            if (namespace, name) not in self._store.get(rdef.storage_key, {}):
+            pod = self._store.get(rdef.storage_key, {}).get((namespace, name))
+            if pod is None:
                 raise _not_found(rdef, name)
-            text = self._logs.get((namespace, name, params.get('container')),
-                                  self._logs.get((namespace, name, None), ''))
+            if container is None:
+                containers = [c.get('name') for c in (pod.get('spec') or {}).get('containers') or []]
+                if len(containers) > 1:
+                    raise _bad_request(f'a container name must be specified for pod {name}, choose one of: '
+                                       f'{containers}')
+                container = containers[0] if containers else None
+            if previous and not self._running(pod, container):
+                logs = self._logs  # no run after the one that ended: its log is still the container's log
+            key = next((k for k in ((namespace, name, container), (namespace, name, None)) if k in logs), None)
+            if key is None and previous:
+                raise _bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+            text = logs[key] if key is not None else ''
         try:
             if params.get('tailLines') is not None:
                 tail = int(params['tailLines'])
@@ -792,6 +1072,17 @@ class KubeEmulator(kmock.KubernetesEmulator):
         except ValueError:
             raise _bad_request('tailLines and limitBytes must be integers') from None
         return text
+
+    @staticmethod
+    def _running(pod: Obj, container: str | None) -> bool:
+        """Whether a new run of the container started after the one in ``lastState.terminated``.
+
+        ``previous=true`` reads the run recorded in ``lastState.terminated`` (as the kubelet does): the log kept
+        from before the restart while the container runs again, else (back-off) the container's log as it is.
+        """
+        statuses = (pod.get('status') or {}).get('containerStatuses') or []
+        status = next((s for s in statuses if s.get('name') == container), statuses[0] if statuses else {})
+        return 'running' in (status.get('state') or {}) or 'terminated' in (status.get('state') or {})
 
     async def _stream_watch(self, raw: aiohttp.web.BaseRequest, rdef: ResourceDef, namespace: str | None,
                            name: str | None, params: Mapping[str, str]) -> aiohttp.web.StreamResponse:
@@ -823,6 +1114,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
             deadline = loop.time() + timeout if timeout > 0 else None
             for event in backlog:
                 await self._write_event(response, rdef, event, match, table)
+            if params.get('sendInitialEvents') == 'true':  # a watch-list (client-go's WatchListClient)
+                bookmark = {'kind': rdef.kind, 'apiVersion': rdef.api_version, 'metadata': {
+                    'resourceVersion': str(backlog[-1].rv if backlog else self._rv),
+                    'annotations': {'k8s.io/initial-events-end': 'true'}}}
+                await response.write(json.dumps({'type': 'BOOKMARK', 'object': bookmark}).encode() + b'\n')
             while True:
                 wait = 5.0 if deadline is None else min(5.0, deadline - loop.time())
                 if wait <= 0:
@@ -854,7 +1150,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             kind = 'MODIFIED' if now_ok and was_ok else 'ADDED' if now_ok else 'DELETED' if was_ok else None
         if kind is not None:
             obj = self._present(rdef, event.obj)
-            line = json.dumps({'type': kind, 'object': as_table(rdef, obj) if table else obj})
+            line = json.dumps({'type': kind, 'object': as_table(rdef, obj, self.now()) if table else obj})
             await response.write(line.encode() + b'\n')
 
 

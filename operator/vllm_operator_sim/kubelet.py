@@ -78,7 +78,8 @@ class DirectAPI(Protocol):
                      patch_type: str = "merge", subresource: str | None = None) -> dict[str, Any]: ...
     def delete_object(self, resource: str, name: str, namespace: str | None = None, *,
                       propagation_policy: str | None = None) -> dict[str, Any] | None: ...
-    def set_pod_log(self, namespace: str, name: str, text: str, container: str | None = None) -> None: ...
+    def set_pod_log(self, namespace: str, name: str, text: str, container: str | None = None, *,
+                    previous: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -481,6 +482,8 @@ class Kubelet:
                 return
 
     def _start_run(self, pod: _Pod, t: float) -> None:
+        if pod.run_started is not None:  # a restart: the finished run's log is what ``logs --previous`` shows
+            self.api.set_pod_log(pod.namespace, pod.name, self._log_text(pod, None), previous=True)
         pod.state = "Running"
         pod.run_started = t
         pod.run_finished = None

@@ -501,7 +501,7 @@ def _fmt_gib(value: float) -> str:
     return f"{value:.2f}"
 
 
-def simulate_startup(
+def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one readable sequence
     args: Sequence[str],
     image: str,
     gpu: GPUSpec | None,

@@ -18,13 +18,10 @@ ALLOWED_UNUSED below with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +29,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-import yaml
 
+from kit.api import emulated_api, http_get, l4_node
+from kit.ports import free_port
+from kit.process import OperatorProcess, start_operator
 from vllm_operator_sim.emulator import AccessRecord, EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).with_name("vllm-operator")
-OPERATOR = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "vllm_operator.cli"]
 CATALOG_MODEL = ROOT / "operator" / "vllm_operator" / "catalog" / "models" / "Qwen__Qwen2.5-0.5B-Instruct.json"
 WAIT = 30.0
 
@@ -56,73 +53,51 @@ FREE_MEMORY_ERROR = ("ValueError: Free memory on device cuda:0 (17.40/21.84 GiB)
 # --- running the operator ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Run:
-    """One emulated cluster and one or more operator processes against it."""
+    """One emulated cluster (kit.api) and one or more operator processes (kit.process) against it."""
 
     tmp: Path
-    server: EmulatedAPIServer = field(default_factory=EmulatedAPIServer)
-    processes: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    processes: list[OperatorProcess] = field(default_factory=list)
     snapshots: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.server.start()
-        self.kubeconfig = self.server.write_kubeconfig(self.tmp / "kubeconfig")
-        crd = yaml.safe_load((ROOT / "crds" / "vllmservices.vllm-operator.dev.yaml").read_text())
-        self.server.create_object("customresourcedefinitions", crd)
-        self.server.create_object("nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-node-1", "labels": {
-                "nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "23034"}},
-            "status": {"allocatable": {"memory": "64Gi", "nvidia.com/gpu": "1"}}})
-        for namespace in ("team-a", "team-b", "elsewhere"):
-            self.server.create_object("namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                     "metadata": {"name": namespace}})
+        self._stack = contextlib.ExitStack()
+        self.server: EmulatedAPIServer = self._stack.enter_context(emulated_api(
+            self.tmp / "kubeconfig", with_crd=True, nodes=[l4_node("gpu-node-1", allocatable=True)],
+            namespaces=("team-a", "team-b", "elsewhere")))
+        assert self.server.kubeconfig_path is not None
+        self.kubeconfig = self.server.kubeconfig_path
 
     def start(self, args: list[str], pod_id: str = "vllm-operator-0") -> subprocess.Popen[bytes]:
-        log = self.tmp / f"operator-{len(self.processes)}.log"
-        env = {**os.environ, "POD_ID": pod_id, "HF_HUB_OFFLINE": "1", "HF_HOME": str(self.tmp / "hf"),
-               "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        process = subprocess.Popen([*OPERATOR, "run", *args, "--kubeconfig", str(self.kubeconfig)], env=env,
-                                   stdout=log.open("wb"), stderr=subprocess.STDOUT)
-        self.processes.append((process, log))
-        return process
+        op = start_operator(self.kubeconfig, self.tmp / f"operator-{len(self.processes)}.log", args,
+                            env={"POD_ID": pod_id, "HF_HOME": str(self.tmp / "hf")}, probes=False)
+        self.processes.append(op)
+        return op.process
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for _, log in self.processes)
+        return "\n".join(f"--- {op.log_path.name}\n{op.log()[-4000:]}" for op in self.processes)
 
     def wait(self, predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
         def done() -> Any:
-            return predicate() or any(process.poll() is not None for process, _ in self.processes)
+            return predicate() or any(op.process.poll() is not None for op in self.processes)
 
         try:
             result = self.server.wait_for(done, timeout=timeout, message=what)
         except TimeoutError:
             pytest.fail(f"timed out: {what}\n{self.logs()}")
-        if result is True and any(process.poll() is not None for process, _ in self.processes):
+        if result is True and any(op.process.poll() is not None for op in self.processes):
             pytest.fail(f"the operator exited before: {what}\n{self.logs()}")
         return result
 
     def stop(self) -> set[AccessRecord]:
-        for process, _ in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process, _ in self.processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        for op in self.processes:  # all of them told first, so none waits for the others
+            if op.process.poll() is None:
+                op.process.send_signal(signal.SIGTERM)
+        for op in self.processes:
+            op.stop()
         calls = self.server.accessed()
-        self.server.stop()
+        self._stack.close()
         return calls
 
     # --- scenario steps ---
@@ -267,11 +242,6 @@ def create_peering_objects(run: Run, objects: list[dict[str, Any]]) -> list[dict
     return peerings
 
 
-def http_get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (loopback)
-        return response.status, response.read().decode()
-
-
 # --- the runs (once per module) ---------------------------------------------------------------------------------
 
 
@@ -301,8 +271,8 @@ def clusterwide(chart: Any, tmp_path_factory: pytest.TempPathFactory) -> Observe
         short_scenario(run, "elsewhere")
         # The endpoints the chart's probes and the metrics Service point at.
         probe = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
-        assert http_get(f"http://127.0.0.1:{health}{probe['livenessProbe']['httpGet']['path']}")[0] == 200
-        assert "vllm_operator_reconciles_total" in http_get(f"http://127.0.0.1:{metrics}/metrics")[1]
+        assert http_get(f"http://127.0.0.1:{health}{probe['livenessProbe']['httpGet']['path']}", timeout=5)[0] == 200
+        assert "vllm_operator_reconciles_total" in http_get(f"http://127.0.0.1:{metrics}/metrics", timeout=5)[1]
         peers = run.server.get_object("clusterkopfpeerings", "vllm-operator")["status"]
         assert "vllm-operator-0" in peers, peers
     finally:
@@ -467,7 +437,7 @@ def test_two_replicas_one_acts_the_other_takes_over(chart: Any, tmp_path: Path) 
         run.wait(lambda: run.args_of("elsewhere", "first"), "one replica to act", timeout=60)
 
         def actors(name: str) -> list[int]:
-            return [i for i, (_, log) in enumerate(run.processes) if f"created Deployment {name}" in log.read_text()]
+            return [i for i, op in enumerate(run.processes) if f"created Deployment {name}" in op.log()]
 
         acting = run.wait(lambda: actors("first"), "the acting replica's log")
         assert len(acting) == 1, run.logs()

@@ -1,7 +1,7 @@
 """Contract: every argument list the operator renders is accepted by vLLM's own `vllm serve` parser.
 
 Needs vLLM (the optional extra `vllm-operator[vllm]`; on a machine without a GPU: `pip install vllm`, then
-`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu` — see ../shared/TESTING.md).
+`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu`: `make test-vllm` does it all).
 Skipped where vLLM is not installed. The Deployments are rendered for the installed vLLM's own release, so the flag
 table (catalog/vllm_flags.yaml) is exercised for that release too.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+pytestmark = pytest.mark.vllm  # the optional extra: the only reason a test here may skip
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (optional extra: vllm-operator[vllm])")
 
 from vllm_operator import reconcile  # noqa: E402

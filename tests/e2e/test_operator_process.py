@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from kit.api import CRD_PATH, EXAMPLES
+from kit.kubectl import Kubectl
+from kit.process import OperatorProcess
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"
-EXAMPLES = REPO / "examples"
 MINIMAL = EXAMPLES / "minimal.yaml"
-Kubectl = Any  # conftest.Kubectl: kubectl(*args) -> output, kubectl.json(*args) -> parsed -o json
-OperatorProcess = Any  # conftest.OperatorProcess: .process, .log(), .liveness(), .metrics()
 
 
 def _args(deployment: dict[str, Any]) -> list[str]:
@@ -35,11 +32,11 @@ def _value(args: list[str], flag: str) -> str | None:
 def test_kubectl_drives_the_real_operator_process(cluster: EmulatedAPIServer, kubectl: Kubectl,
                                                   operator_process: Callable[[], OperatorProcess]) -> None:
     name = yaml.safe_load(MINIMAL.read_text())["metadata"]["name"]
-    assert "created" in kubectl("apply", "--validate=false", "-f", str(CRD_PATH))
+    assert "created" in kubectl("apply", "-f", str(CRD_PATH))
     kubectl("wait", "--for=condition=established", "crd/vllmservices.vllm-operator.dev", "--timeout=10s")
     op = operator_process()
 
-    assert "created" in kubectl("apply", "--validate=false", "-f", str(MINIMAL))
+    assert "created" in kubectl("apply", "-f", str(MINIMAL))
     kubectl("wait", f"vllmservice/{name}", "--for=jsonpath={.status.conditions[?(@.type==\"PlanFeasible\")]"
             ".status}=True", "--timeout=20s")
     table = kubectl("get", "vllms")
@@ -81,9 +78,9 @@ def test_operator_process_reports_an_infeasible_example(cluster: EmulatedAPIServ
                                                         operator_process: Callable[[], OperatorProcess]) -> None:
     example = EXAMPLES / "llama3-70b-24gb-infeasible.yaml"
     name = yaml.safe_load(example.read_text())["metadata"]["name"]
-    kubectl("apply", "--validate=false", "-f", str(CRD_PATH))
+    kubectl("apply", "-f", str(CRD_PATH))
     operator_process()
-    kubectl("apply", "--validate=false", "-f", str(example))
+    kubectl("apply", "-f", str(example))
     kubectl("wait", f"vllmservice/{name}", "--for=jsonpath={.status.conditions[?(@.type==\"PlanFeasible\")]"
             ".reason}=PlanInfeasible", "--timeout=20s")
     status = kubectl.json("get", "vllmservice", name)["status"]

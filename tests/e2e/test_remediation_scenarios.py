@@ -467,10 +467,6 @@ def _deployment(name: str) -> dict[str, Any]:
     return deployment
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the simulated cluster ignores pods/log?previous=true (sim/emulator.py _pod_log) and the kubelet keeps "
-    "only the current run's log (sim/kubelet.py _write_log): once a crashed container restarted, the operator's "
-    "read of the previous run's log gets the new run's first lines instead of vLLM's error"))
 def test_the_simulated_cluster_serves_the_previous_containers_log() -> None:
     server = EmulatedAPIServer().start()
     try:

@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -44,8 +43,10 @@ import pytest
 import requests
 import yaml
 
+from kit.api import poll as kit_poll
+from kit.ports import HOST, free_port  # re-exported to the test modules (prometheus_testkit.free_port)
+
 T = TypeVar("T")
-HOST = "127.0.0.1"
 INSTALL_LINE = "apt-get install -y --no-install-recommends prometheus"
 FIRST_SAMPLE_TIMEOUT = 30.0
 
@@ -110,27 +111,9 @@ def _install() -> str | None:
     return shutil.which("prometheus")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def poll(predicate: Callable[[], T], timeout: float, message: str, interval: float = 0.2) -> T:
-    """Call `predicate` until it returns something truthy; fail with `message` (and the last error) otherwise."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as exc:  # keep polling; report the last error on timeout
-            last_error = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s: {message}" + (f" (last error: {last_error!r})"
-                                                                             if last_error else ""))
-        time.sleep(interval)
+    """kit.api.poll that keeps polling through errors (a server still starting), reporting the last one."""
+    return kit_poll(predicate, timeout, f"timed out after {timeout}s: {message}", interval, retry_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -7,10 +7,8 @@ Prometheus, and the chart's Grafana dashboard: valid JSON whose every query Prom
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +16,13 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_testkit import HOST, PrometheusStack, free_port, poll
 
+from kit.api import REPO, emulated_api, l4_node
+from kit.process import start_operator
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
-REPO = Path(__file__).resolve().parents[2]
-CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"
 DASHBOARD = REPO / "charts" / "vllm-operator" / "dashboards" / "vllm-operator.json"
 QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"
 GRAFANA_VARIABLES = {"${service:regex}": "qwen", "$namespace": "default", "$service": "qwen",
@@ -59,38 +56,23 @@ def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningOperat
     """The emulator with the CRD and an L4 node, and `vllm-operator run --metrics-port P` against it; one VLLMService
     that fits (qwen) and one that does not (huge)."""
     tmp = tmp_path_factory.mktemp("operator")
-    server = EmulatedAPIServer().start()
-    process: subprocess.Popen[bytes] | None = None
-    try:
-        kubeconfig = server.write_kubeconfig(tmp / "kubeconfig")
-        server.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
-        server.create_object("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": {
-            "nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"}}})
+    with emulated_api(tmp / "kubeconfig", with_crd=True, nodes=[l4_node("gpu-1")]) as server:
+        assert server.kubeconfig_path is not None
         port = free_port()
-        log = tmp / "operator.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "KUBECONFIG": str(kubeconfig)}
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "vllm_operator.cli", "run", "-A", "--kubeconfig", str(kubeconfig),
-                 "--standalone", "--liveness", "", "--metrics-port", str(port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-        running = RunningOperator(server=server, port=port, process=process, log=log)
-        poll(lambda: process.poll() is None and requests.get(running.metrics_url, timeout=1).ok, 30,
-             f"the operator's metrics endpoint; log: {log}")
-        for name, spec in (("qwen", {"model": {"name": QWEN_7B}}),
-                           ("huge", {"model": {"name": "Qwen/Qwen2.5-72B-Instruct"}, "gpu": {"maxCount": 1}})):
-            server.create_object("vllmservices", {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
-                                                  "metadata": {"name": name, "namespace": "default"}, "spec": spec})
-        yield running
-    finally:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        server.stop()
+        op = start_operator(server.kubeconfig_path, tmp / "operator.log",
+                            ["-A", "--standalone", "--liveness", "", "--metrics-port", str(port)], probes=False)
+        try:
+            running = RunningOperator(server=server, port=port, process=op.process, log=op.log_path)
+            poll(lambda: op.process.poll() is None and requests.get(running.metrics_url, timeout=1).ok, 30,
+                 f"the operator's metrics endpoint; log: {op.log_path}")
+            for name, spec in (("qwen", {"model": {"name": QWEN_7B}}),
+                               ("huge", {"model": {"name": "Qwen/Qwen2.5-72B-Instruct"}, "gpu": {"maxCount": 1}})):
+                server.create_object("vllmservices", {
+                    "apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
+                    "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+            yield running
+        finally:
+            op.stop()
 
 
 def _status(op: RunningOperator, name: str) -> dict[str, Any]:

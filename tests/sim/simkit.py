@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kit.api import emulated_api
 from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
 from vllm_operator.sources import ModelFiles, load_model_files
@@ -110,16 +111,12 @@ class SimHarness:
 def sim() -> Iterator[SimHarness]:
     """An emulated API (served on 127.0.0.1 for log reads) with one 4×L4 node and one 2×A100-40GB node, and a
     kubelet on a manual clock, driven by the test."""
-    server = EmulatedAPIServer().start()
-    api = server.emulator
-    clock = SimClock.manual()
-    hidden: dict[str, HiddenFacts] = {}
-    harness_events: list[SimEvent] = []
-    kubelet = Kubelet(api, clock, hidden=lambda _ns, name: hidden.get(name, HiddenFacts()), image_pull_s=30.0,
-                      on_event=harness_events.append)
-    api.create_object("nodes", gpu_node("gpu-l4-0", gpu("L4"), 4))
-    api.create_object("nodes", gpu_node("gpu-a100-0", gpu("A100-SXM4-40GB"), 2))
-    try:
+    nodes = [gpu_node("gpu-l4-0", gpu("L4"), 4), gpu_node("gpu-a100-0", gpu("A100-SXM4-40GB"), 2)]
+    with emulated_api(nodes=nodes) as server:
+        api = server.emulator
+        clock = SimClock.manual()
+        hidden: dict[str, HiddenFacts] = {}
+        harness_events: list[SimEvent] = []
+        kubelet = Kubelet(api, clock, hidden=lambda _ns, name: hidden.get(name, HiddenFacts()), image_pull_s=30.0,
+                          on_event=harness_events.append)
         yield SimHarness(api=api, clock=clock, kubelet=kubelet, server=server, hidden=hidden, events=harness_events)
-    finally:
-        server.stop()

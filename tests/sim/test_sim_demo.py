@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,14 @@ def test_the_clock_compresses_time_and_a_manual_one_stands_still() -> None:
     fast.set_speed(0.0)
     frozen = fast.now()
     assert fast.now() == frozen
+
+
+@pytest.mark.parametrize("missing", ["kmock", "celpy"])
+def test_demo_without_the_sim_extra_says_which_extra_to_install(missing: str) -> None:
+    """As in the operator image (no `sim` extra): one line naming the extra, exit 2, no traceback."""
+    code = (f"import sys; sys.modules[{missing!r}] = None; "  # the import fails as if the module were not installed
+            "from vllm_operator.cli import main; sys.exit(main(['demo']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1 and "vllm-operator[sim]" in lines[0] and missing in lines[0], lines

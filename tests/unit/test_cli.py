@@ -273,8 +273,7 @@ def test_missing_required_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 def test_console_script_prints_json(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("vllm-operator")
     exe = str(script) if script.exists() else shutil.which("vllm-operator")
-    if exe is None:
-        pytest.skip("the vllm-operator console script is not installed")
+    assert exe is not None, "the vllm-operator console script is not installed (pip install -e .)"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     proc = subprocess.run([exe, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "-o", "json"],
                           capture_output=True, text=True, env=env, timeout=60, check=False)

@@ -123,7 +123,7 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str,
     return node
 
 
-def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:  # noqa: C901 - a case per schema keyword
     node = _resolve(node, defs, path)
 
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):

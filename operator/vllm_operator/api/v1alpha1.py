@@ -106,7 +106,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "VLLMService"
 PLURAL = "vllmservices"
 SINGULAR = "vllmservice"
-SHORT_NAMES: tuple[str, ...] = ("vllms",)
+SHORT_NAMES: tuple[str, ...] = ("vllms", "vllm")
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # --------------------------------------------------------------------------------------------------

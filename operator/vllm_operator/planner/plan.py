@@ -545,7 +545,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     return reasons
 
 
-def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
+def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:  # noqa: C901 - a case per way out
     """Concrete alternatives that would fit, each planned for real."""
     seen: set[str] = set()
 

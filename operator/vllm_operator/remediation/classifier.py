@@ -512,7 +512,7 @@ def _match_memory(line: _Line) -> _Hit | None:
     return None
 
 
-def _match_other(line: _Line) -> _Hit | None:
+def _match_other(line: _Line) -> _Hit | None:  # noqa: C901 - a case per message family
     msg = line.message
     if _PP_UNSUPPORTED.match(msg):
         return _Hit(FailureClass.PipelineParallelUnsupported, line)
@@ -704,7 +704,7 @@ _PHASE_WORDS: dict[Phase, str] = {
 }
 
 
-def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequence[str] = ()) -> str:
+def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequence[str] = ()) -> str:  # noqa: C901 - a sentence per class
     f = hit.fields
     msg = hit.line.message or hit.line.body.strip()
     if kind is FailureClass.KVCacheTooSmall:
