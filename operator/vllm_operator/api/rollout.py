@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..render.manifests import ANNOTATION_PLAN
 from . import conditions as cond
+from .labels import ANNOTATION_PLAN
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

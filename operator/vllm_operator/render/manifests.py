@@ -15,12 +15,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.labels import (
+    ANNOTATION_PLAN as ANNOTATION_PLAN,  # re-exported: handlers and tests import them here
+)
+from ..api.labels import ANNOTATION_SPEC_HASH as ANNOTATION_SPEC_HASH
+from ..api.labels import LABEL_SERVICE as LABEL_SERVICE
+from ..api.labels import MANAGED_BY as MANAGED_BY
 from .flags import flag_table
 
-MANAGED_BY = "vllm-operator"
-LABEL_SERVICE = "vllm-operator.dev/service"
-ANNOTATION_SPEC_HASH = "vllm-operator.dev/spec-hash"
-ANNOTATION_PLAN = "vllm-operator.dev/plan"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
 DEFAULT_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
