@@ -16,10 +16,9 @@ from typing import Any, NoReturn
 
 import yaml
 
-from .planner import ArchError, PinnedFlags, Plan, PlanRequest, VersionError, Workload, plan
+from .planner import ArchError, PinnedFlags, Plan, PlanRequest, VersionError, Workload
 from .planner.arch import arch_from_config
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
-from .planner.report import render_plan_text
 from .planner.versions import NEWEST_KNOWN_VERSION, parse_version, version_from_image
 
 
@@ -97,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="Hugging Face id, catalog alias, directory or config.json path")
     p.add_argument("--revision", help="model revision on the hub")
     p.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
-    p.add_argument("--gpu-count", type=_positive_int, default=1, help="GPUs one replica may use (default 1)")
+    p.add_argument("--gpu-count", type=_positive_int, default=None,
+                   help="GPUs per node one replica may use (default 1, or the pinned TP x PP)")
+    p.add_argument("--nodes", type=_positive_int, default=1,
+                   help="nodes one replica may span (default 1; more plans vLLM's multi-node mode on a "
+                        "LeaderWorkerSet when one node's GPUs do not fit)")
     p.add_argument("--gpu-free-gib", type=_non_negative, help="free memory per GPU when others hold some")
     p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int)
     p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int)
@@ -193,8 +196,7 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
                             total_size_estimated=files.total_size_estimated)
     gpu = load_gpu_catalog().get(args.gpu)
     pinned = _pinned(args)
-    tp, pp = pinned.tensor_parallel_size or 1, pinned.pipeline_parallel_size or 1
-    count = max(args.gpu_count, tp * pp)
+    count = _gpus_per_node(args, pinned)
     if args.gpu_free_gib is not None and args.gpu_free_gib > gpu.reported_gib:
         raise UsageError(f"--gpu-free-gib {args.gpu_free_gib} is more than the {gpu.name}'s "
                          f"{gpu.reported_gib:.2f} GiB")
@@ -202,6 +204,13 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
                         prefix_caching=args.prefix_caching)
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
                        vllm_version=_version(args), gpu_free_gib=args.gpu_free_gib)
+
+
+def _gpus_per_node(args: argparse.Namespace, pinned: PinnedFlags) -> int:
+    """--gpu-count is GPUs per node; without it a pinned TP x PP is taken as one node of that many GPUs."""
+    if args.gpu_count is not None:
+        return int(args.gpu_count)
+    return (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
 
 
 def plan_document(result: Plan) -> dict[str, Any]:
@@ -229,13 +238,17 @@ def plan_document(result: Plan) -> dict[str, Any]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    result = plan(build_request(args))
+    from .planner.multinode import multinode_document, plan_across_nodes, render_multinode_text
+
+    request = build_request(args)
+    spread = plan_across_nodes(request, gpus_per_node=request.gpu_count, max_nodes=args.nodes)
+    result = spread.plan
     if args.output == "json":
-        print(json.dumps(plan_document(result), indent=2))
+        print(json.dumps({**plan_document(result), **multinode_document(spread)}, indent=2))
     elif args.output == "yaml":
-        print(yaml.safe_dump(plan_document(result), sort_keys=False), end="")
+        print(yaml.safe_dump({**plan_document(result), **multinode_document(spread)}, sort_keys=False), end="")
     else:
-        print(render_plan_text(result))
+        print(render_multinode_text(spread))
     return 0 if result.fits else 1
 
 

@@ -1,0 +1,363 @@
+"""Plans that span nodes: how many nodes, which TP × PP split, and what each pipeline stage holds.
+
+vLLM's native multi-node mode (`--nnodes/--node-rank/--master-addr`, `--headless` on the other nodes) runs one
+engine over `nnodes` nodes: world = TP × PP, local world = world / nnodes GPUs per node, ranks TP-fastest
+(`vllm/v1/executor/multiproc_executor.py::_get_parallel_sizes`). With TP = GPUs per node and PP = nodes, every node
+is one pipeline stage (the split vLLM's docs recommend); for GPUs without NVLink (PCIe L40S) TP 1 × PP (nodes × GPUs)
+is tried as well. Layers are split as `vllm/distributed/utils.py::get_pp_indices` splits them
+(`memory.pp_layer_counts`: the first stage carries the embedding, the last the lm_head and the sampler), and the
+KV cache is the minimum over stages, as `kv_cache_utils.py::unify_kv_cache_configs` makes it. The figures per stage
+come from the same functions `memory.predict_startup` uses.
+
+Pure: no Kubernetes, no I/O. A plan spans nodes only when one node's GPUs cannot meet the objective and the caller
+allows more than one node (`spec.gpu.maxNodes`, CLI `--nodes`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .arch import ModelArch, gib
+from .failures import FailureKind
+from .memory import (
+    EngineFlags,
+    GPUFacts,
+    PredictedFailure,
+    _layout,
+    _stage_kinds,
+    activation_bytes,
+    cudagraph_bytes,
+    init_nontorch_gib,
+    non_torch_bytes,
+    pp_layer_counts,
+    weights_bytes_per_gpu,
+)
+from .plan import Option, PinnedFlags, Plan, PlanRequest, plan
+from .versions import VersionProfile, profile_for
+
+MAX_OPTION_NODES = 8   # how far the options look beyond what the caller allows
+
+
+class StageMemory(BaseModel):
+    """One pipeline stage's GPU (one TP rank), in GiB, as its worker's startup log would report it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stage: int
+    first_layer: int
+    layers: int
+    weights_gib: float
+    activation_gib: float
+    kv_cache_gib: float
+    num_blocks: int
+    kv_bytes_per_token: int = Field(description="KV bytes per token on one GPU of this stage")
+
+
+class Split(BaseModel):
+    """How one replica is laid out over nodes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1, description="GPUs each pod (node) requests: world size / nodes")
+    tensor_parallel_size: int = Field(ge=1)
+    pipeline_parallel_size: int = Field(ge=1)
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def describe(self) -> str:
+        return f"TP {self.tensor_parallel_size} × PP {self.pipeline_parallel_size}"
+
+
+class MultiNodePlan(BaseModel):
+    """A plan with its layout over nodes and the memory of every pipeline stage."""
+
+    plan: Plan
+    split: Split
+    gpu: str
+    max_nodes: int = Field(ge=1)
+    stages: list[StageMemory]
+    limiting_stage: int = Field(description="the stage with the fewest KV blocks: it caps every stage's KV cache")
+    reasons: list[str] = Field(description="why this layout (before the single-node plan's reasons)")
+    options: list[Option] = []
+
+    @property
+    def fits(self) -> bool:
+        return self.plan.fits
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.split.nodes > 1
+
+    def headline(self) -> str:
+        verdict = "FITS" if self.fits else "DOES NOT FIT"
+        s = self.split
+        if s.nodes == 1:
+            where = f"{s.world_size}× {self.gpu}"
+        else:
+            where = (f"{s.nodes} nodes × {s.gpus_per_node}× {self.gpu} ({s.describe()}, spans nodes: one "
+                     f"LeaderWorkerSet group of {s.nodes} pods)")
+        return f"{verdict}: {self.plan.model_id} on {where} with vLLM {self.plan.vllm_version}"
+
+
+def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[int]:
+    """Layers per pipeline stage: `VLLM_PP_LAYER_PARTITION` if given (validated as vLLM does), else vLLM's split."""
+    if override is None:
+        return pp_layer_counts(num_layers, pp)
+    try:
+        parts = [int(part) for part in override.split(",")]
+    except ValueError:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} is not a comma-separated list of integers") from None
+    if len(parts) != pp:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} has {len(parts)} parts, pipeline-parallel-size is {pp}")
+    if sum(parts) != num_layers or min(parts) < 1:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} must be positive and sum to {num_layers} layers")
+    return parts
+
+
+def nodes_for(world_size: int, gpus_per_node: int) -> int:
+    """The fewest nodes vLLM can spread `world_size` ranks over: world % nnodes == 0 and world / nnodes ≤ GPUs."""
+    n = max(math.ceil(world_size / gpus_per_node), 1)
+    while world_size % n:
+        n += 1
+    return n
+
+
+def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: VersionProfile) -> list[StageMemory]:
+    """Per-stage weights, activation peak and KV cache (the terms of `memory.predict_startup`, stage by stage)."""
+    total = int(gpu.total_gib * 2**30)
+    requested = math.ceil(total * flags.gpu_memory_utilization)
+    pp = flags.pipeline_parallel_size
+    weights = weights_bytes_per_gpu(arch, flags)
+    non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
+    stages: list[StageMemory] = []
+    first = 0
+    for stage, kinds in enumerate(_stage_kinds(arch, pp)):
+        layout = _layout(arch, flags, profile, kinds)
+        act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
+        avail = requested - weights[stage] - act - non_torch
+        if profile.cudagraph_subtracted:
+            avail -= cudagraph_bytes(arch, flags, profile, len(kinds))
+        if profile.others_memory_counted:
+            avail -= int(gpu.other_used_gib * 2**30)
+        if flags.kv_cache_memory_bytes is not None:
+            avail = flags.kv_cache_memory_bytes
+        blocks = max(avail, 0) // (layout.page_bytes * layout.group_size)
+        stages.append(StageMemory(
+            stage=stage, first_layer=first, layers=len(kinds), weights_gib=round(gib(weights[stage]), 2),
+            activation_gib=round(gib(act), 2), kv_cache_gib=round(gib(max(avail, 0)), 2), num_blocks=int(blocks),
+            kv_bytes_per_token=len(kinds) * layout.page_bytes // flags.block_size))
+        first += len(kinds)
+    return stages
+
+
+def limiting_stage(stages: list[StageMemory]) -> int:
+    """The stage whose KV blocks vLLM takes for every stage (the first of equals, as `min` picks it)."""
+    return min(stages, key=lambda s: s.num_blocks).stage
+
+
+def candidate_splits(arch: ModelArch, nodes: int, gpus_per_node: int, nvlink: bool) -> list[Split]:
+    """The TP × PP layouts tried on `nodes` nodes, preferred first: TP = GPUs per node × PP = nodes (each node one
+    stage), then for GPUs without NVLink TP 1 × PP = all GPUs (vLLM's advice for PCIe cards). Only layouts whose
+    stages each get at least one layer."""
+    splits = [Split(nodes=nodes, gpus_per_node=gpus_per_node, tensor_parallel_size=gpus_per_node,
+                    pipeline_parallel_size=nodes)]
+    if not nvlink and gpus_per_node > 1:
+        splits.append(Split(nodes=nodes, gpus_per_node=gpus_per_node, tensor_parallel_size=1,
+                            pipeline_parallel_size=nodes * gpus_per_node))
+    return [s for s in splits if s.pipeline_parallel_size <= arch.num_layers]
+
+
+def _flags_of(result: Plan, request: PlanRequest) -> EngineFlags:
+    """The EngineFlags a plan resolved (rebuilt from its explicit flags: those are all we pass to vLLM)."""
+    f = result.flags
+    pinned = request.pinned
+    return EngineFlags(
+        tensor_parallel_size=int(f.get("tensor_parallel_size", 1)),
+        pipeline_parallel_size=int(f.get("pipeline_parallel_size", 1)),
+        gpu_memory_utilization=float(f["gpu_memory_utilization"]),
+        max_model_len=int(f["max_model_len"]),
+        max_num_seqs=int(f["max_num_seqs"]),
+        max_num_batched_tokens=int(f.get("max_num_batched_tokens") or _default_batched(result, request)),
+        kv_cache_dtype=str(f.get("kv_cache_dtype", "auto")),
+        dtype=pinned.dtype or "auto",
+        quantization=pinned.quantization,
+        enforce_eager=bool(f.get("enforce_eager", False)),
+        block_size=pinned.block_size or 16,
+        cpu_offload_gb=pinned.cpu_offload_gb or 0.0,
+        kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
+    )
+
+
+def _default_batched(result: Plan, request: PlanRequest) -> int:
+    from .versions import batch_defaults
+
+    profile = profile_for(request.vllm_version)
+    return batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                          max_model_len=int(result.flags["max_model_len"]),
+                          chunked_prefill=request.pinned.enable_chunked_prefill is not False).max_num_batched_tokens
+
+
+def _facts(request: PlanRequest, flags_tp: int) -> GPUFacts:
+    other = 0.0
+    free = request.gpu_free_gib if request.gpu_free_gib is not None else request.constraints.gpu_free_gib
+    if free is not None:
+        own_init = init_nontorch_gib(int(flags_tp), request.gpu.nvlink)
+        other = max(request.gpu.reported_gib - free - own_init, 0.0)
+    return GPUFacts(total_gib=request.gpu.reported_gib, other_used_gib=other, uma=request.gpu.uma,
+                    nvlink=request.gpu.nvlink)
+
+
+def _with_split(request: PlanRequest, split: Split) -> PlanRequest:
+    pins = request.pinned.model_copy(update={"tensor_parallel_size": split.tensor_parallel_size,
+                                              "pipeline_parallel_size": split.pipeline_parallel_size})
+    return request.model_copy(update={"pinned": pins, "gpu_count": split.world_size})
+
+
+def _restore_user_pins(result: Plan, user: PinnedFlags, split: Split, why: str) -> Plan:
+    """A plan made with the split pinned, told as the planner's choice (the user pinned only what they pinned)."""
+    ours = {f"tensor-parallel-size {split.tensor_parallel_size} is pinned.",
+            f"pipeline-parallel-size {split.pipeline_parallel_size} is pinned."}
+    reasons = [r for r in result.reasons if r not in ours or user.tensor_parallel_size is not None]
+    if user.tensor_parallel_size is None:
+        reasons.insert(2, why)
+    return result.model_copy(update={"pinned": user.pinned_names(), "reasons": reasons})
+
+
+def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, reasons: list[str],
+            options: list[Option]) -> MultiNodePlan:
+    profile = profile_for(request.vllm_version)
+    flags = _flags_of(result, request)
+    stages = stage_memory(request.arch, flags, _facts(request, flags.tensor_parallel_size), profile)
+    limit = limiting_stage(stages)
+    if split.pipeline_parallel_size > 1:
+        s = stages[limit]
+        layers = ", ".join(str(st.layers) for st in stages)
+        reasons = [*reasons,
+                   f"Pipeline stages hold {layers} layers (vLLM's get_pp_indices: the first stage also holds the "
+                   f"embedding, the last the lm_head and sampler); stage {limit} (layers {s.first_layer}–"
+                   f"{s.first_layer + s.layers - 1}) has the least KV memory ({s.kv_cache_gib:.2f} GiB per GPU) and "
+                   "caps the KV cache of every stage (vLLM takes the minimum of the workers' blocks)."]
+    return MultiNodePlan(plan=result, split=split, gpu=request.gpu.name, max_nodes=max_nodes, stages=stages,
+                         limiting_stage=limit, reasons=reasons, options=options)
+
+
+def _option(result: Plan, split: Split, summary: str) -> Option:
+    return Option(summary=summary, flags=result.flags, gpu=result.gpu, gpu_count=split.world_size,
+                  kv_cache_tokens=result.prediction.kv_cache_tokens, max_model_len=int(result.flags["max_model_len"]),
+                  max_concurrency=result.prediction.max_concurrency)
+
+
+def _spanning_option(request: PlanRequest, gpus_per_node: int, after: int) -> Option | None:
+    """The fewest nodes beyond `after` (up to MAX_OPTION_NODES) on which some split fits."""
+    for nodes in range(after + 1, max(MAX_OPTION_NODES, after) + 1):
+        for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
+            result = plan(_with_split(request, split))
+            if result.fits:
+                return _option(result, split, f"Span {nodes} nodes of {gpus_per_node}× {request.gpu.name} "
+                                              f"({split.describe()}; spec.gpu.maxNodes / --nodes {nodes})")
+    return None
+
+
+def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: int = 1) -> MultiNodePlan:
+    """Plan one replica on up to `max_nodes` identical nodes of `gpus_per_node` GPUs each.
+
+    Pinned TP × PP decides the node count (the fewest nodes vLLM can spread the ranks over). Otherwise one node is
+    planned first; only when it does not fit and `max_nodes` > 1 are 2, 3, … nodes tried, preferred split first.
+    """
+    pinned = request.pinned
+    if pinned.tensor_parallel_size is not None:
+        world = pinned.tensor_parallel_size * (pinned.pipeline_parallel_size or 1)
+        nodes = nodes_for(world, gpus_per_node)
+        split = Split(nodes=nodes, gpus_per_node=world // nodes, tensor_parallel_size=pinned.tensor_parallel_size,
+                      pipeline_parallel_size=pinned.pipeline_parallel_size or 1)
+        result = plan(request.model_copy(update={"gpu_count": world}))
+        reasons: list[str] = []
+        if nodes > 1:
+            reasons.append(f"Pinned {split.describe()} is {world} GPUs: more than one node's {gpus_per_node}, so "
+                           f"it spans {nodes} nodes of {split.gpus_per_node} GPUs (vLLM needs world size % nnodes "
+                           "== 0).")
+        if nodes > max_nodes:
+            message = (f"{split.describe()} needs {nodes} nodes of {split.gpus_per_node}× {request.gpu.name}; "
+                       f"only {max_nodes} node(s) allowed (spec.gpu.maxNodes / --nodes). One pod cannot hold "
+                       f"{world} GPUs.")
+            failure = PredictedFailure(kind=FailureKind.INVALID_PARALLELISM, message=message)
+            result = result.model_copy(update={"fits": False, "failure": failure,
+                                               "reasons": [*result.reasons, "Does not fit: " + message]})
+            options = list(result.options)
+            if result.prediction.failure is None:
+                options.insert(0, _option(result, split, f"Span {nodes} nodes of {split.gpus_per_node}× "
+                                                         f"{request.gpu.name} (spec.gpu.maxNodes / --nodes {nodes})"))
+            result = result.model_copy(update={"options": options})
+        return _finish(request, result, split, max_nodes, reasons, list(result.options))
+
+    single = plan(request.model_copy(update={"gpu_count": gpus_per_node}))
+    single_split = Split(nodes=1, gpus_per_node=single.gpu_count, tensor_parallel_size=int(
+        single.flags.get("tensor_parallel_size", 1)), pipeline_parallel_size=int(
+        single.flags.get("pipeline_parallel_size", 1)))
+    if single.fits:
+        return _finish(request, single, single_split, max_nodes, [], [])
+    tried: list[str] = []
+    for nodes in range(2, max_nodes + 1):
+        for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
+            result = plan(_with_split(request, split))
+            if result.fits:
+                why = (f"{split.describe()} over {nodes} nodes of {gpus_per_node}× {request.gpu.name}: one node's "
+                       f"{gpus_per_node} GPU(s) do not fit ({single.failure.kind if single.failure else 'workload'})"
+                       + (f"; tried {', '.join(tried)}" if tried else "")
+                       + ("; each node is one pipeline stage, TP stays inside the node"
+                          + ("'s NVLink" if request.gpu.nvlink else "")
+                          if split.tensor_parallel_size == gpus_per_node else
+                          "; TP 1 × PP because these GPUs have no NVLink (vLLM's advice for PCIe cards)") + ".")
+                result = _restore_user_pins(result, pinned, split, why)
+                return _finish(request, result, split, max_nodes, [], [])
+            tried.append(f"{split.describe()} on {nodes} nodes")
+    options = list(single.options)
+    spanning = _spanning_option(request, gpus_per_node, max_nodes)
+    if spanning is not None:
+        options.insert(0, spanning)
+    single = single.model_copy(update={"options": options})
+    reasons = [f"Tried spanning nodes: {', '.join(tried)}; none fits."] if tried else []
+    return _finish(request, single, single_split, max_nodes, reasons, options)
+
+
+def render_multinode_text(result: MultiNodePlan) -> str:
+    """The plan as `vllm-operator plan` prints it: the single-node report with a node-aware headline and stages."""
+    from .report import render_plan_text
+
+    lines = render_plan_text(result.plan.model_copy(update={"options": result.options})).split("\n")
+    lines[0] = result.headline()
+    extra: list[str] = []
+    if result.split.pipeline_parallel_size > 1:
+        extra = ["", "Per pipeline stage (one GPU each; the limiting stage caps every stage's KV cache):"]
+        for s in result.stages:
+            mark = "  ← limits KV" if s.stage == result.limiting_stage else ""
+            extra.append(f"  stage {s.stage}: layers {s.first_layer}–{s.first_layer + s.layers - 1} "
+                         f"({s.layers}), weights {s.weights_gib:.2f} GiB, activation {s.activation_gib:.2f} GiB, "
+                         f"KV {s.kv_cache_gib:.2f} GiB = {s.num_blocks:,} blocks{mark}")
+    if result.reasons:
+        extra += ["", "Across nodes:"] + [f"  - {r}" for r in result.reasons]
+    at = next((i for i, line in enumerate(lines) if line.startswith("vllm serve ")), len(lines))
+    return "\n".join(lines[:at] + extra[1:] + [""] + lines[at:]) if extra else "\n".join(lines)
+
+
+def multinode_document(result: MultiNodePlan) -> dict[str, object]:
+    """The node layout and per-stage memory for `plan -o json|yaml` (merged over the single-node document)."""
+    s = result.split
+    return {
+        "headline": result.headline(),
+        "nodes": s.nodes,
+        "gpus_per_node": s.gpus_per_node,
+        "max_nodes": result.max_nodes,
+        "spans_nodes": result.spans_nodes,
+        "tensor_parallel_size": s.tensor_parallel_size,
+        "pipeline_parallel_size": s.pipeline_parallel_size,
+        "stages": [stage.model_dump() for stage in result.stages],
+        "limiting_stage": result.limiting_stage,
+        "node_reasons": result.reasons,
+        "options": [option.model_dump() for option in result.options],
+    }
