@@ -1,0 +1,134 @@
+"""One LeaderWorkerSet for a VLLMService whose plan spans nodes: vLLM's native multi-node mode, no Ray.
+
+Each replica is one LWS group of `nodes` pods, one pod per node with all its GPUs (`leaderWorkerTemplate.size` =
+nodes). Leader (worker-index 0) and workers run the same `vllm serve` with the same planned flags, plus
+`--distributed-executor-backend mp --nnodes $(LWS_GROUP_SIZE) --node-rank <0 | $(LWS_WORKER_INDEX)>
+--master-addr $(LWS_LEADER_ADDRESS) --master-port 29501`, and `--headless` on workers: the LWS pod webhook injects
+`LWS_*` first in every container's env, so the kubelet expands them in args (lws PR #152). Workers serve no HTTP:
+probes are on the leader only, and the Service selects the leader (`worker-index: "0"`). `restartPolicy:
+RecreateGroupOnPodRestart`: a rank that dies takes its group with it (the engine cannot lose a rank).
+
+First vLLM release with `--nnodes/--node-rank/--master-addr/--master-port` and the headless multiproc executor:
+0.11.1 (read from the wheels: `vllm/engine/arg_utils.py` and `vllm/entrypoints/cli/serve.py` of 0.11.0 have
+neither; 0.11.1 has both). The flag table (`catalog/vllm_flags.yaml`) carries the gate.
+
+Pure: builds dicts; nothing here talks to the API.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .flags import flag_table
+from .manifests import (
+    ANNOTATION_SPEC_HASH,
+    RenderInput,
+    build_cache_pvc,
+    build_deployment,
+    build_service,
+    child_names,
+    host_memory_gib,
+    spec_hash,
+)
+
+API_VERSION = "leaderworkerset.x-k8s.io/v1"
+KIND = "LeaderWorkerSet"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
+MULTINODE_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
+#: How to install the engine when its CRD is missing (kubernetes-sigs/lws site/content/en/docs/installation).
+LWS_CHART_VERSION = "0.10.0"
+LWS_INSTALL_HINT = (f"install LeaderWorkerSet: helm install lws oci://registry.k8s.io/lws/charts/lws "
+                    f"--version={LWS_CHART_VERSION} -n lws-system --create-namespace (or kubectl apply "
+                    f"--server-side -f https://github.com/kubernetes-sigs/lws/releases/download/"
+                    f"v{LWS_CHART_VERSION}/manifests.yaml)")
+
+
+def multinode_supported(version: str) -> bool:
+    """Whether this vLLM release has the native multi-node flags (every one of them)."""
+    table = flag_table()
+    return all(table.supports(name, version) for name in MULTINODE_FLAGS)
+
+
+def multinode_unsupported_reason(version: str) -> str:
+    table = flag_table()
+    missing = [name for name in MULTINODE_FLAGS if not table.supports(name, version)]
+    return (f"vLLM {version} has no native multi-node mode (--{missing[0].replace('_', '-')} and the headless "
+            f"multiproc executor arrived in 0.11.1); use an image of vLLM 0.11.1 or newer, or fewer nodes")
+
+
+def rank_args(*, leader: bool) -> list[str]:
+    """The arguments that make one pod a node of the engine (the LWS env expands them)."""
+    args = ["--distributed-executor-backend", "mp", "--nnodes", "$(LWS_GROUP_SIZE)",
+            "--node-rank", "0" if leader else "$(LWS_WORKER_INDEX)",
+            "--master-addr", "$(LWS_LEADER_ADDRESS)", "--master-port", str(MASTER_PORT)]
+    if not leader:
+        args.append("--headless")
+    return args
+
+
+def _template(inp: RenderInput, *, leader: bool) -> dict[str, Any]:
+    template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
+    container = template["spec"]["containers"][0]
+    container["args"] = [*container["args"], *rank_args(leader=leader)]
+    if not leader:
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            container.pop(probe, None)
+        container.pop("ports", None)
+        annotations = template["metadata"]["annotations"]
+        for key in ("prometheus.io/scrape", "prometheus.io/port", "prometheus.io/path"):
+            annotations.pop(key, None)
+    return dict(template)
+
+
+def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
+    """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node)."""
+    if nodes < 2:
+        raise ValueError("a LeaderWorkerSet is rendered only for plans that span 2 or more nodes")
+    if inp.memory is None:
+        # each node's ranks load only their pipeline stage's layers: host RAM for its share of the weights
+        inp = inp.model_copy(update={"memory": f"{host_memory_gib(inp.weights_gib_total / nodes, inp.gpu_count)}Gi"})
+    deployment = build_deployment(inp)
+    meta = deployment["metadata"]
+    lws: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
+                     "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
+        "spec": {
+            "replicas": deployment["spec"]["replicas"],
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": _template(inp, leader=True),
+                "workerTemplate": _template(inp, leader=False),
+            },
+        },
+    }
+    lws["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(lws["spec"])
+    return lws
+
+
+def lws_name(name: str) -> str:
+    """The LWS name: a DNS-1035 label (the LWS webhook requires one; pods are `<name>-<g>` and `<name>-<g>-<w>`)."""
+    return child_names(name).service
+
+
+def build_leader_service(inp: RenderInput) -> dict[str, Any]:
+    """The Service of a multi-node VLLMService: it selects the leaders only (workers serve no HTTP)."""
+    service = build_service(inp)
+    service["spec"]["selector"] = {LWS_NAME_LABEL: lws_name(inp.name), LWS_WORKER_INDEX_LABEL: "0"}
+    service["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(service["spec"])
+    return service
+
+
+def build_multinode_children(inp: RenderInput, nodes: int) -> list[dict[str, Any]]:
+    """Every object a multi-node VLLMService owns, in apply order (cache PVC, LeaderWorkerSet, Service)."""
+    pvc = build_cache_pvc(inp)
+    return ([pvc] if pvc else []) + [build_leaderworkerset(inp, nodes), build_leader_service(inp)]
