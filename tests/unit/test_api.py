@@ -100,7 +100,7 @@ FULL_SPEC: dict[str, Any] = {
         "quantization": "fp8",
         "servedName": "llama",
     },
-    "gpu": {"product": "NVIDIA-L4", "count": 2, "maxCount": 4, "memoryGiB": 22.5},
+    "gpu": {"product": "NVIDIA-L4", "count": 2, "maxCount": 4, "maxNodes": 1, "memoryGiB": 22.5},
     "image": "vllm/vllm-openai:v0.10.2",
     "imagePullPolicy": "IfNotPresent",
     "flags": {
@@ -318,6 +318,25 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
         "spec.flags.pipelineParallelSize",
     ),
     (spec(flags={"pipelineParallelSize": 2}, gpu={"count": 4}), None, None),
+    # spec.gpu.maxNodes (issue 13): gpu.count is GPUs per pod; TP x PP may be count x a node count within maxNodes
+    (spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 2}, gpu={"count": 8, "maxNodes": 2}), None, None),
+    (spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 3}, gpu={"count": 8, "maxNodes": 4}), None, None),
+    (
+        spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 2}, gpu={"count": 8}),
+        "parallelism-matches-gpu-count",
+        "spec.flags.tensorParallelSize",
+    ),
+    (
+        spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 4}, gpu={"count": 8, "maxNodes": 2}),
+        "parallelism-matches-gpu-count",
+        "spec.flags.tensorParallelSize",
+    ),
+    (spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 2}, gpu={"maxNodes": 2}), None, None),
+    (
+        spec(flags={"tensorParallelSize": 8, "pipelineParallelSize": 4}, gpu={"maxNodes": 2}),
+        "parallelism-within-max-count",
+        "spec.flags.tensorParallelSize",
+    ),
     (spec(flags={"tensorParallelSize": 16}), "parallelism-within-max-count", "spec.flags.tensorParallelSize"),
     (spec(flags={"tensorParallelSize": 16}, gpu={"maxCount": 16}), None, None),
     (

@@ -131,7 +131,7 @@ def test_subresources(crd: dict[str, Any]) -> None:
 
 def test_printer_columns(crd: dict[str, Any]) -> None:
     columns = {col["name"]: col for col in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
-    assert list(columns) == ["Model", "GPU", "TP", "MaxLen", "Status", "Ready", "Reason", "Message", "Age"]
+    assert list(columns) == ["Model", "GPU", "TP", "Nodes", "MaxLen", "Status", "Ready", "Reason", "Message", "Age"]
     assert columns["Status"]["jsonPath"] == ".status.state"  # filled for every service, invalid ones included
     assert columns["Message"] == {"name": "Message", "type": "string", "priority": 1,
                                   "jsonPath": '.status.conditions[?(@.type=="Degraded")].message'}

@@ -61,6 +61,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.gpu.product"},
     {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensor_parallel_size"},
+    {"name": "Nodes", "type": "integer", "jsonPath": ".status.gpu.nodes"},
     {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.max_model_len"},
     {"name": "Status", "type": "string", "jsonPath": ".status.state"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},

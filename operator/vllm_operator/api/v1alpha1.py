@@ -536,6 +536,17 @@ class GPUSpec(_Model):
             f"Defaults to {DEFAULT_GPU_MAX_COUNT}."
         ),
     )
+    max_nodes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "How many nodes one replica may span (default 1: one pod, a Deployment). With more, and only when one "
+            "node's GPUs cannot meet the objective, the plan spans nodes: vLLM's native multi-node mode on one "
+            "LeaderWorkerSet (leaderworkerset.x-k8s.io) group per replica, one pod per node with `count` (all) "
+            "GPUs, tensor parallel inside a node and pipeline parallel across nodes."
+        ),
+    )
     memory_gib: float | None = Field(
         default=None,
         alias="memoryGiB",
@@ -1058,11 +1069,13 @@ class VLLMServiceSpec(_Model):
             id="parallelism-matches-gpu-count",
             rule=(
                 "!has(self.flags) || !has(self.flags.tensorParallelSize) || !has(self.gpu) || !has(self.gpu.count) "
-                "|| self.flags.tensorParallelSize * "
-                "(has(self.flags.pipelineParallelSize) ? self.flags.pipelineParallelSize : 1) == self.gpu.count"
+                f"|| {_tp_times_pp('self.flags')} == self.gpu.count "
+                f"|| ({_tp_times_pp('self.flags')} % self.gpu.count == 0 "
+                f"&& {_tp_times_pp('self.flags')} / self.gpu.count <= "
+                "(has(self.gpu.maxNodes) ? self.gpu.maxNodes : 1))"
             ),
-            message="flags.tensorParallelSize x flags.pipelineParallelSize must equal gpu.count (GPUs per pod); "
-            "change one of them, or unset gpu.count to follow the flags",
+            message="flags.tensorParallelSize x flags.pipelineParallelSize must equal gpu.count (GPUs per pod), or "
+            "gpu.count x a node count within gpu.maxNodes; change one of them, or unset gpu.count to follow the flags",
             field_path=".flags.tensorParallelSize",
         ),
         CelRule(
@@ -1081,10 +1094,12 @@ class VLLMServiceSpec(_Model):
                 "|| (!has(self.flags.tensorParallelSize) && !has(self.flags.pipelineParallelSize)) "
                 "|| (has(self.gpu) && has(self.gpu.count)) "
                 f"|| {_tp_times_pp('self.flags')} "
-                f"<= (has(self.gpu) && has(self.gpu.maxCount) ? self.gpu.maxCount : {DEFAULT_GPU_MAX_COUNT})"
+                f"<= (has(self.gpu) && has(self.gpu.maxCount) ? self.gpu.maxCount : {DEFAULT_GPU_MAX_COUNT}) "
+                "* (has(self.gpu) && has(self.gpu.maxNodes) ? self.gpu.maxNodes : 1)"
             ),
             message=f"flags.tensorParallelSize x flags.pipelineParallelSize must not exceed gpu.maxCount "
-            f"(default {DEFAULT_GPU_MAX_COUNT}); raise gpu.maxCount or lower the parallelism",
+            f"(default {DEFAULT_GPU_MAX_COUNT}) x gpu.maxNodes (default 1); raise one of them or lower the "
+            "parallelism",
             field_path=".flags.tensorParallelSize",
         ),
         CelRule(
@@ -1195,13 +1210,16 @@ class VLLMServiceSpec(_Model):
         out: list[RuleViolation] = []
         tp, pp = self.flags.tensor_parallel_size, self.flags.pipeline_parallel_size
         count = self.gpu.count
-        if tp is not None and count is not None and tp * (pp or 1) != count:
+        world = (tp or 1) * (pp or 1)
+        spans = count is not None and world % count == 0 and world // count <= self.gpu.max_nodes
+        if tp is not None and count is not None and world != count and not spans:
             out.append(
                 RuleViolation(
                     "parallelism-matches-gpu-count",
                     "flags.tensorParallelSize",
                     f"flags.tensorParallelSize ({tp}) x flags.pipelineParallelSize ({pp or 1}) = {tp * (pp or 1)} "
-                    f"must equal gpu.count ({count}); change one of them, or unset gpu.count to follow the flags",
+                    f"must equal gpu.count ({count}), or gpu.count x a node count within gpu.maxNodes "
+                    f"({self.gpu.max_nodes}); change one of them, or unset gpu.count to follow the flags",
                 )
             )
         if tp is None and pp is not None and count is not None and count % pp != 0:
@@ -1215,14 +1233,16 @@ class VLLMServiceSpec(_Model):
         if (
             count is None
             and (tp is not None or pp is not None)
-            and (tp or 1) * (pp or 1) > self.gpu.max_count
+            and (tp or 1) * (pp or 1) > self.gpu.max_count * self.gpu.max_nodes
         ):
             out.append(
                 RuleViolation(
                     "parallelism-within-max-count",
                     "flags.tensorParallelSize" if tp is not None else "flags.pipelineParallelSize",
                     f"flags.tensorParallelSize x flags.pipelineParallelSize = {(tp or 1) * (pp or 1)} GPUs exceeds "
-                    f"gpu.maxCount ({self.gpu.max_count}); raise gpu.maxCount or lower the parallelism",
+                    f"gpu.maxCount ({self.gpu.max_count})"
+                    + (f" x gpu.maxNodes ({self.gpu.max_nodes})" if self.gpu.max_nodes > 1 else "")
+                    + "; raise gpu.maxCount or lower the parallelism",
                 )
             )
         bad_keys = [k for k in self.node_selector if len(k) > 317 or not _LABEL_KEY.fullmatch(k)]
@@ -1364,11 +1384,38 @@ class PlanStatus(_StatusModel):
     spec_hash: str | None = Field(default=None, description="Hash of the spec fields the plan depends on.")
 
 
+class StageStatus(_StatusModel):
+    """One pipeline stage's GPU (one tensor-parallel rank), as its worker's startup would report it."""
+
+    stage: int = Field(ge=0, description="Pipeline stage (with TP = GPUs per node: the node's rank).")
+    first_layer: int = Field(ge=0, description="First decoder layer of the stage.")
+    layers: int = Field(ge=0, description="Decoder layers on the stage (vLLM's get_pp_indices split).")
+    weights_gib: float = Field(alias="weightsGiB", ge=0, description="Weights per GPU, GiB.")
+    activation_gib: float = Field(alias="activationGiB", ge=0, description="Activation peak per GPU, GiB.")
+    kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="KV cache memory per GPU, GiB.")
+    num_blocks: int = Field(ge=0, description="KV blocks the stage could hold (vLLM takes the minimum).")
+
+
+class MultiNodeStatus(_StatusModel):
+    """How one replica spans nodes (set only when the plan spans more than one node)."""
+
+    nodes: int = Field(ge=1, description="Nodes per replica (the LeaderWorkerSet size).")
+    gpus_per_node: int = Field(ge=1, description="GPUs each pod requests.")
+    tensor_parallel_size: int = Field(ge=1, description="Tensor parallel size (inside a node).")
+    pipeline_parallel_size: int = Field(ge=1, description="Pipeline parallel size (across nodes).")
+    limiting_stage: int = Field(ge=0, description="The stage with the fewest KV blocks: it caps every stage's KV.")
+    stages: list[StageStatus] = Field(default_factory=list, description="Memory per pipeline stage.")
+    leader_worker_set: str | None = Field(default=None, description="Name of the LeaderWorkerSet.")
+
+
 class GPUStatus(_StatusModel):
     """The GPUs the plan is for."""
 
     product: str | None = Field(default=None, description="GPU product, e.g. NVIDIA-H100-80GB-HBM3.")
     count: int | None = Field(default=None, ge=0, description="GPUs per pod.")
+    nodes: int | None = Field(
+        default=None, ge=0, description="Nodes (pods) one replica spans: 1, or the LeaderWorkerSet group size."
+    )
     memory_gib: float | None = Field(
         default=None, alias="memoryGiB", ge=0, description="Memory of one GPU in GiB."
     )
@@ -1458,6 +1505,9 @@ class VLLMServiceStatus(_StatusModel):
     )
     plan: PlanStatus | None = Field(default=None, description="The flags the operator computed, and why.")
     gpu: GPUStatus | None = Field(default=None, description="The GPUs the plan is for.")
+    multi_node: MultiNodeStatus | None = Field(
+        default=None, description="How one replica spans nodes, when the plan spans more than one."
+    )
     replicas: int | None = Field(
         default=None, ge=0, description="Pods that exist (the scale subresource reads it)."
     )
