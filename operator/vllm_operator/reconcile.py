@@ -18,6 +18,7 @@ from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
     MemoryBreakdown,
+    MultiNodeStatus,
     PlanFailure,
     PlanOption,
     PlanStatus,
@@ -31,12 +32,13 @@ from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
+from .planner.multinode import MultiNodePlan
 from .planner.versions import version_from_image
 from .remediation.redact import secret_findings
+from .render import multinode
 from .render.manifests import (
     OwnerRef,
     RenderInput,
-    build_children,
     child_names,
     render_args,
     selector_for,
@@ -110,6 +112,7 @@ class Observed:
     catalog: GPUCatalog | None = None
     resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
     list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
+    lws_installed: Callable[[], bool] | None = None  # the shell's LeaderWorkerSet API check (multi-node plans only)
 
 
 @dataclass
@@ -387,9 +390,9 @@ def _desired_state(observed: Observed) -> Desired:
 
     constraints = constraints_from_status(observed.status)
     request = plan_request(spec, arch, gpu, constraints, node_count)
-    result = plan(request)
-    gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
-                           source=how)
+    result, spread, nodes_per_replica = _plan_maybe_across_nodes(spec, request, node_count)
+    gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
+                           count=result.gpu_count // nodes_per_replica, source=how)
     # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
     # the image's release lacks them), so no pinned flag is silently dropped.
     pinned_all = spec.flags.to_vllm()
@@ -419,15 +422,19 @@ def _desired_state(observed: Observed) -> Desired:
         if changed:
             events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
         events.extend(secret_events)
-        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status)
+        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status, multi_node=None)
         return Desired(status=status, children=None, events=events, plan=result)
+    multi, stop, blocked = _multinode_gate(observed, spec, spread, nodes, product_label, status_plan, gpu_status)
+    if blocked is not None:
+        return blocked
 
     render = RenderInput(
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
-        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
+        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count // nodes_per_replica,
+        gpu_product_label=product_label,
         weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
         tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity.to_dict() if spec.affinity else None,
@@ -448,7 +455,7 @@ def _desired_state(observed: Observed) -> Desired:
         trust_remote_code=bool(spec.flags.trust_remote_code),
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
-    children = build_children(render)
+    children = multinode.children_for(render, nodes_per_replica)
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
@@ -464,6 +471,7 @@ def _desired_state(observed: Observed) -> Desired:
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
                                             f"{ready}/{spec.replicas} pods ready"))
+    updates.extend(multinode.progress_updates(stop))
     if changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
         events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
@@ -472,8 +480,47 @@ def _desired_state(observed: Observed) -> Desired:
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
-                     replicas=render.replicas, ready_replicas=ready)
+                     replicas=render.replicas, ready_replicas=ready, multi_node=multi)
     return Desired(status=status, children=children, events=events, plan=result)
+
+
+def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest,
+                             node_count: int | None) -> tuple[Plan, MultiNodePlan | None, int]:
+    """The plan, over up to spec.gpu.maxNodes nodes when that is more than one, and the nodes one replica spans."""
+    spread = multinode.plan_spread(spec, request, node_count)
+    if spread is None:
+        return multinode.with_spanning_option(plan(request), spec, request, node_count), None, 1
+    return spread.plan, spread, spread.split.nodes
+
+
+def _multinode_gate(observed: Observed, spec: VLLMServiceSpec, spread: MultiNodePlan | None,
+                    nodes: Sequence[Mapping[str, str]], product_label: str | None, status_plan: PlanStatus,
+                    gpu_status: GPUStatus) -> tuple[MultiNodeStatus | None, multinode.Blocker | None, Desired | None]:
+    """For a plan that spans nodes: its status, what is missing, and the answer when that blocks the render."""
+    if spread is None or not spread.spans_nodes:
+        return None, None, None
+    multi = multinode.multinode_status(spread, observed.name)
+    pool = None if spec.gpu.product else sum(1 for n in nodes if n.get("nvidia.com/gpu.product") == product_label)
+    stop = multinode.blocker(spread, spread.plan.vllm_version, lws_installed=_lws_installed(observed),
+                             pool_nodes=pool)
+    if stop is None or not stop.blocks:
+        return multi, stop, None
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, stop.reason, stop.message),
+               cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, stop.reason, stop.message),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, stop.reason, "no LeaderWorkerSet: " + stop.reason)]
+    events = [] if _already_said(observed, stop.reason, stop.message) else [
+        Event(EVENT_WARNING, stop.reason, stop.message)]
+    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, multi_node=multi)
+    return multi, stop, Desired(status=status, children=None, events=events, plan=spread.plan,
+                                retry_after=stop.retry_after)
+
+
+def _lws_installed(observed: Observed) -> bool | None:
+    """The shell's answer to 'is the LeaderWorkerSet API served?' (None: not asked)."""
+    if observed.lws_installed is None:
+        return None
+    check = observed.lws_installed
+    return bool(_from_shell(check))
 
 
 def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:

@@ -104,10 +104,19 @@ UNSCHEDULABLE: Final = "Unschedulable"
 RECONCILE_ERROR: Final = "ReconcileError"
 CHILD_REJECTED: Final = "ChildRejected"
 
+# Multi-node serving (issue 13): the LeaderWorkerSet engine is missing, the image's vLLM lacks the native
+# multi-node flags, or too few nodes of the pool exist for one group
+LWS_NOT_INSTALLED: Final = "LeaderWorkerSetNotInstalled"
+MULTI_NODE_UNSUPPORTED: Final = "MultiNodeUnsupported"
+INSUFFICIENT_NODES: Final = "InsufficientNodes"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 
 ALL_REASONS: Final[tuple[str, ...]] = (
+    LWS_NOT_INSTALLED,
+    MULTI_NODE_UNSUPPORTED,
+    INSUFFICIENT_NODES,
     PLAN_FITS,
     PLAN_INFEASIBLE,
     PLANNING,

@@ -252,7 +252,7 @@ def _option(result: Plan, split: Split, summary: str) -> Option:
                   max_concurrency=result.prediction.max_concurrency)
 
 
-def _spanning_option(request: PlanRequest, gpus_per_node: int, after: int) -> Option | None:
+def spanning_option(request: PlanRequest, gpus_per_node: int, after: int) -> Option | None:
     """The fewest nodes beyond `after` (up to MAX_OPTION_NODES) on which some split fits."""
     for nodes in range(after + 1, max(MAX_OPTION_NODES, after) + 1):
         for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
@@ -317,7 +317,7 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
                 return _finish(request, result, split, max_nodes, [], [])
             tried.append(f"{split.describe()} on {nodes} nodes")
     options = list(single.options)
-    spanning = _spanning_option(request, gpus_per_node, max_nodes)
+    spanning = spanning_option(request, gpus_per_node, max_nodes)
     if spanning is not None:
         options.insert(0, spanning)
     single = single.model_copy(update={"options": options})
