@@ -10,8 +10,7 @@ from typing import Any
 
 from ..api import conditions as cond
 from ..api.v1alpha1 import MultiNodeStatus, StageStatus, VLLMServiceSpec
-from ..planner import PlanRequest
-from ..planner import Plan
+from ..planner import Plan, PlanRequest
 from ..planner.multinode import MultiNodePlan, plan_across_nodes, spanning_option
 from .lws import (
     LWS_INSTALL_HINT,
