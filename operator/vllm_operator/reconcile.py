@@ -464,7 +464,8 @@ def _desired_state(observed: Observed) -> Desired:
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
-                                               cond.GPU_NOT_FOUND):
+                                               cond.GPU_NOT_FOUND, cond.LWS_NOT_INSTALLED,
+                                               cond.MULTI_NODE_UNSUPPORTED):
         updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, "no problem seen"))
     if ready < spec.replicas:
         updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING,

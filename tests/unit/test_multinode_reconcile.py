@@ -75,8 +75,10 @@ def test_lws_not_installed_says_how_to_install_and_rechecks() -> None:
     # the same answer again: no second Warning event
     again = run(SPEC, lws=False, status=desired.status.to_dict())
     assert again.events == []
-    # installed later: the next check renders it
-    assert run(SPEC, lws=True, status=desired.status.to_dict()).children is not None
+    # installed later: the next check renders it, and the problem is gone
+    installed = run(SPEC, lws=True, status=desired.status.to_dict())
+    assert installed.children is not None
+    assert conditions(installed)[cond.DEGRADED] == (cond.FALSE, cond.AS_EXPECTED)
 
 
 def test_vllm_without_native_multinode_is_refused() -> None:

@@ -83,6 +83,10 @@ never called.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create]
+# spec.gpu.maxNodes > 1: one LeaderWorkerSet (kubernetes-sigs/lws, installed separately) per multi-node service.
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get, create, patch]
 # vLLM pods: watched for failures; a bounded log tail is read when the termination message is empty.
 - apiGroups: [""]
   resources: [pods]

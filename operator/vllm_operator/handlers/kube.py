@@ -84,7 +84,22 @@ SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("", "v1", "events")
 VLLMSERVICES = Resource("vllm-operator.dev", "v1alpha1", "vllmservices")
 
-KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS}
+LEADERWORKERSETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
+                  "LeaderWorkerSet": LEADERWORKERSETS}
+
+
+def serves(resource: Resource) -> bool:
+    """Whether the API server serves `resource` (discovery of its group version; 404 = not installed)."""
+    path = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    try:
+        doc = _call("GET", path)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(entry.get("name") == resource.plural for entry in (doc or {}).get("resources") or [])
 
 
 class Rejected(kopf.PermanentError):

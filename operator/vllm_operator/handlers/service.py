@@ -26,8 +26,9 @@ from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, effects, kube, rollouts
+from . import config, effects, kube, lws, rollouts
 from .effects import apply_children
 from .observe import list_gpu_nodes, load_model
 from .remediation import remediate_service, step_up_service
@@ -144,6 +145,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   list_nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
                                   else list_gpu_nodes,
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
+                                  lws_installed=lws.api_served,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
     if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
@@ -304,6 +306,13 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
         return
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    if owner and LWS_NAME_LABEL in (meta.get("labels") or {}):
+        try:  # a pod of a LeaderWorkerSet group: its readiness is the group's
+            lws.refresh(meta["namespace"], owner)
+        except kopf.TemporaryError as exc:
+            logger.warning("group status deferred: %s", exc)
+        if rollout.unschedulable_message(body):
+            return  # the group's InsufficientNodes is said; there is no Deployment rollout to switch
     if owner and rollout.unschedulable_message(body):
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)

@@ -1,0 +1,76 @@
+"""Multi-node services through the operator's kopf handlers over the emulated API: LeaderWorkerSet absent (a
+condition naming how to install it), installed later (the LWS and the leaders' Service are applied), and the groups'
+readiness folded into the service's status from the LWS and its pods.
+
+The test plays the LWS controller (its status, a leader pod); the simulated controller is not part of this test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kit.inprocess import Cluster, condition, harness_fixture  # noqa: F401 (`harness`)
+from vllm_operator.handlers import lws
+from vllm_operator.render import multinode as render_multinode
+
+LWS_CRD = Path(__file__).resolve().parents[1] / "data" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LLAMA_405B = "meta-llama/Llama-3.1-405B-Instruct"
+SPEC: dict[str, Any] = {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2}}
+
+
+def _install_lws(h: Cluster) -> None:
+    crd = next(d for d in yaml.safe_load_all(LWS_CRD.read_text()) if d)
+    h.server.create_object("customresourcedefinitions", crd)
+    lws.forget()  # the operator's cached discovery answer (30 s) would hide it for a while
+
+
+def _lws(h: Cluster, name: str) -> dict[str, Any] | None:
+    return h.server.get_object("leaderworkersets", name, "default")
+
+
+def test_lws_absent_then_installed_then_ready(harness: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    lws.forget()
+    monkeypatch.setattr(render_multinode, "LWS_RECHECK_SECONDS", 1.0)  # production: 60 s
+    for i in (1, 2):
+        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("big", SPEC)
+    obj = h.wait_condition("big", "Degraded", "True", "LeaderWorkerSetNotInstalled")
+    message = condition(obj, "Degraded")["message"]  # type: ignore[index]
+    assert "helm install lws oci://registry.k8s.io/lws/charts/lws --version=0.10.0" in message
+    assert obj["status"]["multiNode"]["nodes"] == 2
+    assert obj["status"]["gpu"]["nodes"] == 2 and obj["status"]["gpu"]["count"] == 8
+    assert h.deployment("big") is None
+    assert h.wait_events("big", "LeaderWorkerSetNotInstalled")
+
+    _install_lws(h)
+    # no spec change: the waiting service is re-checked on its own and finds the API
+    created = h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    lwt = created["spec"]["leaderWorkerTemplate"]
+    assert lwt["size"] == 2 and lwt["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader_args = lwt["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert "--nnodes" in leader_args and "--headless" not in leader_args
+    assert "--headless" in lwt["workerTemplate"]["spec"]["containers"][0]["args"]
+    service = h.wait_for(lambda: h.k8s_service("big"), message="the leaders' Service")
+    assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "big",
+                                           "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    assert h.deployment("big") is None
+    h.wait_condition("big", "Degraded", "False")
+
+    # play the LWS controller: one group ready, Available; a Ready leader pod of ours
+    h.server.patch_status("leaderworkersets", "big", {"replicas": 1, "readyReplicas": 1, "conditions": [
+        {"type": "Available", "status": "True", "reason": "AllGroupsReady", "message": "All replicas are ready",
+         "lastTransitionTime": "2025-01-01T00:00:00Z"}]}, "default")
+    labels = {**lwt["leaderTemplate"]["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": "big",
+              "leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big-0", "namespace": "default", "labels": labels},
+           "spec": lwt["leaderTemplate"]["spec"]}
+    h.server.create_object("pods", pod, "default")
+    h.server.patch_status("pods", "big-0", {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, "default")
+    ready = h.wait_condition("big", "Ready", "True", "Available")
+    assert "1/1 groups of 2 pods ready" in condition(ready, "Ready")["message"]  # type: ignore[index]
