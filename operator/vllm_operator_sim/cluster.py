@@ -37,6 +37,7 @@ from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from .clock import DEFAULT_SPEED, SimClock
 from .emulator import APIError, EmulatedAPIServer, KubeEmulator
 from .kubelet import Kubelet, SimEvent
+from .lws import slim_crd
 from .scenarios import ScenarioSet, load_scenarios
 
 __all__ = ["DEFAULT_POOLS", "NodePool", "SimulatedCluster", "gpu_node"]
@@ -118,8 +119,9 @@ class SimulatedCluster:
     def __init__(self, pools: Iterable[NodePool | Sequence[Any]] = DEFAULT_POOLS, scenarios: ScenarioSet | None = None,
                  *, speed: float = DEFAULT_SPEED, clock: SimClock | None = None, workdir: str | Path | None = None,
                  image_pull_s: float = 30.0, tick_s: float = 0.02,
-                 on_event: Callable[[SimEvent], None] | None = None) -> None:
+                 on_event: Callable[[SimEvent], None] | None = None, leaderworkerset: bool = True) -> None:
         self.pools = [_pool(p) for p in pools]
+        self.leaderworkerset = leaderworkerset
         self.scenarios = scenarios if scenarios is not None else load_scenarios()
         self.clock = clock or SimClock(speed)
         # One clock for the API server and the kubelet: creation times, status times and ages agree.
@@ -149,6 +151,8 @@ class SimulatedCluster:
         try:
             self.server.write_kubeconfig(self.kubeconfig_path)
             self.api.create_object("customresourcedefinitions", build_crd())
+            if self.leaderworkerset:  # the engine multi-node services run on (vllm_operator_sim.lws)
+                self.api.create_object("customresourcedefinitions", slim_crd())
             catalog = load_gpu_catalog()
             for pool in self.pools:
                 spec = catalog.get(pool.gpu)

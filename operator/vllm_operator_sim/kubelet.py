@@ -36,7 +36,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
 from vllm_operator.planner.memory import EngineFlags
@@ -44,6 +44,7 @@ from vllm_operator.quantity import quantity_gib
 from vllm_operator.sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
 
 from .clock import SimClock
+from .lws import LWSController
 from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_INITIAL_S", "Kubelet", "ServiceStats", "SimEvent", "backoff_delay"]
@@ -200,6 +201,7 @@ class Kubelet:
         self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
+        self.lws = LWSController(cast(Any, api), on_event=self._lws_event)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -268,12 +270,14 @@ class Kubelet:
             now = self.clock.now()
             self._sync_pods()
             self._control_deployments(now)
+            self.lws.control()
             self._sync_pods()
             self._schedule(now)
             for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
                 self._advance(pod, now)
                 self._write_pod(pod, now)
             self._control_deployments(now, status_only=True)
+            self.lws.control()
 
     # --- events --------------------------------------------------------------------------------------------
 
@@ -303,6 +307,17 @@ class Kubelet:
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
         with contextlib.suppress(Exception):
             self.api.create_object("events", body, namespace=pod.namespace)
+
+    def _lws_event(self, namespace: str, name: str, reason: str, message: str) -> None:
+        """An Event of the simulated LeaderWorkerSet controller (RecreateGroup)."""
+        stamp = self.clock.timestamp()
+        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                                   "name": name, "namespace": namespace},
+                "type": "Normal", "reason": reason, "message": message[:1024],
+                "source": {"component": "lws-controller"}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        with contextlib.suppress(Exception):
+            self.api.create_object("events", body, namespace=namespace)
 
     # --- pods: discovery -----------------------------------------------------------------------------------
 

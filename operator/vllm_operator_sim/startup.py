@@ -230,6 +230,12 @@ def _build_parser() -> _Parser:
     p.add_argument("--enable-lora", action="store_true")
     p.add_argument("--max-lora-rank", type=int)
     p.add_argument("--seed", type=int)
+    # native multi-node (mp) mode, vLLM >= 0.11.1: one engine over --nnodes pods (operator's LeaderWorkerSet)
+    p.add_argument("--nnodes", "-n", type=int, default=1)
+    p.add_argument("--node-rank", "-r", type=int, default=0)
+    p.add_argument("--master-addr")
+    p.add_argument("--master-port", type=int)
+    p.add_argument("--headless", action="store_true")
     for name in ("--chat-template", "--tool-call-parser", "--reasoning-parser", "--api-key", "--uvicorn-log-level",
                  "--generation-config", "--load-format", "--download-dir", "--distributed-executor-backend",
                  "--limit-mm-per-prompt", "--max-logprobs", "--lora-modules"):
@@ -242,7 +248,8 @@ def _build_parser() -> _Parser:
 
 _PARSER = _build_parser()
 # flags the release table tracks: dest → table name (the rest exist in every release we simulate)
-_TRACKED = ("swap_space", "cpu_offload_gb", "kv_cache_memory_bytes", "disable_hybrid_kv_cache_manager",
+_TRACKED = ("nnodes", "node_rank", "master_addr", "master_port", "headless",
+            "swap_space", "cpu_offload_gb", "kv_cache_memory_bytes", "disable_hybrid_kv_cache_manager",
             "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization")
 
 
@@ -266,6 +273,7 @@ class VLLMArgs(BaseModel):
     cpu_offload_gb: float = 0.0
     swap_space: float | None = None
     kv_cache_memory_bytes: int | None = None
+    nnodes: int = 1
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
 
@@ -311,7 +319,8 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         dtype=ns.dtype, quantization=ns.quantization, kv_cache_dtype=ns.kv_cache_dtype,
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
-        swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, given=given)
+        swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, nnodes=max(ns.nnodes, 1),
+        given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -593,7 +602,7 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
              f"enforce_eager={parsed.enforce_eager}, kv_cache_dtype={parsed.kv_cache_dtype}, seed=0, "
              f"served_model_name={model_id}", "core.py:77")
     world = tp * pp
-    visible = gpu_count if gpu_count is not None else world
+    visible = gpu_count * parsed.nnodes if gpu_count is not None else world  # every node's pod: its GPUs
     if world > visible:
         return _fail(run, Phase.CONFIG, FailureKind.INVALID_PARALLELISM, _world_size_message(world, visible), common)
     bad = _parallelism_message(arch, tp)

@@ -267,8 +267,8 @@ def test_get_events_prints_kubectls_columns(api: EmulatedAPIServer, kubectl: Kub
 
 def test_get_vllms_prints_the_crds_printer_columns(with_crd: Kubectl) -> None:
     with_crd("apply", "-f", str(MINIMAL))
-    assert with_crd("get", "vllms").splitlines()[0].split() == ["NAME", "MODEL", "GPU", "TP", "MAXLEN", "READY",
-                                                                "AGE"]
+    assert with_crd("get", "vllms").splitlines()[0].split() == ["NAME", "MODEL", "GPU", "TP", "NODES", "MAXLEN",
+                                                                "STATUS", "READY", "AGE"]
     assert "REASON" in with_crd("get", "vllms", "-o", "wide").splitlines()[0]
 
 
