@@ -65,12 +65,17 @@ def test_lws_absent_then_installed_then_ready(harness: Cluster, monkeypatch: pyt
     h.server.patch_status("leaderworkersets", "big", {"replicas": 1, "readyReplicas": 1, "conditions": [
         {"type": "Available", "status": "True", "reason": "AllGroupsReady", "message": "All replicas are ready",
          "lastTransitionTime": "2025-01-01T00:00:00Z"}]}, "default")
-    labels = {**lwt["leaderTemplate"]["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": "big",
-              "leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big-0", "namespace": "default", "labels": labels},
-           "spec": lwt["leaderTemplate"]["spec"]}
-    h.server.create_object("pods", pod, "default")
-    h.server.patch_status("pods", "big-0", {"phase": "Running", "conditions": [
-        {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, "default")
+    def pod(name: str, index: int, role: str) -> None:
+        labels = {**lwt[role]["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": "big",
+                  "leaderworkerset.sigs.k8s.io/worker-index": str(index),
+                  "leaderworkerset.sigs.k8s.io/group-index": "0"}
+        h.server.create_object("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "default", "labels": labels}, "spec": lwt[role]["spec"]}, "default")
+        h.server.patch_status("pods", name, {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, "default")
+
+    pod("big-0", 0, "leaderTemplate")
+    h.wait_condition("big", "Ready", "False", "PodsNotReady")  # the leader alone is not a group
+    pod("big-0-1", 1, "workerTemplate")
     ready = h.wait_condition("big", "Ready", "True", "Available")
     assert "1/1 groups of 2 pods ready" in condition(ready, "Ready")["message"]  # type: ignore[index]

@@ -2,8 +2,11 @@
 
 The LWS controller reports `readyReplicas` (groups whose leader is Ready and whose workers are all available) and an
 `Available` condition only when every group is ready (kubernetes-sigs/lws `updateConditions`); KServe and the NIM
-operator read exactly that. Ready therefore means "every group serves"; a worker the scheduler cannot place is
-reported as InsufficientNodes (one group needs `size` nodes of the pool at once).
+operator read exactly that. Here the same rule is applied to the pods themselves (a group is ready when all its
+`size` pods are Ready), because the operator is woken by pod events, and the LWS status lags the pods (it is
+written after them; read at the pod event it can still say Progressing, and nothing wakes the operator when it
+catches up). Ready therefore means "every group serves"; a worker the scheduler cannot place is reported as
+InsufficientNodes (one group needs `size` nodes of the pool at once).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import conditions as cond
-from .rollout import unschedulable_message
+from .rollout import pod_ready, unschedulable_message
 
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
@@ -24,7 +27,7 @@ class GroupView:
     groups: int             # desired groups (spec.replicas)
     ready_groups: int       # status.readyReplicas
     size: int               # pods per group
-    available: bool         # the LWS's Available condition is True
+    available: bool         # every group ready (the LWS's own Available condition, computed from the pods)
     unschedulable: tuple[str, ...]   # 'pod: scheduler message' of pods that cannot be placed
 
 
@@ -37,19 +40,22 @@ def _int(value: Any) -> int:
 
 def assess_groups(lws: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> GroupView:
     spec = lws.get("spec") if isinstance(lws.get("spec"), Mapping) else {}
-    status = lws.get("status") if isinstance(lws.get("status"), Mapping) else {}
-    assert isinstance(spec, Mapping) and isinstance(status, Mapping)
+    assert isinstance(spec, Mapping)
     template = spec.get("leaderWorkerTemplate") if isinstance(spec.get("leaderWorkerTemplate"), Mapping) else {}
     assert isinstance(template, Mapping)
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    available = any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions)
+    groups, size = _int(spec.get("replicas", 1)), max(_int(template.get("size", 1)), 1)
+    members: dict[str, list[Mapping[str, Any]]] = {}
     stuck = []
     for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        members.setdefault(str(labels.get(GROUP_INDEX_LABEL, "")), []).append(pod)
         message = unschedulable_message(pod)
         if message:
             stuck.append(f"{(pod.get('metadata') or {}).get('name')}: {message}")
-    return GroupView(groups=_int(spec.get("replicas", 1)), ready_groups=_int(status.get("readyReplicas")),
-                     size=max(_int(template.get("size", 1)), 1), available=available, unschedulable=tuple(stuck))
+    ready = sum(1 for g in range(groups) if len(members.get(str(g), [])) == size
+                and all(pod_ready(p) for p in members[str(g)]))
+    return GroupView(groups=groups, ready_groups=ready, size=size, available=ready >= groups,
+                     unschedulable=tuple(stuck))
 
 
 def group_conditions(view: GroupView) -> list[cond.ConditionUpdate]:
