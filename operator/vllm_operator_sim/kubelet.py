@@ -201,7 +201,7 @@ class Kubelet:
         self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
-        self.lws = LWSController(cast(Any, api), on_event=self._lws_event)
+        self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -307,6 +307,13 @@ class Kubelet:
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
         with contextlib.suppress(Exception):
             self.api.create_object("events", body, namespace=pod.namespace)
+
+    def _lws_available(self, namespace: str, meta: Mapping[str, Any]) -> None:
+        """Every group of a LeaderWorkerSet is ready: the service's time to Ready, as for a Deployment."""
+        service = ((meta.get("labels") or {}).get(LABEL_SERVICE)) or meta.get("name", "")
+        stats = self._stats.setdefault((namespace, service), ServiceStats())
+        if stats.ready_at is None:
+            stats.ready_at = self.clock.now()
 
     def _lws_event(self, namespace: str, name: str, reason: str, message: str) -> None:
         """An Event of the simulated LeaderWorkerSet controller (RecreateGroup)."""

@@ -105,9 +105,11 @@ def _restarted(pod: Mapping[str, Any]) -> bool:
 class LWSController:
     """Reconciles every LeaderWorkerSet of the emulated API into pods; call `control(now)` once per tick."""
 
-    def __init__(self, api: API, on_event: Callable[[str, str, str, str], None] | None = None) -> None:
+    def __init__(self, api: API, on_event: Callable[[str, str, str, str], None] | None = None,
+                 on_available: Callable[[str, Mapping[str, Any]], None] | None = None) -> None:
         self.api = api
         self.on_event = on_event   # (namespace, lws name, reason, message)
+        self.on_available = on_available   # (namespace, the LWS's metadata): every group ready
         self.recreations: dict[tuple[str, str], int] = {}
 
     def control(self) -> None:
@@ -208,6 +210,8 @@ class LWSController:
             if group and all(_meta(p).get("labels", {}).get(REVISION) == revision for p in group):
                 updated += 1
         available = ready >= replicas
+        if available and replicas and self.on_available:
+            self.on_available(namespace, meta)
         previous = {c.get("type"): c for c in (lws.get("status") or {}).get("conditions") or []}
         kind = "Available" if available else "Progressing"
         since = (previous.get(kind) or {}).get("lastTransitionTime") or "1970-01-01T00:00:00Z"
