@@ -30,6 +30,7 @@ EXPECTED: dict[str, tuple[bool, int | None]] = {
     "llama3-70b-24gb-infeasible.yaml": (False, None),
     "shared-gpu-stale-process.yaml": (True, 1),
     "full-context-small-gpu.yaml": (True, 1),
+    "llama-405b-two-nodes.yaml": (True, 8),  # TP 8 x PP 2 over two nodes (issue 13)
 }
 
 
