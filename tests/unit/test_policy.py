@@ -114,6 +114,7 @@ REPRESENTATIVE: dict[FailureClass, Failure] = {
                                           waiting_reason="ImagePullBackOff"),
     FailureClass.InvalidArgument: corpus("argparse-unrecognized"),
     FailureClass.PipelineParallelUnsupported: corpus("pp-unsupported-v0"),
+    FailureClass.Network: corpus("network-gloo-full-mesh-hostnetwork"),
 }
 
 
@@ -470,7 +471,8 @@ def test_max_model_len_too_long_plans_the_models_own_context(entry: str, derived
 # --- not memory: surface, change nothing -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", [FailureClass.Unknown, FailureClass.ImagePull, FailureClass.ModelNotFound,
-                                  FailureClass.InvalidArgument, FailureClass.PipelineParallelUnsupported])
+                                  FailureClass.InvalidArgument, FailureClass.PipelineParallelUnsupported,
+                                  FailureClass.Network])
 def test_failures_no_flag_can_fix_are_surfaced_with_their_summary(kind: FailureClass) -> None:
     failure = REPRESENTATIVE[kind]
     decision = step(failure, current())

@@ -19,4 +19,5 @@ class FailureKind(StrEnum):
     IMAGE_PULL = "ImagePull"
     MODEL_NOT_FOUND = "ModelNotFound"
     INVALID_ARGUMENT = "InvalidArgument"
+    NETWORK = "Network"  # NCCL/Gloo/ZMQ/rendezvous between the nodes of a multi-node group (issue 13)
     UNKNOWN = "Unknown"

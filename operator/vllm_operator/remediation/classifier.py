@@ -63,6 +63,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .evidence import ContainerEvidence
+from .groups import network_failure
 from .redact import redact
 
 __all__ = [
@@ -106,6 +107,8 @@ class FailureClass(StrEnum):
     """The model repository does not exist, is gated/private, or the local path is wrong."""
     InvalidArgument = "InvalidArgument"
     """vLLM rejected a flag or its value (argparse, config validation)."""
+    Network = "Network"
+    """NCCL, Gloo, ZMQ or a rendezvous timeout between the nodes of a multi-node group: never a memory flag."""
     Unknown = "Unknown"
     """None of the above; the summary carries the most informative error line."""
 
@@ -904,6 +907,11 @@ def classify_text(
     hit, later = _find(lines)
     if hit is not None:
         return _build(hit, lines, was_ready_before=was_ready_before, exit_code=exit_code)
+    network = network_failure(text)
+    if network is not None:
+        line = next((ln for ln in text.splitlines() if network_failure(ln)), text)
+        return Failure(kind=FailureClass.Network, summary=_one_line(f"{network} failure between the nodes: {line}"),
+                       excerpt=_clip(line, EXCERPT_MAX), exit_code=exit_code)
     if exit_code == 137 and not terminated_reason and not any(line.exc_type for line in lines):
         return Failure(
             kind=FailureClass.HostOOMKilled,

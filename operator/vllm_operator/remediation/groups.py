@@ -1,0 +1,83 @@
+"""Failures of a multi-node group (LeaderWorkerSet): which rank and pipeline stage failed, and whether it was the
+network. Pure: no Kubernetes client.
+
+vLLM's native multi-node ranks are TP-fastest: node `w` (the pod with `leaderworkerset.sigs.k8s.io/worker-index`
+= w) holds global ranks w·g … w·g+g−1 for g GPUs per node, and rank r is in pipeline stage r // TP
+(`vllm/v1/executor/multiproc_executor.py`). With TP = GPUs per node each node is exactly one stage.
+
+Network failures — NCCL, Gloo, ZMQ and rendezvous timeouts — say nothing about GPU memory: the classifier gives
+them the class `Network`, which the ladder surfaces without changing a memory flag (policy: only MEMORY_FAILURES
+step). Patterns from the threads in ../shared/research/multinode.md §4 (Gloo connectFullMesh under hostNetwork,
+NCCL watchdog timeouts, ZMQ "Cannot assign requested address", TCPStore timeouts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+#: (what, pattern): the first that matches names the failure. Ordered from most to least specific.
+NETWORK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((what, re.compile(pattern)) for what, pattern in (
+    ("NCCL", r"ProcessGroupNCCL.*(?:Watchdog caught collective operation timeout|timed out)"),
+    # not "NCCL error: unhandled cuda error" (a CUDA fault inside a collective, not the network)
+    ("NCCL", r"NCCL error:? (?:unhandled system error|remote process exited|.*(?:socket|[Cc]onnection|timed? ?out))|"
+             r"\bncclSystemError\b|\bncclRemoteError\b|NCCL WARN .*(?:socket|[Cc]onnect|NET/|timeout)"),
+    ("Gloo", r"Gloo connectFullMesh failed|\[enforce fail at .*gloo|gloo/transport/tcp"),
+    ("ZMQ", r"\bzmq\.error\.\w+|\bZMQError\b"),
+    ("rendezvous", r"DistNetworkError|DistStoreError|TCPStore.*(?:timed out|Connection refused)|"
+                   r"The client socket has timed out|Socket Timeout"),
+    ("network", r"Cannot assign requested address|Connection reset by peer|No route to host|"
+                r"Name or service not known|Temporary failure in name resolution"),
+))
+
+
+def network_failure(text: str) -> str | None:
+    """'NCCL', 'Gloo', 'ZMQ', 'rendezvous' or 'network' when the text shows a communication failure; else None."""
+    for what, pattern in NETWORK_PATTERNS:
+        if pattern.search(text):
+            return what
+    return None
+
+
+class RankAttribution(BaseModel):
+    """Where in the engine a pod of a group sits."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: int | None = Field(description="the LWS group (replica) index; None when the pod has no LWS labels")
+    node_rank: int = Field(ge=0, description="vLLM's --node-rank: the LWS worker index (0 = leader)")
+    ranks: tuple[int, ...] = Field(description="global ranks (GPUs) on this pod")
+    stages: tuple[int, ...] = Field(description="pipeline stages those ranks belong to")
+
+    def describe(self) -> str:
+        where = "leader" if self.node_rank == 0 else f"worker {self.node_rank}"
+        stages = ", ".join(map(str, self.stages))
+        return (f"{where} (node rank {self.node_rank}, ranks {self.ranks[0]}–{self.ranks[-1]}, pipeline stage"
+                f"{'s' if len(self.stages) > 1 else ''} {stages})")
+
+
+def attribute(labels: Mapping[str, Any], *, gpus_per_node: int, tensor_parallel_size: int) -> RankAttribution | None:
+    """The rank and stage of a pod from its LWS labels; None when it is not a pod of a group."""
+    raw = labels.get(WORKER_INDEX_LABEL)
+    try:
+        node_rank = int(str(raw))
+    except ValueError:
+        return None
+    if node_rank < 0 or gpus_per_node < 1 or tensor_parallel_size < 1:
+        return None
+    group_raw = labels.get(GROUP_INDEX_LABEL)
+    group = int(str(group_raw)) if str(group_raw).isdigit() else None
+    ranks = tuple(range(node_rank * gpus_per_node, (node_rank + 1) * gpus_per_node))
+    stages = tuple(sorted({rank // tensor_parallel_size for rank in ranks}))
+    return RankAttribution(group=group, node_rank=node_rank, ranks=ranks, stages=stages)
+
+
+def recreations_exhausted(recreations: int, limit: int) -> bool:
+    """Group recreations are bounded like ladder steps: past `limit` the service is Degraded with a verdict."""
+    return recreations > limit

@@ -1,0 +1,77 @@
+"""remediation.groups: a failing pod of a multi-node group attributed to its rank and pipeline stage; network
+failures (NCCL, Gloo, ZMQ, rendezvous) read as `Network`, which the ladder surfaces without touching a memory flag."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from vllm_operator.remediation.classifier import FailureClass, classify_text
+from vllm_operator.remediation.groups import attribute, network_failure, recreations_exhausted
+from vllm_operator.remediation.policy import Action, Current, decide
+
+LWS = "leaderworkerset.sigs.k8s.io/"
+
+
+def test_tp_per_node_each_node_is_one_stage() -> None:
+    # Llama-3.1-405B on 2 x 8 H100: TP 8 x PP 2; the worker holds ranks 8..15 = stage 1 (the lm_head stage)
+    worker = attribute({LWS + "worker-index": "1", LWS + "group-index": "3"}, gpus_per_node=8, tensor_parallel_size=8)
+    assert worker is not None
+    assert (worker.group, worker.node_rank, worker.ranks, worker.stages) == (3, 1, tuple(range(8, 16)), (1,))
+    assert worker.describe() == "worker 1 (node rank 1, ranks 8–15, pipeline stage 1)"
+    leader = attribute({LWS + "worker-index": "0"}, gpus_per_node=8, tensor_parallel_size=8)
+    assert leader is not None and leader.stages == (0,) and leader.group is None
+
+
+def test_tp1_pp_on_pcie_nodes_spans_stages_per_node() -> None:
+    # 70B on 2 x 2 L40S as TP 1 x PP 4: node 1 holds ranks 2, 3 = stages 2 and 3
+    node = attribute({LWS + "worker-index": "1"}, gpus_per_node=2, tensor_parallel_size=1)
+    assert node is not None and node.stages == (2, 3)
+    assert "pipeline stages 2, 3" in node.describe()
+
+
+@pytest.mark.parametrize("labels", [{}, {LWS + "worker-index": "x"}, {LWS + "worker-index": "-1"}])
+def test_not_a_group_pod(labels: dict[str, str]) -> None:
+    assert attribute(labels, gpus_per_node=8, tensor_parallel_size=8) is None
+
+
+@pytest.mark.parametrize(("text", "what"), [
+    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+     "Gloo"),
+    ("[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 "
+     "milliseconds before timing out. ProcessGroupNCCL.cpp:1234 timed out", "NCCL"),
+    ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", "NCCL"),
+    ("NCCL WARN NET/Socket : Connect to 10.0.0.2<43210> failed : Connection refused", "NCCL"),
+    ("zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.0.0.5:13345')", "ZMQ"),
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 600s while trying to connect to "
+     "(llama-405b-0.llama-405b.default, 29501).", "rendezvous"),
+    ("OSError: [Errno 99] Cannot assign requested address", "network"),
+])
+def test_network_failures_are_recognised(text: str, what: str) -> None:
+    assert network_failure(text) == what
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureClass.Network and what in failure.summary
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",  # a CUDA fault
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of "
+    "79.19 GiB of which 1.57 GiB is free.",
+    "INFO 05-20 09:15:02 [parallel_state.py:1165] world_size=16 rank=8 backend=nccl",
+])
+def test_not_network(text: str) -> None:
+    assert classify_text(text, exit_code=1).kind is not FailureClass.Network
+
+
+def test_a_network_failure_never_changes_a_memory_flag() -> None:
+    failure = classify_text("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/"
+                            "tcp/pair.cc:144] no error", exit_code=1)
+    current = Current(flags={"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "gpu_memory_utilization": 0.92,
+                             "max_model_len": 131072, "max_num_seqs": 330}, gpu_total_gib=79.19)
+    decision = decide(failure, "uid/1", current, datetime(2025, 6, 1, tzinfo=UTC))
+    assert decision.action is Action.SURFACE and decision.constraints is None and decision.changed == {}
+
+
+def test_group_recreations_are_bounded() -> None:
+    assert not recreations_exhausted(3, 3) and recreations_exhausted(4, 3)
