@@ -114,3 +114,36 @@ def test_a_restart_on_any_rank_recreates_the_whole_group() -> None:
     controller.control()
     assert lws["status"]["readyReplicas"] == 2 and lws["status"]["conditions"][0]["type"] == "Available"
     assert controller.recreations == {("default", "big"): 1}
+
+
+def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Path) -> None:
+    """The stages' GPUs hold more than the planner can see (hidden extra activation): vLLM's KV check fails on
+    every rank; the ladder steps once (the same flags for the whole group), the LeaderWorkerSet is re-rendered,
+    and the group comes up Ready."""
+    from vllm_operator_sim.scenarios import Scenario, ScenarioSet
+    from vllm_operator_sim.startup import HiddenFacts
+
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(extra_activation_gib=18.0))})
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
+                          workdir=tmp_path) as cluster:
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "remediation": {"minIntervalSeconds": 0}}))
+
+        def service() -> dict[str, Any] | None:
+            return api.get_object("vllmservices", "big", "default")
+
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
+                         message="never Ready after remediation:\n" + cluster.operator_log()[-3000:])
+        obj = service()
+        assert obj is not None
+        history = obj["status"]["remediation"]["history"]
+        assert len(history) >= 1
+        flags = obj["status"]["plan"]["flags"]
+        assert flags["max_model_len"] < 131072 and flags["pipeline_parallel_size"] == 2
+        lws = api.get_object("leaderworkersets", "big", "default")
+        assert lws is not None
+        for role in ("leaderTemplate", "workerTemplate"):
+            args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
+            assert args[args.index("--max-model-len") + 1] == str(flags["max_model_len"])

@@ -163,11 +163,13 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
 
 
 def template_hash(children: Sequence[Mapping[str, Any]] | None) -> str | None:
-    """The plan hash of the Deployment's pod template among rendered children."""
+    """The plan hash of the Deployment's pod template (a LeaderWorkerSet's leader template) among rendered
+    children."""
     for child in children or ():
-        if child.get("kind") == "Deployment":
-            annotations = (((child.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
-                "annotations") or {}
+        if child.get("kind") in ("Deployment", "LeaderWorkerSet"):
+            spec = child.get("spec") or {}
+            template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
+            annotations = (template.get("metadata") or {}).get("annotations") or {}
             value = annotations.get(ANNOTATION_PLAN)
             return str(value) if value is not None else None
     return None
