@@ -500,7 +500,7 @@ def _multinode_gate(observed: Observed, spec: VLLMServiceSpec, spread: MultiNode
     """For a plan that spans nodes: its status, what is missing, and the answer when that blocks the render."""
     if spread is None or not spread.spans_nodes:
         return None, None, None
-    multi = multinode.multinode_status(spread, observed.name)
+    multi = multinode.multinode_status(spread, observed.name, observed.status.get("multiNode"))
     pool = None if spec.gpu.product else sum(1 for n in nodes if n.get("nvidia.com/gpu.product") == product_label)
     stop = multinode.blocker(spread, spread.plan.vllm_version, lws_installed=_lws_installed(observed),
                              pool_nodes=pool)

@@ -142,6 +142,11 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
         assert len(history) >= 1
         flags = obj["status"]["plan"]["flags"]
         assert flags["max_model_len"] < 131072 and flags["pipeline_parallel_size"] == 2
+        # recorded before LWS deleted the group: each failed pod with its rank and pipeline stage
+        failures = obj["status"]["multiNode"]["failures"]
+        assert {(f["nodeRank"], tuple(f["stages"]), f["failureClass"]) for f in failures} >= {
+            (0, (0,), "KVCacheTooSmall"), (1, (1,), "KVCacheTooSmall")}
+        assert obj["status"]["multiNode"]["leaders"]  # what recreations are counted against
         lws = api.get_object("leaderworkersets", "big", "default")
         assert lws is not None
         for role in ("leaderTemplate", "workerTemplate"):

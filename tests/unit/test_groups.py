@@ -75,3 +75,34 @@ def test_a_network_failure_never_changes_a_memory_flag() -> None:
 
 def test_group_recreations_are_bounded() -> None:
     assert not recreations_exhausted(3, 3) and recreations_exhausted(4, 3)
+
+
+def test_failures_are_recorded_once_with_rank_and_stage_first_failure_first() -> None:
+    from vllm_operator.remediation.groups import record_failure
+
+    multi = {"nodes": 2, "gpusPerNode": 8, "tensorParallelSize": 8, "pipelineParallelSize": 2}
+    worker = {LWS + "worker-index": "1", LWS + "group-index": "0"}
+    first = record_failure(multi, pod="big-0-1", pod_uid="u1", labels=worker, failure_class="CUDAOOMStartup",
+                           summary="CUDA out of memory on the last stage", time="2025-01-01T00:00:00Z")
+    assert first is not None
+    assert first["failures"] == [{"pod": "big-0-1", "podUID": "u1", "nodeRank": 1, "stages": [1],
+                                  "failureClass": "CUDAOOMStartup", "summary": "CUDA out of memory on the last stage",
+                                  "time": "2025-01-01T00:00:00Z"}]
+    assert record_failure(first, pod="big-0-1", pod_uid="u1", labels=worker, failure_class="x", summary="y",
+                          time="t") is None
+    second = record_failure(first, pod="big-0", pod_uid="u2", labels={LWS + "worker-index": "0"},
+                            failure_class="Network", summary="NCCL failure", time="2025-01-01T00:00:01Z")
+    assert second is not None and [f["pod"] for f in second["failures"]] == ["big-0-1", "big-0"]
+
+
+def test_recreations_count_leader_changes_under_the_same_plan_only() -> None:
+    from vllm_operator.remediation.groups import count_recreations
+
+    multi = count_recreations({}, {"0": ("a", "p1")})
+    assert multi["groupRecreations"] == 0 and multi["leaders"] == {"0": "a/p1"}
+    multi = count_recreations(multi, {"0": ("b", "p1")})     # recreated after a failure: counted
+    assert multi["groupRecreations"] == 1
+    multi = count_recreations(multi, {"0": ("b", "p1")})     # the same leader: nothing
+    assert multi["groupRecreations"] == 1
+    multi = count_recreations(multi, {"0": ("c", "p2")})     # a new profile (remediation step): not a failure
+    assert multi["groupRecreations"] == 1 and multi["leaders"] == {"0": "c/p2"}

@@ -109,6 +109,7 @@ CHILD_REJECTED: Final = "ChildRejected"
 LWS_NOT_INSTALLED: Final = "LeaderWorkerSetNotInstalled"
 MULTI_NODE_UNSUPPORTED: Final = "MultiNodeUnsupported"
 INSUFFICIENT_NODES: Final = "InsufficientNodes"
+GROUP_RECREATIONS_EXHAUSTED: Final = "GroupRecreationsExhausted"
 
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
@@ -117,6 +118,7 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     LWS_NOT_INSTALLED,
     MULTI_NODE_UNSUPPORTED,
     INSUFFICIENT_NODES,
+    GROUP_RECREATIONS_EXHAUSTED,
     PLAN_FITS,
     PLAN_INFEASIBLE,
     PLANNING,

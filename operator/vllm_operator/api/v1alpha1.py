@@ -1396,6 +1396,18 @@ class StageStatus(_StatusModel):
     num_blocks: int = Field(ge=0, description="KV blocks the stage could hold (vLLM takes the minimum).")
 
 
+class GroupFailureStatus(_StatusModel):
+    """A failure of one pod of a LeaderWorkerSet group, recorded from the pod before the group is recreated."""
+
+    pod: str = Field(description="Pod name (<lws>-<group> for the leader, <lws>-<group>-<worker> for workers).")
+    pod_uid: str = Field(alias="podUID", description="Pod UID (a recreated group has new pods).")
+    node_rank: int = Field(ge=0, description="vLLM --node-rank (the LWS worker index; 0 = leader).")
+    stages: list[int] = Field(default_factory=list, description="Pipeline stages whose ranks ran on this pod.")
+    failure_class: str = Field(description="The classifier's class (Network: NCCL/Gloo/ZMQ, never a memory flag).")
+    summary: str = Field(description="One line of what failed.")
+    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was seen (RFC 3339).")
+
+
 class MultiNodeStatus(_StatusModel):
     """How one replica spans nodes (set only when the plan spans more than one node)."""
 
@@ -1406,6 +1418,15 @@ class MultiNodeStatus(_StatusModel):
     limiting_stage: int = Field(ge=0, description="The stage with the fewest KV blocks: it caps every stage's KV.")
     stages: list[StageStatus] = Field(default_factory=list, description="Memory per pipeline stage.")
     leader_worker_set: str | None = Field(default=None, description="Name of the LeaderWorkerSet.")
+    group_recreations: int = Field(
+        default=0, ge=0, description="Groups recreated by LeaderWorkerSet after a pod failed (profile changes excluded)."
+    )
+    leaders: dict[str, str] = Field(
+        default_factory=dict, description="Leader pod UID and plan hash per group index, to count recreations."
+    )
+    failures: list[GroupFailureStatus] = Field(
+        default_factory=list, description="The latest pod failures of the groups (first failure first), at most 8."
+    )
 
 
 class GPUStatus(_StatusModel):

@@ -10,6 +10,8 @@ from typing import Any
 
 from ..api import conditions as cond
 from ..api import lws_status
+from ..api.labels import ANNOTATION_PLAN
+from ..remediation import groups
 from ..render.lws import lws_name
 from ..render.manifests import selector_for
 from . import effects, kube
@@ -52,13 +54,46 @@ def refresh(namespace: str, service: str) -> bool:
     with kube.api_errors(f"list the pods of {service}"):
         pods = kube.list_objects(kube.PODS, namespace, label_selector=selector)
     view = lws_status.assess_groups(lws, pods)
+    now = datetime.now(UTC)
+    leaders = {str(labels.get(groups.GROUP_INDEX_LABEL)): (str(meta.get("uid")),
+                                                           str((meta.get("annotations") or {}).get(ANNOTATION_PLAN)))
+               for meta, labels in ((p.get("metadata") or {}, (p.get("metadata") or {}).get("labels") or {})
+                                    for p in pods)
+               if labels.get(groups.WORKER_INDEX_LABEL) == "0" and not meta.get("deletionTimestamp")}
 
     def build(stored: dict[str, Any]) -> Any:
         status = stored.get("status") or {}
-        if (status.get("plan") or {}).get("fits") is False or not status.get("multiNode"):
+        multi = status.get("multiNode")
+        if (status.get("plan") or {}).get("fits") is False or not multi:
             return None  # not (or no longer) a multi-node service
+        multi = _record_failures(groups.count_recreations(multi, leaders), pods, now)
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
-        return cond.fold_status(status, conditions=lws_status.group_conditions(view), observed_generation=generation,
-                                now=datetime.now(UTC), ready_replicas=view.ready_groups)
+        updates = lws_status.group_conditions(view)
+        recreations = int(multi.get("groupRecreations") or 0)
+        if groups.recreations_exhausted(recreations, groups.MAX_GROUP_RECREATIONS):
+            first: dict[str, Any] = next(iter(multi.get("failures") or []), {})
+            updates.append(cond.ConditionUpdate(
+                cond.DEGRADED, cond.TRUE, cond.GROUP_RECREATIONS_EXHAUSTED,
+                f"LeaderWorkerSet recreated a group {recreations} times after pod failures (more than "
+                f"{groups.MAX_GROUP_RECREATIONS}); first failure: {first.get('pod', '?')} (node rank "
+                f"{first.get('nodeRank', '?')}, stages {first.get('stages', '?')}): {first.get('failureClass', '?')}: "
+                f"{first.get('summary', 'unknown')}"))
+        return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,
+                                now=now, ready_replicas=view.ready_groups)
 
     return effects.update_status(namespace, service, build)
+
+
+def _record_failures(multi: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """Every failed pod of the groups, attributed to its rank and stages, before LWS deletes the group."""
+    from .remediation import classify_pod
+
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        for _evidence, failure in classify_pod(pod):
+            recorded = groups.record_failure(multi, pod=str(meta.get("name")), pod_uid=str(meta.get("uid")),
+                                             labels=meta.get("labels") or {}, failure_class=str(failure.kind),
+                                             summary=failure.summary, time=cond.format_time(now))
+            if recorded is not None:
+                multi = recorded
+    return multi

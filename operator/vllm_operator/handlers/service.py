@@ -307,7 +307,7 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
     if owner and LWS_NAME_LABEL in (meta.get("labels") or {}):
-        try:  # a pod of a LeaderWorkerSet group: its readiness is the group's
+        try:  # a pod of a LeaderWorkerSet group: its readiness is the group's; its failure is recorded (rank, stage)
             lws.refresh(meta["namespace"], owner)
         except kopf.TemporaryError as exc:
             logger.warning("group status deferred: %s", exc)

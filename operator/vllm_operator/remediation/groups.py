@@ -81,3 +81,37 @@ def attribute(labels: Mapping[str, Any], *, gpus_per_node: int, tensor_parallel_
 def recreations_exhausted(recreations: int, limit: int) -> bool:
     """Group recreations are bounded like ladder steps: past `limit` the service is Degraded with a verdict."""
     return recreations > limit
+
+
+#: Group recreations after pod failures that the operator lets LeaderWorkerSet make before it says Degraded
+#: (lws#877 "bounded group recovery"; the LWS controller itself recreates forever).
+MAX_GROUP_RECREATIONS = 5
+MAX_RECORDED_FAILURES = 8
+
+
+def record_failure(multi: Mapping[str, Any], *, pod: str, pod_uid: str, labels: Mapping[str, Any],
+                   failure_class: str, summary: str, time: str) -> dict[str, Any] | None:
+    """status.multiNode with this pod's failure added (attributed to its rank and stages); None when it is there
+    already. The first failure of a group comes first: what a restart of the other ranks would hide."""
+    failures = [dict(f) for f in multi.get("failures") or [] if isinstance(f, Mapping)]
+    if any(f.get("podUID") == pod_uid for f in failures):
+        return None
+    where = attribute(labels, gpus_per_node=int(multi.get("gpusPerNode") or 1),
+                      tensor_parallel_size=int(multi.get("tensorParallelSize") or 1))
+    entry = {"pod": pod, "podUID": pod_uid, "nodeRank": where.node_rank if where else 0,
+             "stages": list(where.stages) if where else [], "failureClass": failure_class,
+             "summary": summary[:400], "time": time}
+    return {**multi, "failures": [*failures, entry][-MAX_RECORDED_FAILURES:]}
+
+
+def count_recreations(multi: Mapping[str, Any], leaders: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """status.multiNode with `leaders` (group index → (leader pod UID, plan hash)) recorded and every group whose
+    leader changed under the same plan counted as a recreation (a new plan is a profile change, not a failure)."""
+    known = {str(k): str(v) for k, v in (multi.get("leaders") or {}).items()}
+    count = int(multi.get("groupRecreations") or 0)
+    for group, (uid, plan) in leaders.items():
+        before = known.get(group)
+        if before is not None and before.split("/", 1)[0] != uid and before.split("/", 1)[-1] == plan:
+            count += 1
+        known[group] = f"{uid}/{plan}"
+    return {**multi, "leaders": known, "groupRecreations": count}

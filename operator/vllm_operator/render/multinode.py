@@ -5,6 +5,7 @@ enough nodes of the pool). Pure: the shell passes what it observed (is the LWS A
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,17 +53,21 @@ def with_spanning_option(result: Plan, spec: VLLMServiceSpec, request: PlanReque
     return result.model_copy(update={"options": [option, *result.options]})
 
 
-def multinode_status(spread: MultiNodePlan, service_name: str) -> MultiNodeStatus | None:
+def multinode_status(spread: MultiNodePlan, service_name: str,
+                     previous: Mapping[str, Any] | None = None) -> MultiNodeStatus | None:
+    """The split and stages of the plan; what the shell recorded of the groups (recreations, failures) is kept."""
     if not spread.spans_nodes:
         return None
     s = spread.split
-    return MultiNodeStatus(
-        nodes=s.nodes, gpus_per_node=s.gpus_per_node, tensor_parallel_size=s.tensor_parallel_size,
+    kept = {k: v for k, v in (previous or {}).items() if k in ("groupRecreations", "leaders", "failures")}
+    return MultiNodeStatus.model_validate({**MultiNodeStatus(
+        nodes=s.nodes,
+        gpus_per_node=s.gpus_per_node, tensor_parallel_size=s.tensor_parallel_size,
         pipeline_parallel_size=s.pipeline_parallel_size, limiting_stage=spread.limiting_stage,
         stages=[StageStatus(stage=st.stage, first_layer=st.first_layer, layers=st.layers, weightsGiB=st.weights_gib,
                             activationGiB=st.activation_gib, kvCacheGiB=st.kv_cache_gib, num_blocks=st.num_blocks)
                 for st in spread.stages],
-        leader_worker_set=lws_name(service_name))
+        leader_worker_set=lws_name(service_name)).to_dict(), **kept})
 
 
 @dataclass(frozen=True)
