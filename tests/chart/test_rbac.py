@@ -43,7 +43,7 @@ WAIT = 30.0
 
 #: (group, resource, verb) the chart grants although no scenario calls it, and why. Keep it short.
 ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
-    # multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_multinode.py
+    # multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_lws_handlers.py
     # runs them against the emulator with the LWS CRD installed.
     ("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
     for verb in ("get", "create", "patch")
