@@ -449,9 +449,11 @@ def test_argocd_health_of_what_the_operator_writes(argocd_health: Any, clusterwi
                           "unschedulable": "Unschedulable", "ready": "Ready", "model-not-found": "ModelNotFound"}
 
 
-@pytest.mark.xfail(strict=False, reason="intermittent under CPU load (2 busy cores): the replica that won the "
-                   "peering sometimes does not act within 60 s after resuming; under investigation (kopf peering "
-                   "resume). Passes in isolation: ~7 s")
+@pytest.mark.xfail(strict=False, reason="intermittent under CPU load (2 cores plus 5 busy loops: 2 failures in 13 "
+                   "runs, none in isolation, ~5 s): the replica that won the peering logs 'Resuming operations' at "
+                   "startup, the other pauses in its favour, and the winner then handles nothing for 60 s — seen "
+                   "in the FIRST phase (before any takeover), so not a re-list after a pause; not reproduced with "
+                   "--verbose; cause in kopf's pause/resume of its watch streams not yet found")
 def test_two_replicas_one_acts_the_other_takes_over(chart: Any, tmp_path: Path) -> None:
     """The chart's default: 2 replicas with the same arguments, differing only in POD_ID (the pod's name).
     Exactly one acts; when it stops, the other takes over."""
