@@ -129,3 +129,18 @@ def test_a_reconcile_past_its_time_bound_does_not_hold_up_the_others(
         assert "took longer than 2 s" in condition(obj, "Degraded")["message"]  # type: ignore[index]
     finally:
         release.set()
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ({"model": {"name": QWEN}, "image": "vllm/vllm-openai:latest"}, "InvalidSpec"),
+    ({"model": {"name": "no-such-org/no-such-model"}}, "ModelNotFound"),
+])
+def test_invalid_and_unplannable_services_fill_every_column(cluster: Cluster, spec: dict[str, Any],
+                                                            reason: str) -> None:
+    cluster.start_operator()
+    cluster.create_service("odd", spec)
+    obj = _wait_degraded(cluster, "odd", reason)
+    assert obj["status"]["state"] == reason  # the STATUS column
+    assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]  # the READY column
+    assert condition(obj, "Ready")["reason"] == reason  # type: ignore[index]  # the REASON column
+    assert len(cluster.wait_events("odd", reason)) == 1
