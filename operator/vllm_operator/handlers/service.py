@@ -146,6 +146,13 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
     desired = reconcile.desired_state(observed)
+    if cond.find_condition(desired.status.conditions, cond.READY) is None:
+        # every service has a Ready condition (the READY column), invalid and unplannable ones included
+        degraded = cond.find_condition(desired.status.conditions, cond.DEGRADED)
+        reason = degraded.reason if degraded is not None and degraded.status == cond.TRUE else cond.PODS_NOT_READY
+        desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
+            cond.READY, cond.FALSE, reason, "nothing of this spec serves")], observed_generation=generation,
+            now=observed.now)
     if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
         # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
         desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
