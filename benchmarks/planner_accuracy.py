@@ -159,7 +159,10 @@ def _catalog_query(name: str) -> str:
         return "A100-40GB" if "40" in lowered else "A100-80GB"
     if "h100" in lowered:
         return "H100-SXM-80GB"
-    for token in ("a5000", "a6000", "4080", "4090", "3090", "l40s", "l4", "t4", "a10g", "a10", "h200"):
+    if "pro 6000" in lowered and "blackwell" in lowered:
+        return "RTX-PRO-6000-Blackwell"
+    for token in ("a5000", "a6000", "4080", "4090d", "4090", "3090ti", "3090", "5090", "5080", "5070ti", "5060ti",
+                  "l40s", "l4", "t4", "a10g", "a10", "h200"):
         if token in lowered.replace(" ", ""):
             return token
     return text
