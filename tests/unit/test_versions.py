@@ -308,3 +308,18 @@ def test_gb10_drops_to_256_and_2048_in_0_33() -> None:
 
     assert gb10("0.32.0") == (1024, 8192)
     assert gb10("0.33.0") == (256, 2048)
+
+
+@pytest.mark.parametrize(("flag", "first"), [
+    ("max_num_queued_reqs", "0.29.0"), ("max_num_queued_tokens", "0.29.0"),
+    ("prefix_cache_retention_interval", "0.29.0"), ("device_memory_utilization", "0.31.0"),
+    ("max_num_active_seqs", "0.31.0"),
+])
+def test_flags_added_in_0_29_to_0_31(flag: str, first: str) -> None:
+    from vllm_operator.render.flags import flag_table
+
+    table = flag_table()
+    before = f"0.{parse_version(first)[1] - 1}.0"
+    assert table.supports(flag, first) and table.supports(flag, NEWEST_KNOWN_VERSION)
+    assert not table.supports(flag, before)
+    assert f"before vLLM {first}" in table.unsupported_reason(flag, before)
