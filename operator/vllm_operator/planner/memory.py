@@ -258,7 +258,9 @@ def _blocks_for(kind: LayerKind, layout: _KVLayout, arch: ModelArch, flags: Engi
 
 def _needed_bytes(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
     """Σ over layers of max_memory_usage_bytes(length): what one full-length request needs."""
-    return sum(_blocks_for(kind, layout, arch, flags, length) * layout.page_bytes for kind in layout.layer_kinds)
+    counts = {kind: layout.layer_kinds.count(kind) for kind in set(layout.layer_kinds)}
+    return sum(count * _blocks_for(kind, layout, arch, flags, length) * layout.page_bytes
+               for kind, count in counts.items())
 
 
 def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
@@ -425,7 +427,8 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     else:
         tokens = int(concurrency * mml)
     estimated = _estimate_max_len(layout, arch, flags, max(avail, 0), arch.derived_max_model_len)
-    per_token = sum(layout.page_bytes for k in layout.layer_kinds if k is not LayerKind.LINEAR) // block_size
+    attention_layers = len(layout.layer_kinds) - layout.layer_kinds.count(LayerKind.LINEAR)
+    per_token = attention_layers * layout.page_bytes // block_size
     breakdown = MemoryBreakdown(
         gpu_total_gib=round(gpu.total_gib, 2),
         requested_gib=_round2(requested),
