@@ -448,3 +448,22 @@ def test_yarn_keeps_the_unscaled_length_for_0_30() -> None:
                                          "original_max_position_embeddings": 32768}})
     assert arch.derived_max_model_len == 131072
     assert arch.yarn_unscaled_max_len == 32768
+
+
+@pytest.mark.parametrize("quantization", [
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+    {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4"}},
+    {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+     "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}},
+])
+def test_nvfp4_checkpoints_are_4_5_bits(quantization: dict[str, Any]) -> None:
+    arch = config_arch({**llama(), "quantization_config": quantization})
+    assert arch.quantization is not None and arch.quantization.weight_bits == 4.5
+    body = arch.param_count - 2 * arch.vocab_size * arch.hidden_size
+    assert checkpoint_bytes(arch) == pytest.approx(body * (4.5 / 8 + 0.02) + 2 * 2 * arch.vocab_size
+                                                   * arch.hidden_size, rel=0.001)
+
+
+def test_modelopt_fp8_stays_8_bits() -> None:
+    arch = config_arch({**llama(), "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}})
+    assert arch.quantization is not None and arch.quantization.weight_bits == 8.0

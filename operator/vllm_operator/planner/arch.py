@@ -49,6 +49,7 @@ _MAX_LEN_KEYS = (
     "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
 )
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+_FP4_BITS = 4.5  # NVFP4 (ModelOpt, compressed-tensors nvfp4-pack-quantized): E2M1 values + one E4M3 scale per 16
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
 
 
@@ -288,6 +289,10 @@ def _quantization(config: Mapping[str, Any]) -> Quantization | None:
         return Quantization(method=method, weight_bits=float(q.get("bits", q.get("w_bit", 4))),
                             group_size=q.get("group_size", q.get("q_group_size")), kv_cache_fp8=kv_fp8)
     if method in ("fp8", "fbgemm_fp8", "modelopt"):
+        nested = q.get("quantization")
+        algo = str(q.get("quant_algo") or (nested.get("quant_algo") if isinstance(nested, Mapping) else "") or "")
+        if "FP4" in algo.upper():  # ModelOpt NVFP4: 4-bit values + an FP8 (E4M3) scale per 16 → 4.5 bits
+            return Quantization(method="modelopt_fp4", weight_bits=_FP4_BITS, group_size=16, kv_cache_fp8=kv_fp8)
         return Quantization(method=method, weight_bits=8.0, kv_cache_fp8=kv_fp8)
     if method == "mxfp4":
         return Quantization(method=method, weight_bits=4.25)
@@ -301,6 +306,8 @@ def _quantization(config: Mapping[str, Any]) -> Quantization | None:
             weights = group_cfg.get("weights") or {}
             bits = float(weights.get("num_bits", bits))
             group = weights.get("group_size", group)
+            if bits == 4 and weights.get("type") == "float":  # compressed-tensors nvfp4: FP8 scale per 16
+                bits = _FP4_BITS
         return Quantization(method=method, weight_bits=bits, group_size=group, kv_cache_fp8=kv_fp8)
     bits = q.get("bits") or q.get("weight_bits") or 8
     return Quantization(method=method, weight_bits=float(bits), group_size=q.get("group_size"), kv_cache_fp8=kv_fp8)
