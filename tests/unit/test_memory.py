@@ -546,3 +546,17 @@ def test_linear_state_shards_over_tensor_parallel_ranks() -> None:
     two = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB, tensor_parallel_size=2)
     assert two.kv_bytes_per_token == one.kv_bytes_per_token // 2
     assert two.max_concurrency == pytest.approx(2 * one.max_concurrency, rel=0.05)
+
+
+def test_the_plan_text_names_the_estimates(load_arch: LoadArch) -> None:
+    from vllm_operator.planner import PlanRequest, plan
+    from vllm_operator.planner.gpus import load_gpu_catalog
+    from vllm_operator.planner.report import render_plan_text
+
+    l4 = load_gpu_catalog().get("L4")
+    old = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.21.0"))
+    new = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.33.0"))
+    assert old.memory.estimated == () and "estimates" not in render_plan_text(old)
+    assert set(new.memory.estimated) == {"activation_gib", "cudagraph_gib", "persistent_gib", "kv_cache_gib"}
+    text = render_plan_text(new)
+    assert "CUDA graphs (Model Runner V2 estimate)" in text and "allocator leftovers" in text
