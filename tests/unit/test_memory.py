@@ -560,3 +560,15 @@ def test_the_plan_text_names_the_estimates(load_arch: LoadArch) -> None:
     assert set(new.memory.estimated) == {"activation_gib", "cudagraph_gib", "persistent_gib", "kv_cache_gib"}
     text = render_plan_text(new)
     assert "CUDA graphs (Model Runner V2 estimate)" in text and "allocator leftovers" in text
+
+
+def test_a_resolved_profile_is_resolved_again_for_another_model(load_arch: LoadArch) -> None:
+    # 0.22-0.23: dense Qwen3 runs MRV2, a quantized one does not
+    dense = load_arch("Qwen/Qwen3-8B")
+    resolved = profile_for_model(profile_for("0.22.0"), dense)
+    assert resolved.runner == "V2" and not resolved.cudagraph_subtracted
+    quantized = dense.model_copy(update={"quantization": arch_from_config(
+        {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+         "vocab_size": 8, "quantization_config": {"quant_method": "fp8"}}, model_id="q").quantization})
+    again = profile_for_model(resolved, quantized)
+    assert again.runner == "V1" and again.cudagraph_subtracted and again.sampler_bytes == 14.2

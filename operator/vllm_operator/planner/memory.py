@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import messages
 from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
 from .failures import FailureKind
-from .versions import VersionProfile, uses_v2_runner
+from .versions import VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
 _FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
@@ -131,9 +131,15 @@ class _KVLayout:
 
 def profile_for_model(profile: VersionProfile, arch: ModelArch) -> VersionProfile:
     """The release's rules for this model: which model runner vLLM picks (config/vllm.py::use_v2_model_runner), and
-    with it whether the CUDA-graph estimate is subtracted and which sampler/graph constants apply."""
+    with it whether the CUDA-graph estimate is subtracted and which sampler/graph constants apply.
+
+    A profile already resolved (for this or another model, e.g. a quantized variant) is resolved again from its era.
+    """
     if profile.runner:
-        return profile
+        era = profile_for(profile.version or profile.since)
+        if era.since != profile.since:
+            return profile
+        profile = era
     v2 = uses_v2_runner(profile, architectures=arch.architectures, is_moe=arch.is_moe,
                         quantized=arch.quantization is not None, state_layers=LayerKind.LINEAR in arch.layer_kinds)
     if not v2:
