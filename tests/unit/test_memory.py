@@ -529,7 +529,7 @@ def test_linear_attention_hybrid_gives_kv_to_full_attention_layers_only() -> Non
     arch = _qwen3_next_like()
     # GDN state: conv (4 − 1) × (2·16·128 + 32·128) + recurrent 32·128·128 elements, bf16 → 1,097,728 B per layer
     assert arch.state_elements == 3 * 8192 + 524288
-    pred = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB)
+    pred = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB, enable_prefix_caching=False)
     assert pred.kv_bytes_per_token == 12 * 2 * 2 * 256 * 2  # 12 full-attention layers of 48
     # the attention block grows to 16·⌈1,097,728 / (16·2048)⌉ = 544 tokens so that one page holds a state;
     # 36 linear + 12 full layers → group size 12: 3 state groups (1 block per request) + 1 attention group
@@ -572,3 +572,15 @@ def test_a_resolved_profile_is_resolved_again_for_another_model(load_arch: LoadA
          "vocab_size": 8, "quantization_config": {"quant_method": "fp8"}}, model_id="q").quantization})
     again = profile_for_model(resolved, quantized)
     assert again.runner == "V1" and again.cudagraph_subtracted and again.sampler_bytes == 14.2
+
+
+@pytest.mark.parametrize(("version", "prefix_caching", "state_pages"), [
+    ("0.27.0", None, 1), ("0.28.0", None, 2), ("0.33.0", False, 1), ("0.27.0", True, 2),
+])
+def test_hybrid_prefix_caching_keeps_two_state_pages_per_request(version: str, prefix_caching: bool | None,
+                                                                 state_pages: int) -> None:
+    # 0.28+: prefix caching on by default for hybrids → mamba_cache_mode "align" → MambaSpec holds 2 pages
+    pred = predict(_qwen3_next_like(), version, max_model_len=4096, kv_cache_memory_bytes=10 * GiB,
+                   enable_prefix_caching=prefix_caching)
+    per_request = 3 * state_pages + -(-4096 // 544)
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)

@@ -123,6 +123,7 @@ class _KVLayout:
     layer_kinds: tuple[LayerKind, ...]  # the stage's layers
     block_size: int = 16     # tokens per attention block (grown for linear/mamba hybrids)
     inflight_batches: int = 1  # sliding-window layers keep window − 1 + this × max_num_batched_tokens tokens
+    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode: prefix caching)
 
     @property
     def bytes_per_block(self) -> int:
@@ -226,7 +227,9 @@ def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds:
         smallest, largest = min(counts.values()), max(counts.values())
         group_size = largest if largest < 1.5 * smallest else smallest
         state_groups = tuple(kind for kind, count in counts.items() for _ in range(ceil_div(count, group_size)))
-        return _KVLayout(page, group_size, state_groups, kinds, block, inflight)
+        prefix_caching = flags.enable_prefix_caching
+        align = profile.hybrid_prefix_caching if prefix_caching is None else prefix_caching
+        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, 2 if align else 1)
     hybrid_manager = profile.tokens_definition != "blocks"
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
     if len(counts) <= 1 or not hybrid_manager:
@@ -253,7 +256,7 @@ def _blocks_per_request(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, 
 def _blocks_for(kind: LayerKind, layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
     block = layout.block_size
     if kind is LayerKind.LINEAR:
-        return 1  # MambaSpec: one state page per sequence, whatever its length
+        return layout.state_blocks  # MambaSpec: state pages per sequence, whatever its length
     if kind is LayerKind.FULL or arch.sliding_window is None:
         return ceil_div(length, block)
     window = arch.sliding_window

@@ -54,6 +54,7 @@ class VersionProfile(BaseModel):
     kv_check_reserves_block: bool
     yarn_factor_applied: bool
     tokens_log: Literal["two_lines", "one_line"]
+    hybrid_prefix_caching: bool
     estimates: tuple[str, ...] = Field(description="the fields of this era that are estimates, not source or fit")
     note: str = ""
     version: str = Field("", description="the release this profile was resolved for")
