@@ -1,4 +1,4 @@
-"""planner.memory: vLLM's startup arithmetic (research notes §1, §2, §7) — exact figures and the failure order."""
+"""planner.memory: vLLM's startup arithmetic (docs/research/vllm-memory-model.md §1, §2, §7) — exact figures and the failure order."""
 
 from __future__ import annotations
 

@@ -4,11 +4,14 @@
 (weights, activation peak, non-torch memory, CUDA-graph estimate, available KV memory, "GPU KV cache size: N
 tokens", maximum concurrency) and does vLLM start — and if not, which error does it raise, with which numbers?
 
-The budget follows `vllm/v1/worker/gpu_worker.py` (research notes §1): requested = ceil(total × util);
-available KV = requested − weights − activation peak − non-torch growth − (CUDA-graph estimate from v0.21).
+The budget follows `vllm/v1/worker/gpu_worker.py` (docs/research/vllm-memory-model.md §1; 0.22+ in
+docs/research/vllm-0.27-0.33.md): requested = ceil(total × util); available KV = requested − weights − activation
+peak − non-torch growth − (CUDA-graph estimate from v0.21, on the V1 runner; Model Runner V2 from 0.29) − (from 0.27:
+MRV2 sampler state and allocator leftovers). Which model runner a release picks is decided per model
+(`profile_for_model`).
 The KV layout follows `kv_cache_interface.py`/`kv_cache_utils.py` (§2). The terms vLLM measures at run time
 (activation, non-torch, CUDA graphs) are modelled from the architecture with per-release constants calibrated on
-the startup logs in ../shared/data (benchmarks/planner_accuracy.py reports the fit).
+the startup logs in benchmarks/data (benchmarks/planner_accuracy.py reports the fit per era).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The exact texts vLLM prints when startup fails, release by release (research notes §3).
+"""The exact texts vLLM prints when startup fails, release by release (docs/research/vllm-memory-model.md §3, docs/research/vllm-0.27-0.33.md).
 
 The planner uses these to say what vLLM *would* print; the simulated cluster prints them; the classifier must read
 them back. One place, so the three agree.
