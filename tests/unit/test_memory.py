@@ -584,3 +584,16 @@ def test_hybrid_prefix_caching_keeps_two_state_pages_per_request(version: str, p
                    enable_prefix_caching=prefix_caching)
     per_request = 3 * state_pages + -(-4096 // 544)
     assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+
+
+def test_vllm_s_estimate_keeps_the_null_block_back_from_0_29(load_arch: LoadArch) -> None:
+    # the estimated maximum length in the KV-too-small message is what one request can have in avail − one block
+    arch = load_arch(LLAMA_8B)
+    avail = 64 * 32 * 65536  # exactly 1024 tokens
+    old = predict(arch, "0.28.0", max_model_len=2048, kv_cache_memory_bytes=avail)
+    new = predict(arch, "0.29.0", max_model_len=2048, kv_cache_memory_bytes=avail)
+    assert old.estimated_max_model_len == 1024
+    assert new.estimated_max_model_len == 1008  # one block of 16 tokens fewer
+    assert new.failure is not None and "estimated maximum model length is 1008" in new.failure.message
+    fits = predict(arch, "0.29.0", max_model_len=new.estimated_max_model_len, kv_cache_memory_bytes=avail)
+    assert fits.failure is None

@@ -438,7 +438,9 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         tokens = num_blocks // len(layout.groups) * block_size
     else:
         tokens = int(concurrency * mml)
-    estimated = _estimate_max_len(layout, arch, flags, max(avail, 0), arch.derived_max_model_len)
+    # 0.29+: vLLM plans one request against avail − one block (the null block), its estimate included
+    reserve = layout.bytes_per_block if profile.kv_check_reserves_block else 0
+    estimated = _estimate_max_len(layout, arch, flags, max(avail - reserve, 0), arch.derived_max_model_len)
     attention_layers = len(layout.layer_kinds) - layout.layer_kinds.count(LayerKind.LINEAR)
     per_token = attention_layers * layout.page_bytes // block_size
     breakdown = MemoryBreakdown(
