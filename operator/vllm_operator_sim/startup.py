@@ -601,7 +601,7 @@ def simulate_startup(
              f"enforce_eager={parsed.enforce_eager}, kv_cache_dtype={parsed.kv_cache_dtype}, seed=0, "
              f"served_model_name={model_id}", "core.py:77")
     if v2:
-        run.info("Using V2 Model Runner", "vllm.py:612")
+        run.info("Using V2 Model Runner", "gpu_worker.py:513")
     world = tp * pp
     visible = gpu_count if gpu_count is not None else world
     if world > visible:
