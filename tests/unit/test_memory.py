@@ -597,3 +597,14 @@ def test_vllm_s_estimate_keeps_the_null_block_back_from_0_29(load_arch: LoadArch
     assert new.failure is not None and "estimated maximum model length is 1008" in new.failure.message
     fits = predict(arch, "0.29.0", max_model_len=new.estimated_max_model_len, kv_cache_memory_bytes=avail)
     assert fits.failure is None
+
+
+def test_sliding_window_in_flight_batches_follow_pipeline_stages_on_mrv2(load_arch: LoadArch) -> None:
+    # 0.26+: max_concurrent_batches = pp + 1 on Model Runner V2 with pipeline parallelism
+    arch = load_arch(GEMMA2_2B)
+    pred = predict(arch, "0.26.0", max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=256,
+                   pipeline_parallel_size=2, kv_cache_memory_bytes=4 * GiB)
+    assert profile_for_model(profile_for("0.26.0"), arch).runner == "V2"
+    full = 16384 // 16
+    sliding = -(-(4095 + 3 * 2048) // 16) + 1
+    assert pred.num_blocks / pred.max_concurrency == pytest.approx(full + sliding, rel=0.01)

@@ -216,6 +216,8 @@ def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds:
         per_token = 2 * kv_heads * arch.head_dim * kv_bytes
     page = block * per_token
     inflight = profile.swa_inflight_batches
+    if inflight > 1 and profile.runner == "V2" and flags.pipeline_parallel_size > 1:
+        inflight = flags.pipeline_parallel_size + 1  # MRV2 with PP keeps pp + 1 batches in flight (0.26+)
     if LayerKind.LINEAR in kinds:
         # HybridAttentionMambaModelConfig.verify_and_update_config: the attention block grows (in multiples of 16
         # tokens) until one attention page holds a state page; state pages are padded to the attention page.
