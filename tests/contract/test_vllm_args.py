@@ -44,7 +44,11 @@ def _parser() -> Any:
     import importlib
 
     make = None
-    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    for module in (
+        "vllm.entrypoints.common.cli_args",  # 0.33
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.openai.cli_args",
+    ):
         try:
             make = importlib.import_module(module).make_arg_parser
             break
