@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,9 @@ def _rows() -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in _files()]
 
 
-def _shared_models_dir() -> Path | None:
-    candidates = [
-        os.environ.get("VLLM_OPERATOR_SHARED_DATA", ""),
-        REPO / "shared" / "data",
-        REPO.parent / "shared" / "data",
-    ]
-    for c in candidates:
-        if c and (Path(c) / "models").is_dir():
-            return Path(c) / "models"
-    return None
+def _shared_models_dir() -> Path:
+    """The calibration records' model files, copied into the repository (benchmarks/data/models)."""
+    return REPO / "benchmarks" / "data" / "models"
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -259,8 +251,6 @@ def test_list_catalog_matches_the_files() -> None:
 
 def test_shared_data_set_models_are_in_the_catalog_with_identical_values() -> None:
     shared = _shared_models_dir()
-    if shared is None:
-        pytest.skip("shared/data/models not found (set VLLM_OPERATOR_SHARED_DATA)")
     dirs = sorted(d for d in shared.iterdir() if (d / "config.json").is_file())
     assert dirs
     for d in dirs:

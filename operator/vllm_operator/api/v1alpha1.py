@@ -113,8 +113,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # Defaults (in code, not in the CRD: see the module docstring)
 # --------------------------------------------------------------------------------------------------
 
-#: The vLLM image used when `spec.image` is unset. The planner's memory model is calibrated for it.
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.26.0"  # keep in step with planner.versions.NEWEST_KNOWN_VERSION
+#: The vLLM image used when `spec.image` is unset: the newest release whose memory rules the planner knows.
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"  # its release is planner.versions.NEWEST_KNOWN_VERSION (one place)
 DEFAULT_GPU_MAX_COUNT = 8
 DEFAULT_HF_TOKEN_KEY = "HF_TOKEN"
 DEFAULT_MODEL_CACHE_MOUNT_PATH = "/root/.cache/huggingface"

@@ -21,9 +21,11 @@ from .memory import (
     MemoryBreakdown,
     PredictedFailure,
     StartupPrediction,
+    arch_for_release,
     cudagraph_bytes,
     init_nontorch_gib,
     predict_startup,
+    profile_for_model,
 )
 from .versions import VersionProfile, batch_defaults, profile_for
 
@@ -233,6 +235,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
                  eager: bool, max_model_len: int, max_num_seqs: int | None) -> EngineFlags:
     pinned = request.pinned
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=max_model_len,
                               chunked_prefill=pinned.enable_chunked_prefill is not False)
     seqs = pinned.max_num_seqs or max_num_seqs or defaults.max_num_seqs
@@ -420,7 +423,8 @@ def _search(request: PlanRequest, profile: VersionProfile) -> Iterator[_Candidat
 
 def plan(request: PlanRequest) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons."""
-    profile = profile_for(request.vllm_version)
+    profile = profile_for_model(profile_for(request.vllm_version), request.arch)
+    request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
     first: _Candidate | None = None
     chosen: _Candidate | None = None
     for candidate in _search(request, profile):
@@ -477,6 +481,7 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     if flags.pipeline_parallel_size > 1 or request.pinned.pipeline_parallel_size:
         out["pipeline_parallel_size"] = flags.pipeline_parallel_size
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens or flags.max_num_batched_tokens != defaults.max_num_batched_tokens:
         out["max_num_batched_tokens"] = flags.max_num_batched_tokens
@@ -519,6 +524,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit; fp8 halves KV bytes per token "
                        "(small quality cost).")
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens:
         reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens} is pinned.")
@@ -537,6 +543,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         f"Budget per GPU: {mem.requested_gib:.2f} GiB requested = {mem.weights_gib:.2f} weights + "
         f"{mem.activation_gib:.2f} activation + {mem.non_torch_gib:.2f} non-torch"
         + (f" + {mem.cudagraph_gib:.2f} CUDA graphs" if profile.cudagraph_subtracted and mem.cudagraph_gib else "")
+        + (f" + {mem.persistent_gib:.2f} sampler state/allocator" if mem.persistent_gib else "")
         + f" + {mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, "
           f"{pred.max_concurrency:.2f} concurrent requests of {flags.max_model_len}.")
     if not fits:
@@ -669,8 +676,9 @@ def with_vllm_defaults(request: PlanRequest) -> PlanRequest:
     """
     profile = profile_for(request.vllm_version)
     pinned = request.pinned
-    length = pinned.max_model_len or request.arch.derived_max_model_len
+    length = pinned.max_model_len or arch_for_release(request.arch, profile).derived_max_model_len
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=length, chunked_prefill=pinned.enable_chunked_prefill is not False)
     filled = pinned.model_copy(update={
         "tensor_parallel_size": pinned.tensor_parallel_size or 1,

@@ -14,12 +14,20 @@ _SEGMENTS = (  # (label, glyph)
 )
 
 
+_ESTIMATE_WORDS = {  # MemoryBreakdown.estimated → what the estimate is
+    "activation_gib": "activation (Model Runner V2 sampler peak)",
+    "cudagraph_gib": "CUDA graphs (Model Runner V2 estimate)",
+    "persistent_gib": "allocator leftovers",
+    "kv_cache_gib": "KV cache",
+}
+
+
 def memory_segments(result: Plan) -> list[tuple[str, float]]:
     """The GPU's memory in the order vLLM fills it (GiB per GPU)."""
     mem = result.memory
     graphs_inside = mem.cudagraph_gib if mem.kv_cache_gib + mem.weights_gib + mem.activation_gib + mem.non_torch_gib \
-        + mem.cudagraph_gib <= mem.requested_gib + 0.02 else 0.0
-    overhead = mem.non_torch_gib + graphs_inside
+        + mem.persistent_gib + mem.cudagraph_gib <= mem.requested_gib + 0.02 else 0.0
+    overhead = mem.non_torch_gib + mem.persistent_gib + graphs_inside
     used = mem.weights_gib + mem.activation_gib + overhead + mem.kv_cache_gib
     headroom = max(mem.gpu_total_gib - used, 0.0)
     return [("weights", mem.weights_gib), ("activation", mem.activation_gib), ("overhead", overhead),
@@ -47,6 +55,9 @@ def render_plan_text(result: Plan) -> str:
         "  " + memory_bar(result),
         "  " + "  ".join(f"{glyph} {label} {size:.2f}" for (label, size), (_, glyph) in
                          zip(memory_segments(result), _SEGMENTS, strict=True)),
+        *([f"  estimates (not yet calibrated on a log of this release): "
+           f"{', '.join(_ESTIMATE_WORDS.get(name, name) for name in result.memory.estimated)}"]
+          if result.memory.estimated else []),
         "",
         f"KV cache: {pred.kv_cache_tokens:,} tokens, {pred.max_concurrency:.2f} concurrent requests of "
         f"{result.flags.get('max_model_len')} tokens (longest single request: {pred.estimated_max_model_len:,}).",

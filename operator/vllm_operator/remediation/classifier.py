@@ -3,7 +3,7 @@
 The remediation ladder acts on the `kind`; status and events show the `summary` and `excerpt`; the extracted numbers
 (needed vs available KV cache, free vs requested GPU memory, the estimated max_model_len, ...) let it pick the next
 profile without guessing. Every pattern was checked against vLLM's own format strings in the released wheels
-(v0.6.3 … v0.33.0) and against real logs (research notes §3, ../shared/data/vllm-startup-logs.jsonl); the corpus in
+(v0.6.3 … v0.33.0) and against real logs (docs/research/, benchmarks/data/vllm-startup-logs.jsonl); the corpus in
 tests/unit/data/vllm_failure_texts.yaml holds one text per wording and the near-misses.
 
 How a text is read (`classify_text`):
@@ -24,8 +24,8 @@ How a text is read (`classify_text`):
    out: "Engine core initialization failed. See root cause above", `EngineDeadError`, "Exception ignored in", …),
    the match is stale and the result is `Unknown` with that later exception as its summary.
 5. A CUDA OOM is placed in startup by the frames of its own traceback (`load_model` → loading, `profile_run` →
-   profiling, `capture_model`/KV-cache allocation → cudagraph, `execute_model` → serving), else by vLLM's load
-   wrapper "Failed to load model - not enough GPU memory", else by the nearest progress line before it
+   profiling, `capture_model`/KV-cache allocation/graph warm-up → cudagraph, `execute_model` → serving), else by
+   vLLM's load wrapper "Failed to load model - not enough GPU memory", else by the nearest progress line before it
    ("Loading weights", "Model loading took", "GPU KV cache size", "Capturing CUDA graphs", "Application startup
    complete", …). Loading → `WeightsDoNotFit`; after Ready or while serving → `CUDAOOMServing`; otherwise
    (profiling, warm-up, graph capture, or no clue) → `CUDAOOMStartup`.
@@ -45,10 +45,15 @@ KVCacheTooSmall        `v0` V0 engine ≤0.10 ("The model's max seq len (X) is l
 NoKVCacheMemory        `plain` ≤0.12; `docs-link` 0.13–0.21; `cpu-note` 0.22+; `auto-fit` 0.14+ ("Cannot auto-fit
                        max_model_len").
 InsufficientFreeGPUMemory  `no-device` 0.9.1–0.13 ("Free memory on device (F/T GiB)"); `device` 0.14+ ("device
-                       cuda:N"); `external-weights` 0.33+ ("… less than the engine's budget after excluding external
-                       process's weights").
-WeightsDoNotFit        `load-wrapper` 0.13+ (vLLM logs "Failed to load model - not enough GPU memory" and re-raises
-                       PyTorch's error).
+                       cuda:N"); `external-weights` 0.32+ ("… less than the engine's budget after excluding external
+                       process's weights", --load-format ipc_cache).
+WeightsDoNotFit        `load-wrapper` 0.13+, V1 model runner only (vLLM logs "Failed to load model - not enough GPU
+                       memory" and re-raises PyTorch's error); Model Runner V2 (default for more models from 0.22, for
+                       all from 0.29) raises the bare torch OOM from `load_model`, placed by its frames.
+InvalidArgument        `external-weights-exceed` 0.32+ ("Externally held weights on device cuda:N (W/T GiB) exceed the
+                       desired GPU memory utilization (U, R GiB)": a person raises utilization or frees the weight
+                       daemon); `value` also for 0.33's `kv_cache_dtype="float16" is incompatible with
+                       dtype="bfloat16"` and 0.31's `max_num_active_seqs (X) cannot be greater than max_num_seqs (Y)`.
 =====================  ============================================================================================
 """
 
@@ -152,6 +157,7 @@ class Failure(BaseModel):
     total_gib: float | None = None
     requested_utilization: float | None = None
     requested_gib: float | None = None
+    external_weights_gib: float | None = Field(None, description="weights another process holds on the GPU (0.32+)")
 
     # CUDA OOM
     tried_to_allocate_mib: float | None = None
@@ -278,6 +284,10 @@ _FREE = re.compile(
     r"than (?P<what>desired GPU memory utilization|the engine's budget after excluding external process's weights) "
     rf"\((?P<util>{_NUM}), (?P<req>{_NUM}) GiB\)"
 )
+_EXTERNAL_EXCEED = re.compile(  # 0.32+ v1/worker/utils.py::request_memory
+    rf"Externally held weights on device (?P<dev>[\w:]+) \((?P<ext>{_NUM})/(?P<total>{_NUM}) GiB\) exceed the "
+    rf"desired GPU memory utilization \((?P<util>{_NUM}), (?P<req>{_NUM}) GiB\)"
+)
 _LOAD_OOM = re.compile(r"Failed to load model - not enough GPU memory")
 _WARMUP_OOM = re.compile(
     r"CUDA out of memory occurred when warming up (?:sampler|pooler)(?: \([^)]*\))? with (?P<n>\d+) dummy requests"
@@ -344,7 +354,9 @@ _PYDANTIC_HEADER = re.compile(r"(?P<n>\d+) validation errors? for (?P<model>\w+)
 _BAD_VALUE = re.compile(
     r"(?:Unknown quantization method|max_num_batched_tokens \(\d+\) is smaller than max_model_len|"
     r"Invalid (?:dtype|kv[_ ]cache[_ ]dtype|load[_ ]format)|Unknown (?:dtype|kv cache dtype)|"
-    r"gpu_memory_utilization must be)"
+    r"gpu_memory_utilization must be|"
+    r"kv_cache_dtype=\"?\w+\"? is incompatible with dtype=|"  # 0.33 config/vllm.py::_reject_mismatched_float_kv_cache
+    r"max_num_active_seqs \(\d+\) cannot be greater than max_num_seqs)"  # 0.31 config/scheduler.py
 )
 
 # Exceptions that only wrap or follow the real one (they do not make an earlier match stale).
@@ -389,6 +401,7 @@ _PHASE_FRAMES: tuple[tuple[Phase, frozenset[str]], ...] = (
         frozenset(
             {
                 "capture_model", "_capture_cudagraphs", "profile_cudagraph_memory", "compile_or_warm_up_model",
+                "_compile_or_warm_up_model", "warmup_kernels", "_init_minimal_kv_cache_for_profiling",
                 "_warm_up_model", "initialize_kv_cache", "_allocate_kv_cache_tensors", "initialize_kv_cache_tensors",
                 "initialize_from_config", "initialize_cache", "_init_cache_engine",
             }
@@ -500,6 +513,12 @@ def _match_memory(line: _Line) -> _Hit | None:
         return _Hit(
             FailureClass.InsufficientFreeGPUMemory, line, wording=wording,
             fields={"device": m["dev"], "free_gib": float(m["free"]), "total_gib": float(m["total"]),
+                    "requested_utilization": float(m["util"]), "requested_gib": float(m["req"])},
+        )
+    if m := _EXTERNAL_EXCEED.match(msg):
+        return _Hit(
+            FailureClass.InvalidArgument, line, wording="external-weights-exceed",
+            fields={"device": m["dev"], "external_weights_gib": float(m["ext"]), "total_gib": float(m["total"]),
                     "requested_utilization": float(m["util"]), "requested_gib": float(m["req"])},
         )
     if _LOAD_OOM.match(msg):
@@ -729,6 +748,12 @@ def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequen
             f"Not enough free GPU memory at startup on {f.get('device') or 'the GPU'}: "
             f"{_gib(f['free_gib'])}/{_gib(f['total_gib'])} GiB free, but gpu_memory_utilization "
             f"{f['requested_utilization']:g} asks for {_gib(f['requested_gib'])} GiB (another process holds GPU memory)"
+        )
+    if kind is FailureClass.InvalidArgument and hit.wording == "external-weights-exceed":
+        return (
+            f"Weights held by another process on {f['device']} ({_gib(f['external_weights_gib'])} GiB) exceed what "
+            f"gpu_memory_utilization {f['requested_utilization']:g} allows ({_gib(f['requested_gib'])} GiB): raise "
+            "the utilization or free the weight-cache process"
         )
     if kind is FailureClass.WeightsDoNotFit:
         return "CUDA out of memory while loading the model weights" + _oom_detail(f)
