@@ -307,9 +307,9 @@ def test_neither_fp8_kv_nor_eager_when_auto_fits(make: Make) -> None:
         assert "--enforce-eager" not in result.args()
 
 
-def _longest_context(make: Make, **pins: Any) -> int:
-    """The max-model-len the planner reaches for Llama-3.1-8B on one L4 with these flags pinned."""
-    return int(plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(**pins))).flags["max_model_len"])
+def _longest_context(make: Make, gpu: str = "l4", **pins: Any) -> int:
+    """The max-model-len the planner reaches for Llama-3.1-8B on one GPU with these flags pinned."""
+    return int(plan(make(LLAMA_8B, gpu, pinned=PinnedFlags(**pins))).flags["max_model_len"])
 
 
 def test_fp8_kv_chosen_only_when_auto_falls_short(make: Make) -> None:
@@ -331,18 +331,31 @@ def test_fp8_kv_not_chosen_on_gpus_without_fp8(make: Make) -> None:
     assert not any("fp8" in o.flags.get("kv_cache_dtype", "") for o in result.options if o.gpu == "A10")
 
 
-def test_enforce_eager_chosen_only_when_graphs_decide(make: Make) -> None:
-    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
-    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+def test_enforce_eager_chosen_only_when_graphs_cannot_fit_at_any_setting(make: Make) -> None:
+    # A10 (Ampere) has no fp8 KV cache: between graphs and eager, only eager holds the context
+    auto = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=True)
     assert eager > auto  # from v0.21 the CUDA-graph estimate comes out of the KV budget
     context = (auto + eager) // 2
-    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    result = plan(make(LLAMA_8B, "a10", workload=Workload(context_length=context, concurrency=1)))
     assert result.fits
     assert result.flags.get("enforce_eager") is True
-    assert "kv_cache_dtype" not in result.flags  # eager alone was enough
+    assert "kv_cache_dtype" not in result.flags
     assert result.flags["max_model_len"] >= context
     assert any(r.startswith("enforce-eager:") for r in result.reasons)
     assert result.memory.cudagraph_gib == 0
+
+
+def test_cuda_graphs_kept_when_another_allowed_setting_fits(make: Make) -> None:
+    # on an L4 (fp8 KV) the same squeeze is met with CUDA graphs kept: fp8 KV is an allowed setting
+    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+    context = (auto + eager) // 2
+    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    assert result.fits
+    assert "enforce_eager" not in result.flags
+    assert result.flags["kv_cache_dtype"] == "fp8"
+    assert result.flags["max_model_len"] >= context
 
 
 # --- other tenants and constraints --------------------------------------------------------------------------

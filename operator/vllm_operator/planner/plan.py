@@ -7,6 +7,7 @@ with `memory.predict_startup`, and, when nothing fits, lists concrete options th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,6 +32,10 @@ _TP_CHOICES = (1, 2, 4, 8, 16)
 _FP8_KV_GPUS_MIN_CC = 8.9
 _MARGIN_GIB = 0.25          # slack kept below what other tenants leave free
 _MIN_USEFUL_LEN = 1024
+#: The default workload (README, "What a good plan is"): a plan is *usable* when it offers this context (or the
+#: model's maximum if shorter), admits this many concurrent requests and keeps CUDA graphs.
+DEFAULT_CONTEXT_CAP = 8192
+DEFAULT_CONCURRENCY = 4
 _UNPINNABLE = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
                "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "block_size")
 
@@ -107,6 +112,10 @@ class Option(BaseModel):
     """An alternative that would fit, with its figures."""
 
     summary: str
+    kind: str = Field("gpus", description="gpus | flags | context | quantized-checkpoint | larger-gpu | pool")
+    changes: list[str] = Field(default_factory=list,
+                               description="what the option changes beyond the GPUs (KV dtype, quantization, eager)")
+    source: str = Field("catalog", description="where the GPUs come from: 'catalog' (CLI) or 'cluster' (node pools)")
     flags: dict[str, Any]
     gpu: str
     gpu_count: int
@@ -119,8 +128,10 @@ class Plan(BaseModel):
     model_id: str
     gpu: str
     gpu_count: int
+    gpu_count_allowed: int = 1
     vllm_version: str
     fits: bool
+    usable: bool = Field(True, description="fits and meets the default (or stated) workload with CUDA graphs")
     flags: dict[str, Any] = Field(description="vLLM flags, snake_case, the ones we pass explicitly")
     pinned: list[str]
     prediction: StartupPrediction
@@ -379,6 +390,8 @@ def _tp_candidates(request: PlanRequest) -> list[int]:
         return [pinned]
     pp = request.pinned.pipeline_parallel_size or 1
     low = request.constraints.min_tensor_parallel_size or 1
+    if request.gpu.is_mig:
+        return [1]  # a process sees one MIG slice: no tensor parallelism across slices
     return [tp for tp in _TP_CHOICES if low <= tp and tp * pp <= request.gpu_count and _valid_tp(request.arch, tp)]
 
 
@@ -418,44 +431,128 @@ def _search(request: PlanRequest, profile: VersionProfile) -> Iterator[_Candidat
                 yield _candidate(request, profile, tp, pp, kv, eager)
 
 
+def default_context(arch: ModelArch) -> int:
+    """The context a plan must offer when no workload is given: the model's maximum, capped at a sensible length."""
+    return min(arch.derived_max_model_len, DEFAULT_CONTEXT_CAP)
+
+
+def _wanted_context(request: PlanRequest) -> int:
+    wanted = request.workload.context_length or default_context(request.arch)
+    return min(wanted, request.arch.derived_max_model_len)
+
+
+def shortfalls(request: PlanRequest, flags: EngineFlags) -> list[str]:
+    """How a plan that starts falls short of *usable* (README, "What a good plan is"); empty = not degenerate.
+
+    Only what the planner chose counts: a pinned flag or a limit the remediation ladder learned is the user's or
+    the cluster's word, not a degenerate choice.
+    """
+    out: list[str] = []
+    pinned, limits, wl = request.pinned, request.constraints, request.workload
+    context = _wanted_context(request)
+    if pinned.max_model_len is None and limits.max_model_len is None and flags.max_model_len < context:
+        out.append(f"max-model-len {flags.max_model_len} (below {context})")
+    seqs = min(wl.concurrency or DEFAULT_CONCURRENCY, DEFAULT_CONCURRENCY)
+    if pinned.max_num_seqs is None and limits.max_num_seqs is None and flags.max_num_seqs < seqs:
+        out.append(f"max-num-seqs {flags.max_num_seqs} (below {seqs})")
+    if flags.enforce_eager and pinned.enforce_eager is None and not limits.force_enforce_eager:
+        out.append("--enforce-eager (no CUDA graphs)")
+    return out
+
+
+def _objective_text(request: PlanRequest) -> str:
+    wl = request.workload
+    context = _wanted_context(request)
+    if wl.context_length or wl.concurrency:
+        return (f"the stated workload ({wl.concurrency or 1} concurrent request(s) of {context} tokens) with "
+                "CUDA graphs")
+    return (f"the default workload (context {context} tokens, {DEFAULT_CONCURRENCY} concurrent requests, "
+            "CUDA graphs on)")
+
+
+def _gpus(candidate: _Candidate) -> int:
+    return candidate.flags.tensor_parallel_size * candidate.flags.pipeline_parallel_size
+
+
+def _starts(request: PlanRequest, candidate: _Candidate) -> bool:
+    return candidate.prediction.failure is None and _workload_ok(request, candidate.prediction, candidate.flags)
+
+
+def _rank(request: PlanRequest, index: int, candidate: _Candidate) -> tuple[float, ...]:
+    """The objective as a sort key (smaller is better).
+
+    1. It starts and meets the stated workload. 2. It is usable (not degenerate). 3. Among degenerate plans: CUDA
+    graphs kept if any allowed setting keeps them, then the fewest shortfalls. 4. Fewer GPUs. 5. 16-bit KV cache
+    over fp8. 6. More KV cache. Plans that do not start are shown for the most GPUs allowed (the GPUs asked for).
+    """
+    flags = candidate.flags
+    fp8 = float(flags.kv_cache_dtype.startswith("fp8") and not request.pinned.kv_cache_dtype)
+    if not _starts(request, candidate):
+        return (2.0, -_gpus(candidate), fp8, float(flags.enforce_eager), float(index))
+    short = shortfalls(request, flags)
+    eager = float(flags.enforce_eager and request.pinned.enforce_eager is None)
+    return (0.0 if not short else 1.0, eager if short else 0.0, float(len(short)), float(_gpus(candidate)), fp8,
+            -float(candidate.prediction.kv_cache_tokens), float(index))
+
+
+def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, bool, list[_Candidate]]:
+    """The best candidate by the objective, whether it starts, and every candidate tried (search order)."""
+    candidates = list(_search(request, profile))
+    ranked = sorted(enumerate(candidates), key=lambda pair: _rank(request, *pair))
+    best = ranked[0][1]
+    return best, _starts(request, best), candidates
+
+
 def plan(request: PlanRequest) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons."""
     profile = profile_for(request.vllm_version)
-    first: _Candidate | None = None
-    chosen: _Candidate | None = None
-    for candidate in _search(request, profile):
-        first = first or candidate
-        if candidate.prediction.failure is None and _workload_ok(request, candidate.prediction, candidate.flags):
-            chosen = candidate
-            break
-    result = chosen or first
-    assert result is not None
-    reasons = _reasons(request, profile, result, chosen is not None)
+    result, fits, tried = _choose(request, profile)
+    reasons = _reasons(request, profile, result, fits, tried)
     flags = _explicit_flags(request, result.flags, profile)
-    failure = result.prediction.failure
+    failure = _plain_failure(result.prediction.failure)
     wanted = request.workload.context_length
-    if chosen is None and wanted and wanted > request.arch.derived_max_model_len:
+    if not fits and wanted and wanted > request.arch.derived_max_model_len:
         failure = PredictedFailure(
             kind=FailureKind.MAX_MODEL_LEN_TOO_LONG,
             message=f"The workload's context length ({wanted}) is longer than the model's own maximum "
                     f"({request.arch.derived_max_model_len}, from config.json); lower it or pick a model with a "
                     "longer context.")
-    if chosen is None and failure is None:
+    if not fits and failure is None:
         failure = PredictedFailure(kind=FailureKind.KV_CACHE_TOO_SMALL, message=_workload_message(request, result))
-    options = [] if chosen is not None else list(_options(request, profile))
+    degenerate = fits and bool(shortfalls(request, result.flags))
+    options = [] if fits and not degenerate else list(_options(request, profile, usable_only=degenerate))
+    prediction = result.prediction
+    if prediction.failure is not None:
+        prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
     return Plan(
         model_id=request.arch.model_id,
         gpu=request.gpu.name,
-        gpu_count=result.flags.tensor_parallel_size * result.flags.pipeline_parallel_size,
+        gpu_count=_gpus(result),
+        gpu_count_allowed=request.gpu_count,
         vllm_version=profile.version,
-        fits=chosen is not None,
+        fits=fits,
+        usable=fits and not degenerate,
         flags=flags,
         pinned=request.pinned.pinned_names(),
-        prediction=result.prediction,
+        prediction=prediction,
         failure=failure,
         reasons=reasons,
         options=options,
     )
+
+
+_INVENTED = re.compile(r"\s*\(original error: .*\)\s*$", re.DOTALL)
+
+
+def _plain_failure(failure: PredictedFailure | None) -> PredictedFailure | None:
+    """vLLM's own words for a failure, without the PyTorch traceback a real run would append: no pod ran, so the
+    allocation sizes in such a traceback would be invented."""
+    if failure is None:
+        return None
+    message = _INVENTED.sub("", failure.message)
+    if message.lstrip().startswith("torch.OutOfMemoryError"):
+        message = "torch.OutOfMemoryError: CUDA out of memory."
+    return failure if message == failure.message else failure.model_copy(update={"message": message})
 
 
 def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
@@ -492,7 +589,8 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     return out
 
 
-def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool) -> list[str]:
+def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
+             tried: list[_Candidate]) -> list[str]:
     arch, gpu, flags, pred = request.arch, request.gpu, candidate.flags, candidate.prediction
     mem = pred.memory
     reasons = [
@@ -502,22 +600,39 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         f"sizes memory by the rules of releases since {profile.since}: {profile.note}.",
     ]
     tp = flags.tensor_parallel_size
+    short = shortfalls(request, flags) if fits else []
+    objective = _objective_text(request)
     if request.pinned.tensor_parallel_size:
         reasons.append(f"tensor-parallel-size {tp} is pinned.")
     elif not fits:
-        reasons.append(f"tensor-parallel-size {tp}: no size up to the {request.gpu_count} GPU(s) allowed fits.")
-    elif tp == 1:
-        reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
+        reasons.append(f"tensor-parallel-size {tp}: the most of the {request.gpu_count} GPU(s) allowed; no valid "
+                       f"size up to that starts{' with the stated workload' if request.workload.concurrency else ''}.")
     else:
-        smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t)]
+        fewer = [c for c in tried if _gpus(c) < _gpus(candidate) and _starts(request, c)]
+        if fewer and not short:
+            best_fewer = min(fewer, key=lambda c: _rank(request, 0, c))
+            reasons.append(
+                f"tensor-parallel-size {tp}: on {_gpus(best_fewer)} GPU(s) vLLM would start only with "
+                f"{', '.join(shortfalls(request, best_fewer.flags))}; {_gpus(candidate)} GPUs meet {objective}. "
+                "Trade-off: more GPUs for a usable plan.")
+        elif tp == 1:
+            reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
+        else:
+            smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t)]
+            reasons.append(
+                f"tensor-parallel-size {tp}: the smallest valid size that fits "
+                f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} "
+                f"attention heads and {arch.num_kv_heads} KV heads).")
+    if short:
         reasons.append(
-            f"tensor-parallel-size {tp}: the smallest valid size that fits "
-            f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} attention "
-            f"heads and {arch.num_kv_heads} KV heads).")
+            f"Trade-off: no configuration within the {request.gpu_count} GPU(s) allowed meets {objective}; this "
+            f"plan starts with {', '.join(short)}"
+            + (" (CUDA graphs do not fit at any allowed setting)" if flags.enforce_eager else "")
+            + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
-        reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit; fp8 halves KV bytes per token "
-                       "(small quality cost).")
+        reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
+                       f"{objective}; fp8 halves KV bytes per token (small quality cost).")
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens:
@@ -540,30 +655,56 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         + f" + {mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, "
           f"{pred.max_concurrency:.2f} concurrent requests of {flags.max_model_len}.")
     if not fits:
-        reasons.append("Does not fit: " + (pred.failure.message if pred.failure else _workload_message(request,
-                                                                                                     candidate)))
+        reasons.append("Does not fit: " + does_not_fit(request, profile, candidate.flags, pred))
     return reasons
 
 
-def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
-    """Concrete alternatives that would fit, each planned for real."""
+def does_not_fit(request: PlanRequest, profile: VersionProfile, flags: EngineFlags, pred: StartupPrediction) -> str:
+    """Why a plan does not start, as arithmetic that adds up (the figures of the memory bar), then vLLM's words."""
+    failure = _plain_failure(pred.failure)
+    mem = pred.memory
+    gpus = flags.tensor_parallel_size * flags.pipeline_parallel_size
+    if failure is None:
+        wl = request.workload
+        return (f"the KV cache holds {pred.kv_cache_tokens} tokens per replica; the workload asks for "
+                f"{wl.concurrency or 1} concurrent requests of {min(wl.context_length or flags.max_model_len, flags.max_model_len)} "
+                "tokens.")
+    arithmetic = ""
+    if failure.kind in (FailureKind.WEIGHTS_DO_NOT_FIT, FailureKind.CUDA_OOM_STARTUP, FailureKind.NO_KV_CACHE_MEMORY,
+                        FailureKind.KV_CACHE_TOO_SMALL):
+        overhead = round(mem.non_torch_gib + (mem.cudagraph_gib if profile.cudagraph_subtracted else 0.0), 2)
+        one = round(pred.kv_bytes_per_token * flags.max_model_len / 2**30, 2)
+        need = round(mem.weights_gib + mem.activation_gib + overhead + one, 2)
+        if need > mem.requested_gib:
+            arithmetic = (f"weights {mem.weights_gib:.2f} GiB + activation {mem.activation_gib:.2f} + overhead "
+                          f"{overhead:.2f} + KV cache for one request of {flags.max_model_len} tokens {one:.2f} = "
+                          f"{need:.2f} GiB > budget {mem.requested_gib:.2f} GiB (gpu-memory-utilization "
+                          f"{flags.gpu_memory_utilization} × {mem.gpu_total_gib:.2f} GiB) on each of {gpus} GPU(s).")
+        elif failure.kind == FailureKind.CUDA_OOM_STARTUP:
+            context = round(mem.headroom_gib, 2)
+            arithmetic = (f"the budget {mem.requested_gib:.2f} GiB fits, but CUDA graphs ({mem.cudagraph_gib:.2f} GiB) "
+                          f"and the CUDA context are captured outside it, in the {context:.2f} GiB left of "
+                          f"{mem.gpu_total_gib:.2f} GiB on each of {gpus} GPU(s), and do not fit there.")
+    if failure.kind == FailureKind.CUDA_OOM_STARTUP:
+        return arithmetic or "a CUDA allocation would fail during startup (torch.OutOfMemoryError)."
+    said = f"vLLM would print: {failure.message}"
+    return f"{arithmetic} {said}" if arithmetic else said
+
+
+def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = False) -> Iterable[Option]:
+    """Concrete alternatives from the GPU catalog that would fit (and be usable, when the plan itself only starts
+    degenerate), each planned for real and saying what it changes beyond the GPUs."""
     seen: set[str] = set()
 
-    def attempt(summary: str, changed: PlanRequest) -> Option | None:
-        first = None
-        for candidate in _search(changed, profile):
-            first = first or candidate
-            if candidate.prediction.failure is None and _workload_ok(changed, candidate.prediction, candidate.flags):
-                if summary in seen:
-                    return None
-                seen.add(summary)
-                flags = _explicit_flags(changed, candidate.flags, profile)
-                return Option(summary=summary, flags=flags, gpu=changed.gpu.name,
-                              gpu_count=candidate.flags.tensor_parallel_size * candidate.flags.pipeline_parallel_size,
-                              kv_cache_tokens=candidate.prediction.kv_cache_tokens,
-                              max_model_len=candidate.flags.max_model_len,
-                              max_concurrency=candidate.prediction.max_concurrency)
-        return None
+    def attempt(summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None:
+        best, starts, _ = _choose(changed, profile)
+        if not starts or (usable_only and shortfalls(changed, best.flags)) or summary in seen:
+            return None
+        seen.add(summary)
+        flags = _explicit_flags(changed, best.flags, profile)
+        return Option(summary=summary, kind=kind, changes=_changes(request, changed, best.flags), flags=flags,
+                      gpu=changed.gpu.name, gpu_count=_gpus(best), kv_cache_tokens=best.prediction.kv_cache_tokens,
+                      max_model_len=best.flags.max_model_len, max_concurrency=best.prediction.max_concurrency)
 
     arch = request.arch
     found: list[Option] = []
@@ -574,13 +715,13 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
             continue
         relaxed_pins = request.pinned.model_copy(update={name: None})
         option = attempt(f"unpin {name.replace('_', '-')} (pinned {value})",
-                         request.model_copy(update={"pinned": relaxed_pins}))
+                         request.model_copy(update={"pinned": relaxed_pins}), kind="flags")
         if option:
             option.summary = (f"Change the pinned {name.replace('_', '-')} from {value} to "
                               f"{option.flags.get(name, 'vLLM default')}")
             found.append(option)
     # more GPUs of the same kind
-    if not request.pinned.tensor_parallel_size:
+    if not request.pinned.tensor_parallel_size and not request.gpu.is_mig:  # a process sees one MIG slice
         for count in (2, 4, 8):
             if count > request.gpu_count:
                 option = attempt(f"Use {count}× {request.gpu.name} with tensor parallelism",
@@ -593,7 +734,7 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
         relaxed = request.model_copy(update={
             "pinned": request.pinned.model_copy(update={"max_model_len": None}),
             "workload": Workload(prefix_caching=request.workload.prefix_caching)})
-        option = attempt("Unpin max-model-len and let the planner size the context", relaxed)
+        option = attempt("Unpin max-model-len and let the planner size the context", relaxed, kind="context")
         wanted = request.pinned.max_model_len or request.workload.context_length or 0
         if option and option.max_model_len < wanted:
             option.summary = f"Shorter context: max-model-len {option.max_model_len}"
@@ -608,7 +749,7 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
     # fp8 KV cache
     if request.pinned.kv_cache_dtype in (None, "auto") and _supports_fp8_kv(request.gpu):
         option = attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={
-            "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}))
+            "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}), kind="flags")
         if option:
             found.append(option)
     # quantized weights
@@ -616,7 +757,7 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
         if request.gpu.fp8:
             option = attempt("Quantize weights to FP8 online (--quantization fp8) or use an FP8 checkpoint",
                              request.model_copy(update={"pinned": request.pinned.model_copy(
-                                 update={"quantization": "fp8"})}))
+                                 update={"quantization": "fp8"})}), kind="flags")
             if option:
                 found.append(option)
         option = _quantized_variant(request, attempt)
@@ -627,6 +768,24 @@ def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:
     if option:
         found.append(option)
     return found
+
+
+def _changes(request: PlanRequest, changed: PlanRequest, flags: EngineFlags) -> list[str]:
+    """What an option changes beyond the GPUs: everything a user would notice in quality, speed or checkpoint."""
+    out: list[str] = []
+    if flags.kv_cache_dtype != "auto" and flags.kv_cache_dtype != (request.pinned.kv_cache_dtype or "auto"):
+        out.append(f"KV cache dtype {flags.kv_cache_dtype} (small quality cost)")
+    if changed.pinned.quantization != request.pinned.quantization:
+        out.append(f"weights quantized online (--quantization {changed.pinned.quantization})")
+    if changed.arch is not request.arch and changed.arch.quantization != request.arch.quantization:
+        out.append("a different (quantized) checkpoint")
+    if flags.enforce_eager and not request.pinned.enforce_eager:
+        out.append("--enforce-eager (no CUDA graphs: slower decode)")
+    for name in _UNPINNABLE:
+        before, after = getattr(request.pinned, name), getattr(changed.pinned, name)
+        if before is not None and after is None:
+            out.append(f"unpins {name.replace('_', '-')}")
+    return out
 
 
 def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
@@ -643,7 +802,8 @@ def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
         "quantization": Quantization(method="awq", weight_bits=4, group_size=128), "total_size": size,
         "total_size_estimated": True, "dtype": "float16"})
     option: Option | None = attempt(f"Use a 4-bit AWQ/GPTQ checkpoint of {arch.model_id} (about "
-                                    f"{size / 2**30:.1f} GiB of weights)", request.model_copy(update={"arch": variant}))
+                                    f"{size / 2**30:.1f} GiB of weights)", request.model_copy(update={"arch": variant}),
+                                    "quantized-checkpoint")
     return option
 
 
@@ -651,11 +811,11 @@ def _larger_gpu(request: PlanRequest, attempt: Any) -> Option | None:
     from .gpus import load_gpu_catalog
 
     catalog = load_gpu_catalog()
-    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma),
+    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma and not g.is_mig),
                     key=lambda g: g.reported_gib)
     for gpu in bigger:
         option: Option | None = attempt(f"Use a larger GPU: {gpu.name} ({gpu.reported_gib:.0f} GiB)",
-                                        request.model_copy(update={"gpu": gpu}))
+                                        request.model_copy(update={"gpu": gpu}), "larger-gpu")
         if option:
             return option
     return None
