@@ -103,7 +103,7 @@ def test_exit_1_and_options_when_it_does_not_fit(capsys: pytest.CaptureFixture[s
     assert code == 1
     assert err == ""
     assert out.startswith("DOES NOT FIT")
-    assert "Options that would fit:" in out
+    assert "Options that would fit (GPUs from the GPU catalog):" in out
 
 
 def test_pinned_flags_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
