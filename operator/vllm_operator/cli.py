@@ -20,7 +20,7 @@ from .planner import ArchError, PinnedFlags, Plan, PlanRequest, VersionError, Wo
 from .planner.arch import arch_from_config
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
-from .planner.versions import NEWEST_KNOWN_VERSION, parse_version, version_from_image
+from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
 
 
 class UsageError(Exception):
@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--block-size", type=_positive_int)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
-    p.add_argument("--vllm-version", help=f"vLLM release (default: newest known, {NEWEST_KNOWN_VERSION})")
-    p.add_argument("--image", help="vLLM image; its tag gives the version (e.g. vllm/vllm-openai:v0.11.0)")
+    p.add_argument("--vllm-version", help=f"vLLM release the image runs, e.g. 0.11.0 (wins over --image's tag; default: the tag, else the newest "
+                        f"known, {NEWEST_KNOWN_VERSION})")
+    p.add_argument("--image", help="vLLM image; its tag gives the version (e.g. vllm/vllm-openai:v0.11.0); a digest, mirror tag or "
+                        "latest plans for the newest known release unless --vllm-version says which")
     p.add_argument("--context-length", type=_model_len, help="typical p99 prompt+output tokens")
     p.add_argument("--concurrency", type=_positive_int, help="peak concurrent requests")
     p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
@@ -173,16 +175,12 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
     )
 
 
-def _version(args: argparse.Namespace) -> str | None:
-    if args.vllm_version:
-        parse_version(args.vllm_version)
-        return str(args.vllm_version)
-    if args.image:
-        found = version_from_image(args.image)
-        if found is None:
-            raise UsageError(f"cannot read a vLLM version from image {args.image!r}; pass --vllm-version")
-        return found
-    return None
+def _version(args: argparse.Namespace) -> ImageVersion | None:
+    """--vllm-version wins (as spec.vllmVersion does); else --image's tag; a digest, mirror tag or 'latest' plans for
+    the newest known release and says so in the reasons."""
+    if not args.vllm_version and not args.image:
+        return None
+    return image_version(args.image, args.vllm_version, field="--vllm-version")
 
 
 def build_request(args: argparse.Namespace) -> PlanRequest:
@@ -200,8 +198,10 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
                          f"{gpu.reported_gib:.2f} GiB")
     workload = Workload(context_length=args.context_length, concurrency=args.concurrency,
                         prefix_caching=args.prefix_caching)
+    version = _version(args)
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
-                       vllm_version=_version(args), gpu_free_gib=args.gpu_free_gib)
+                       vllm_version=version.version if version else None,
+                       version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib)
 
 
 def plan_document(result: Plan) -> dict[str, Any]:

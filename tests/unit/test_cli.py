@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from vllm_operator.cli import main
+from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
 
 MEMORY_KEYS = {"gpu_total_gib", "requested_gib", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
                "kv_cache_gib"}
@@ -200,8 +201,6 @@ def test_local_model_directory(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         ["--gpu", "h100", "--gpu-memory-utilization", "lots"],
         ["--gpu", "h100", "--max-model-len", "long"],
         ["--gpu", "h100", "--max-model-len", "0"],
-        ["--gpu", "h100", "--image", "vllm/vllm-openai:latest"],
-        ["--gpu", "h100", "--image", "vllm/vllm-openai"],
         ["--gpu", "h100", "--vllm-version", "banana"],
         ["--gpu", "h100", "--gpu-free-gib", "100"],
         ["--gpu", "h100", "--gpu-free-gib", "-1"],
@@ -220,11 +219,23 @@ def test_unknown_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no-such-gpu-9000" in err
 
 
-def test_image_without_version_says_pass_vllm_version(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--image",
-                         "vllm/vllm-openai:latest")
-    assert_one_line_error(code, out, err)
-    assert "--vllm-version" in err
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai", "registry.local/vllm:prod",
+                                   "vllm/vllm-openai@sha256:" + "ab" * 32])
+def test_image_without_version_plans_for_the_newest_and_says_so(capsys: pytest.CaptureFixture[str],
+                                                                image: str) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--image", image)
+    assert code == 0
+    assert doc["vllm_version"] == NEWEST_KNOWN_VERSION
+    assert any(r.startswith(f"vLLM {NEWEST_KNOWN_VERSION} assumed") and "--vllm-version" in r
+               for r in doc["reasons"])
+
+
+def test_vllm_version_names_the_release_of_a_digest_image(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--image",
+                          "vllm/vllm-openai@sha256:" + "ab" * 32, "--vllm-version", "0.10.1")
+    assert code == 0
+    assert doc["vllm_version"] == "0.10.1"
+    assert not any("assumed" in r for r in doc["reasons"])
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,7 @@ class PlanRequest(BaseModel):
     constraints: Constraints = Constraints()
     vllm_version: str | None = None
     gpu_free_gib: float | None = Field(None, ge=0, description="free memory per GPU when vLLM starts, if others hold some")
+    version_note: str = Field("", description="why this vLLM release was assumed (a digest, mirror tag or latest)")
 
 
 class Option(BaseModel):
@@ -599,6 +600,8 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         f"GPU {gpu.name}: vLLM sees {gpu.reported_gib:.2f} GiB. vLLM {profile.version} ({profile.engine} engine) "
         f"sizes memory by the rules of releases since {profile.since}: {profile.note}.",
     ]
+    if request.version_note:
+        reasons.append(request.version_note)
     tp = flags.tensor_parallel_size
     short = shortfalls(request, flags) if fits else []
     objective = _objective_text(request)
