@@ -52,6 +52,10 @@ _MIG_RE = re.compile(
     r"^(?P<parent>.+?)[-_ ]MIG[-_ ](?P<profile>(?P<compute>\d+)g\.(?P<gb>\d+)gb(?:[+.-]me(?:[+.-]all)?)?)$",
     re.IGNORECASE,
 )
+#: AMD and Intel accelerators (out of scope: vLLM's ROCm/XPU builds account memory differently).
+_OTHER_VENDOR_RE = re.compile(
+    r"(?i)(\bamd\b|radeon|instinct|\bmi\s?[123]\d{2}[a-z]*\b|\bintel\b|gaudi|\barc[\s_-]?[ab]\d{3}|"
+    r"data\s?center\s?gpu\s?max|\bmax[\s_-]?1[15]\d0\b|ponte\s?vecchio|\bflex[\s_-]?1[47]0\b|\brx[\s_-]?[5-9]\d{3})")
 _MIXED_MIG_LABEL_RE = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.product$")
 _SIZE_RE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|gi|g|mib|mb)$", re.IGNORECASE)
 _FAMILY_ARCH: dict[str, Arch] = {
@@ -308,23 +312,37 @@ class GPUCatalog:
         raise UnknownGPUError(self._unknown_message(text))
 
     def _unknown_message(self, text: str) -> str:
-        """One-line error for an unresolvable input, naming up to three close catalog matches."""
+        """One-line error for an unresolvable input, naming up to three *matching* catalog GPUs: the same series
+        (the letters before the model number: RTX, A, H, L…) and, when the text names a size, the same memory.
+        AMD and Intel GPUs are said to be out of scope rather than matched to an NVIDIA neighbour."""
         if not text:
             return "empty GPU name: give a catalog name (e.g. H100-SXM-80GB), an alias, a label or a size (24GiB)"
+        usage = "(use a catalog name, an alias, a nvidia.com/gpu.product value or a size such as 24GiB)"
+        if _OTHER_VENDOR_RE.search(text):
+            return (f"unknown GPU {text!r}: AMD and Intel GPUs are not in scope - vllm-operator plans with the "
+                    "memory arithmetic of vLLM's CUDA build and knows NVIDIA GPUs only " + usage)
         mig = _MIG_RE.match(text)
         key = normalize_gpu_key(mig["parent"] if mig else text)
-        suggestions: list[str] = []
-        for match in difflib.get_close_matches(key, list(self._index), n=10, cutoff=0.6):
-            name = self._index[match].name
-            if name not in suggestions:
-                suggestions.append(name)
-        hint = (
-            f"did you mean {', '.join(suggestions[:3])}?" if suggestions else "no close match in the catalog"
-        )
-        return (
-            f"unknown GPU {text!r}: {hint} (use a catalog name, an alias, a nvidia.com/gpu.product value "
-            f"or a size such as 24GiB)"
-        )
+        suggestions = self._matching(key, text)
+        hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "no matching GPU in the catalog"
+        return f"unknown GPU {text!r}: {hint} {usage}"
+
+    def _matching(self, key: str, text: str) -> list[str]:
+        """Catalog names of the same series (and memory, when given), closest spelling first; at most three."""
+        series = re.match(r"[a-z]*", key)
+        prefix = series.group(0) if series else ""
+        size = re.search(r"(\d+)\s*(?:gb|gib|g)\b", text.lower())
+        scored: dict[str, float] = {}
+        for candidate, spec in self._index.items():
+            other = re.match(r"[a-z]*", candidate)
+            if not prefix or (other.group(0) if other else "") != prefix:
+                continue
+            if size and abs(spec.memory_gib - float(size.group(1))) > max(2.0, 0.06 * spec.memory_gib):
+                continue
+            ratio = difflib.SequenceMatcher(None, key, candidate).ratio()
+            if ratio >= 0.5:
+                scored[spec.name] = max(scored.get(spec.name, 0.0), ratio)
+        return [name for name, _ in sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:3]]
 
 
 def _validation_summary(exc: ValidationError) -> str:
