@@ -305,6 +305,7 @@ def plan_document(result: Plan) -> dict[str, Any]:
         "num_gpu_blocks": pred.num_blocks,
         "max_concurrency": pred.max_concurrency,
         "estimated_max_model_len": pred.estimated_max_model_len,
+        "kv_fraction_of_physical_limit": result.kv_fraction,
         "reasons": result.reasons,
         "options": [option.model_dump() for option in result.options],
     }

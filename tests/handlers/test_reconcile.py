@@ -119,7 +119,7 @@ def test_spec_update_changes_args_and_nothing_else(harness: OperatorHarness) -> 
     assert len(h.events("llama", "Planned")) == 2
 
     seqs_before = flag_value(container(deployment)["args"], "--max-num-seqs")
-    h.patch_spec("llama", {"workload": {"contextLength": 4096, "concurrency": 4}})
+    h.patch_spec("llama", {"workload": {"contextLength": 4096, "concurrency": 4, "profile": "batch"}})
     deployment = h.wait_deployment(
         "llama", lambda d: flag_value(container(d)["args"], "--max-num-seqs") != seqs_before)
     obj = h.wait_settled("llama")

@@ -11,13 +11,16 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib import resources
 
 import pytest
-from conftest import catalog_arch, catalog_gpu
 
 from vllm_operator.planner import PinnedFlags, Plan, PlanRequest, Workload, plan
+from vllm_operator.planner.arch import ModelArch, arch_from_config
+from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from vllm_operator.planner.plan import DEFAULT_CONCURRENCY, DEFAULT_CONTEXT_CAP, default_context
+from vllm_operator.sources import load_model_files
 
 MODELS = sorted(
     path.name[:-5].replace("__", "/", 1)
@@ -28,6 +31,18 @@ GPUS = ("T4", "L4", "RTX-4090", "L40S", "H100-SXM-80GB", "A100-SXM4-40GB-MIG-3g.
 COUNTS = (1, 2, 8)
 WORKLOADS = (Workload(), Workload(context_length=16384, concurrency=4))
 _NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+@cache
+def catalog_arch(model_id: str) -> ModelArch:
+    files = load_model_files(model_id, offline=True)
+    return arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
+                            total_size_estimated=files.total_size_estimated)
+
+
+@cache
+def catalog_gpu(name: str) -> GPUSpec:
+    return load_gpu_catalog().get(name)
 
 
 def _request(model: str, gpu: str, count: int, workload: Workload, **pins: object) -> PlanRequest:
@@ -129,8 +144,16 @@ def test_the_issue_example_prefers_tp2_over_a_degenerate_tp1() -> None:
     assert result.fits and result.usable
     assert result.flags["tensor_parallel_size"] == 2
     assert result.flags["max_model_len"] == 32768
-    assert "enforce_eager" not in result.flags
-    assert any("Trade-off: more GPUs for a usable plan" in r for r in result.reasons)
+    assert "enforce_eager" not in result.flags and "kv_cache_dtype" not in result.flags
+    assert any("Trade-off: more GPUs" in r for r in result.reasons)
+
+
+def test_more_gpus_for_a_usable_plan_say_the_trade_off() -> None:
+    one = plan(_request("google/gemma-2-9b-it", "L4", 1, Workload()))
+    assert one.fits and not one.usable  # 1 GPU: a short context, one sequence
+    two = plan(_request("google/gemma-2-9b-it", "L4", 2, Workload()))
+    assert two.usable and two.gpu_count == 2
+    assert any("Trade-off: more GPUs for a usable plan" in r for r in two.reasons)
 
 
 def test_fewest_gpus_when_one_is_usable() -> None:
@@ -140,7 +163,7 @@ def test_fewest_gpus_when_one_is_usable() -> None:
 
 
 def test_a_degenerate_plan_says_its_trade_off() -> None:
-    result = plan(_request("Qwen/Qwen2.5-72B-Instruct-AWQ", "L40S", 1, Workload()))
+    result = plan(_request("google/gemma-2-9b-it", "L4", 1, Workload()))
     assert result.fits and not result.usable
     trade = next(r for r in result.reasons if r.startswith("Trade-off:"))
     assert "1 GPU(s) allowed" in trade and "default workload" in trade

@@ -288,10 +288,17 @@ def test_max_num_seqs_keeps_the_default_when_kv_holds_more(make: Make) -> None:
     assert any("max-num-seqs 1024: vLLM's default" in r for r in result.reasons)
 
 
-def test_max_num_seqs_follows_the_workload_context(make: Make) -> None:
+def test_max_num_seqs_is_sized_at_the_typical_request_not_the_p99_context(make: Make) -> None:
     result = plan(make(LLAMA_8B, "h100", workload=Workload(context_length=32768, concurrency=4)))
     assert result.fits
-    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 32768 + 1
+    assert result.flags["max_num_seqs"] >= 4
+    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 2048 + 1
+    # issue 16: a workload of 32k and a pinned max-model-len of 32k give the same max-num-seqs for the same memory
+    for gpu_name in ("RTX-4090", "L4"):
+        by_workload = plan(make(LLAMA_8B, gpu_name, workload=Workload(context_length=32768, concurrency=1)))
+        by_pin = plan(make(LLAMA_8B, gpu_name, pinned=PinnedFlags(max_model_len=32768)))
+        if by_workload.flags["max_model_len"] == 32768:
+            assert by_workload.flags["max_num_seqs"] == by_pin.flags["max_num_seqs"]
 
 
 # --- fp8 KV cache and enforce-eager -------------------------------------------------------------------------

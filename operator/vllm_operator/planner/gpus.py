@@ -167,6 +167,44 @@ def default_utilization_for(tier: Tier, memory_gib: float, uma: bool = False) ->
     return 0.92
 
 
+#: GiB other processes hold on a GPU that also drives a desktop (compositor, browser) before vLLM starts. Evidence:
+#: an RTX 4080 with a desktop had 1.30 GiB in use at vLLM's start (15.99 total, 14.69 free), of which ~0.5 GiB is
+#: vLLM's own context: ~0.8 GiB (../shared/data); the catalog header's 0.3-1.5 GiB for compositors.
+DESKTOP_RESERVE_GIB: dict[str, float] = {"consumer": 0.8, "workstation": 0.75, "datacenter": 0.0}
+#: What must stay free after vLLM's budget for what grows after its memory profile (allocator fragmentation,
+#: cuBLAS/NCCL workspaces, sampler spikes): a fixed part plus a share of the GPU. Evidence: the RTX 4080 record
+#: started with ~0.3 GiB left after its budget (v0.26) and a gpt-oss-20b start at 0.95 on an H100 ran out during
+#: graph capture (v0.19); 1 GiB + 1 % keeps a margin over both, and 50+ H100 starts at 0.95 kept ~3.5 GiB.
+SLACK_GIB = 1.0
+SLACK_SHARE = 0.01
+#: The highest utilization the evidence supports at scale (H100 starts at 0.95 in ../shared/data); never planned above.
+MAX_SAFE_UTILIZATION = 0.95
+
+
+def safe_utilization(gpu: GPUSpec, context_gib: float) -> tuple[float, str]:
+    """The highest --gpu-memory-utilization that keeps this GPU's real needs outside vLLM's budget covered, and why.
+
+    Outside the budget live vLLM's own CUDA context (and NCCL buffers at TP>1: ``context_gib``), what a desktop
+    holds on consumer and workstation cards, and slack for what grows after the profile. UMA GPUs (GH200, GB10) keep
+    the catalog's policy: vLLM compares against host-available memory there, which the OS also draws on.
+    """
+    if gpu.uma:
+        return gpu.default_utilization, f"the catalog's {gpu.default_utilization:.2f} for unified-memory GPUs"
+    total = gpu.reported_gib
+    desktop = DESKTOP_RESERVE_GIB.get(gpu.tier, 0.0)
+    slack = SLACK_GIB + SLACK_SHARE * total
+    util = math.floor((total - context_gib - desktop - slack) / total * 100 + 1e-9) / 100
+    needs = (f"the CUDA context/NCCL ({context_gib:.2f} GiB)"
+             + (f", a desktop ({desktop:.2f} GiB on a {gpu.tier} card)" if desktop else "")
+             + f" and {slack:.2f} GiB of slack for fragmentation and workspaces")
+    why = f"the highest that leaves {needs} outside vLLM's budget on this {total:.2f} GiB GPU"
+    if util > MAX_SAFE_UTILIZATION:
+        util = MAX_SAFE_UTILIZATION
+        why = (f"the highest the evidence supports (H100 starts at {MAX_SAFE_UTILIZATION:.2f}); {needs} would "
+               "allow more")
+    return max(util, 0.05), why
+
+
 def normalize_gpu_key(text: str) -> str:
     """Lookup key: lowercase, separators dropped, leading 'nvidia'/'geforce'/'tesla' stripped."""
     key = re.sub(r"[\s_\-]+", "", text.strip().lower())

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .arch import ModelArch
 from .failures import FailureKind
-from .gpus import GPUSpec
+from .gpus import GPUSpec, safe_utilization
 from .memory import (
     EngineFlags,
     GPUFacts,
@@ -133,6 +133,9 @@ class Plan(BaseModel):
     vllm_version: str
     fits: bool
     usable: bool = Field(True, description="fits and meets the default (or stated) workload with CUDA graphs")
+    kv_fraction: float | None = Field(None, description="planned KV cache memory / the physical limit: what vLLM "
+                                      "could use at the GPU's highest safe utilization minus weights, activation "
+                                      "and overhead (same flags)")
     flags: dict[str, Any] = Field(description="vLLM flags, snake_case, the ones we pass explicitly")
     pinned: list[str]
     prediction: StartupPrediction
@@ -206,10 +209,10 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
         reasons.append(f"gpu-memory-utilization {pinned} is pinned.")
         return pinned
     gpu = request.gpu
-    util = gpu.default_utilization
-    why = f"gpu-memory-utilization {util:.2f}: the headroom we keep on {gpu.tier} GPUs like the {gpu.name}"
     total = gpu.reported_gib
     init = init_nontorch_gib(tp, gpu.nvlink)
+    util, basis = safe_utilization(gpu, init)
+    why = f"gpu-memory-utilization {util:.2f}: {basis}"
     if not profile.cudagraph_subtracted and not eager:
         # before v0.21 CUDA graphs are captured in the headroom outside the budget
         probe = EngineFlags(tensor_parallel_size=tp, max_model_len=1, max_num_seqs=1, max_num_batched_tokens=1,
@@ -369,10 +372,11 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
 def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags,
                        notes: list[str]) -> int:
     """As many sequences as the KV cache holds at the typical request length, not vLLM's 256/1024."""
-    typical = request.workload.context_length or min(flags.max_model_len,
-                                                     request.workload.typical_request_tokens or 2048)
+    # sized at the typical request, not the p99 context: most requests are shorter, and vLLM preempts (never
+    # crashes) when long ones fill the cache; the workload's concurrency at its p99 length is checked separately
+    typical = min(flags.max_model_len, request.workload.typical_request_tokens or 2048)
     capacity = int(prediction.max_concurrency * flags.max_model_len / typical) if typical else flags.max_num_seqs
-    seqs = max(1, min(flags.max_num_seqs, capacity))
+    seqs = max(1, min(flags.max_num_seqs, max(capacity, request.workload.concurrency or 1)))
     if request.constraints.max_num_seqs:
         seqs = min(seqs, request.constraints.max_num_seqs)
     if seqs < flags.max_num_seqs:
@@ -482,9 +486,10 @@ def _starts(request: PlanRequest, candidate: _Candidate) -> bool:
 def _rank(request: PlanRequest, index: int, candidate: _Candidate) -> tuple[float, ...]:
     """The objective as a sort key (smaller is better).
 
-    1. It starts and meets the stated workload. 2. It is usable (not degenerate). 3. Among degenerate plans: CUDA
-    graphs kept if any allowed setting keeps them, then the fewest shortfalls. 4. Fewer GPUs. 5. 16-bit KV cache
-    over fp8. 6. More KV cache. Plans that do not start are shown for the most GPUs allowed (the GPUs asked for).
+    1. It starts and meets the stated workload. 2. It is usable (not degenerate). Among usable plans: 16-bit KV
+    (no quality change) if any allowed configuration has it, then fewer GPUs, then more KV cache. Among degenerate
+    plans: CUDA graphs kept if any allowed setting keeps them, then the fewest shortfalls, then fewer GPUs, 16-bit
+    KV, more KV. Plans that do not start are shown for the most GPUs allowed (the GPUs asked for).
     """
     flags = candidate.flags
     fp8 = float(flags.kv_cache_dtype.startswith("fp8") and not request.pinned.kv_cache_dtype)
@@ -492,8 +497,10 @@ def _rank(request: PlanRequest, index: int, candidate: _Candidate) -> tuple[floa
         return (2.0, -_gpus(candidate), fp8, float(flags.enforce_eager), float(index))
     short = shortfalls(request, flags)
     eager = float(flags.enforce_eager and request.pinned.enforce_eager is None)
-    return (0.0 if not short else 1.0, eager if short else 0.0, float(len(short)), float(_gpus(candidate)), fp8,
-            -float(candidate.prediction.kv_cache_tokens), float(index))
+    if not short:  # usable: 16-bit KV (no quality change) before fewer GPUs, then fewer GPUs, then more KV
+        return (0.0, fp8, float(_gpus(candidate)), -float(candidate.prediction.kv_cache_tokens), float(index))
+    return (1.0, eager, float(len(short)), float(_gpus(candidate)), fp8, -float(candidate.prediction.kv_cache_tokens),
+            float(index))
 
 
 def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, bool, list[_Candidate]]:
@@ -526,6 +533,7 @@ def plan(request: PlanRequest) -> Plan:
     if prediction.failure is not None:
         prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
     return Plan(
+        kv_fraction=kv_fraction(request, profile, result.flags, result.prediction),
         model_id=request.arch.model_id,
         gpu=request.gpu.name,
         gpu_count=_gpus(result),
@@ -540,6 +548,24 @@ def plan(request: PlanRequest) -> Plan:
         reasons=reasons,
         options=options,
     )
+
+
+def kv_fraction(request: PlanRequest, profile: VersionProfile, flags: EngineFlags,
+                prediction: StartupPrediction) -> float | None:
+    """The planned KV cache as a fraction of the physical limit: the memory vLLM could use at this GPU's highest
+    safe utilization, minus the same weights, activation and overhead. None when nothing is left for KV at all."""
+    mem = prediction.memory
+    if prediction.failure is not None:
+        return None
+    safe, _ = safe_utilization(request.gpu, init_nontorch_gib(flags.tensor_parallel_size, request.gpu.nvlink))
+    free = _free_gib(request)
+    if free is not None:  # memory others hold is not physically available
+        safe = min(safe, max(free - _MARGIN_GIB, 0.0) / request.gpu.reported_gib)
+    graphs = mem.cudagraph_gib if profile.cudagraph_subtracted else 0.0
+    physical = safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - graphs
+    if physical <= 0:
+        return None
+    return round(min(mem.kv_cache_gib / physical, 9.99), 3)
 
 
 _INVENTED = re.compile(r"\s*\(original error: .*\)\s*$", re.DOTALL)
@@ -614,10 +640,17 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         fewer = [c for c in tried if _gpus(c) < _gpus(candidate) and _starts(request, c)]
         if fewer and not short:
             best_fewer = min(fewer, key=lambda c: _rank(request, 0, c))
-            reasons.append(
-                f"tensor-parallel-size {tp}: on {_gpus(best_fewer)} GPU(s) vLLM would start only with "
-                f"{', '.join(shortfalls(request, best_fewer.flags))}; {_gpus(candidate)} GPUs meet {objective}. "
-                "Trade-off: more GPUs for a usable plan.")
+            falls = shortfalls(request, best_fewer.flags)
+            if falls:
+                reasons.append(
+                    f"tensor-parallel-size {tp}: on {_gpus(best_fewer)} GPU(s) vLLM would start only with "
+                    f"{', '.join(falls)}; {_gpus(candidate)} GPUs meet {objective}. "
+                    "Trade-off: more GPUs for a usable plan.")
+            else:
+                reasons.append(
+                    f"tensor-parallel-size {tp}: {_gpus(best_fewer)} GPU(s) would meet {objective} only with an fp8 "
+                    f"KV cache (a quality change); {_gpus(candidate)} GPUs keep 16-bit KV. Trade-off: more GPUs "
+                    "for unchanged quality (pin --kv-cache-dtype fp8 to use fewer).")
         elif tp == 1:
             reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
         else:

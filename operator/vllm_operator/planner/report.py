@@ -50,7 +50,9 @@ def render_plan_text(result: Plan) -> str:
                          zip(memory_segments(result), _SEGMENTS, strict=True)),
         "",
         f"KV cache: {pred.kv_cache_tokens:,} tokens, {pred.max_concurrency:.2f} concurrent requests of "
-        f"{result.flags.get('max_model_len')} tokens (longest single request: {pred.estimated_max_model_len:,}).",
+        f"{result.flags.get('max_model_len')} tokens (longest single request: {pred.estimated_max_model_len:,})"
+        + (f"; {result.kv_fraction:.0%} of the KV memory this GPU can hold at its highest safe utilization."
+           if result.kv_fraction is not None else "."),
         "",
         "vllm serve " + result.model_id + " " + " ".join(result.args()),
     ]
