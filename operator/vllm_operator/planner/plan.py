@@ -505,7 +505,12 @@ def _rank(request: PlanRequest, index: int, candidate: _Candidate) -> tuple[floa
 
 def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, bool, list[_Candidate]]:
     """The best candidate by the objective, whether it starts, and every candidate tried (search order)."""
-    candidates = list(_search(request, profile))
+    candidates: list[_Candidate] = []
+    for candidate in _search(request, profile):  # tensor-parallel sizes ascending
+        candidates.append(candidate)
+        fp8 = candidate.flags.kv_cache_dtype.startswith("fp8") and not request.pinned.kv_cache_dtype
+        if not fp8 and _starts(request, candidate) and not shortfalls(request, candidate.flags):
+            break  # usable with 16-bit KV on the fewest GPUs so far: no later candidate ranks higher
     ranked = sorted(enumerate(candidates), key=lambda pair: _rank(request, *pair))
     best = ranked[0][1]
     return best, _starts(request, best), candidates
