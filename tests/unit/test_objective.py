@@ -178,3 +178,17 @@ def test_infeasible_headline_is_for_the_gpus_asked_for() -> None:
     assert "on each of 2 GPU(s)" in text
     assert "Tried to allocate" not in text and "Tried to allocate" not in (result.failure.message if result.failure
                                                                             else "")
+
+
+def test_quantized_checkpoints_from_the_catalog_are_a_separate_kind_of_option() -> None:
+    result = plan(_request("meta-llama/Llama-3.1-70B-Instruct", "L40S", 1, Workload()))
+    named = [o for o in result.options if o.kind == "quantized-checkpoint"]
+    assert any("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4" in o.summary for o in named)
+    assert all("a different (quantized) checkpoint" in o.changes for o in named)
+    # the same shape but another release is not "a checkpoint of this model"
+    other = plan(_request("meta-llama/Llama-3.3-70B-Instruct", "L40S", 1, Workload()))
+    assert not any("3.1" in o.summary for o in other.options)
+    # no FP8 checkpoint where vLLM has no FP8 kernels (Turing)
+    t4 = plan(_request("meta-llama/Llama-3.1-8B-Instruct", "T4", 1, Workload()))
+    assert any(o.kind == "quantized-checkpoint" for o in t4.options)
+    assert not any("fp8" in o.summary.lower() for o in t4.options if o.kind == "quantized-checkpoint")

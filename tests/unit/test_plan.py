@@ -452,7 +452,9 @@ def test_70b_on_one_rtx_4090_lists_options_with_figures(make: Make, gpu: Callabl
 def test_70b_on_one_h100_offers_a_quantized_variant(make: Make) -> None:
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     summaries = [o.summary for o in result.options]
-    assert any("4-bit AWQ/GPTQ" in s for s in summaries), summaries
+    # a named checkpoint from the catalog when it has one (issue 16), else "a 4-bit AWQ/GPTQ checkpoint of ..."
+    assert any(o.kind == "quantized-checkpoint" and "Meta-Llama-3.1-70B-Instruct-AWQ-INT4" in o.summary
+               for o in result.options), summaries
     assert any(s.startswith("Use a larger GPU") for s in summaries), summaries
 
 
@@ -461,7 +463,7 @@ def test_options_replan_to_a_fitting_startup(make: Make, load_arch: Callable[[st
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     checked = 0
     for option in result.options:
-        if "AWQ/GPTQ" in option.summary:
+        if option.kind == "quantized-checkpoint":
             continue  # a different checkpoint
         pins = PinnedFlags(**{k: v for k, v in option.flags.items() if k in PinnedFlags.model_fields})
         again = plan(PlanRequest(arch=load_arch(LLAMA_70B), gpu=gpu(option.gpu), gpu_count=option.gpu_count,

@@ -7,13 +7,16 @@ with `memory.predict_startup`, and, when nothing fits, lists concrete options th
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Iterable, Iterator
+from importlib import resources
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .arch import ModelArch
+from .arch import ArchError, ModelArch, checkpoint_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
 from .memory import (
@@ -801,7 +804,18 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
                                  update={"quantization": "fp8"})}), kind="flags")
             if option:
                 found.append(option)
-        option = _quantized_variant(request, attempt)
+        named: list[Option] = []
+        for variant in catalog_quantized_variants(arch):
+            if not _kernels_for(variant, request.gpu):
+                continue
+            method = variant.quantization.method if variant.quantization else "quantized"
+            option = attempt(f"Use the quantized checkpoint {variant.model_id} ({method}, "
+                             f"{checkpoint_bytes(variant) / 2**30:.1f} GiB of weights; a separate model from the "
+                             "catalog)", request.model_copy(update={"arch": variant}), "quantized-checkpoint")
+            if option:
+                named.append(option)
+        found.extend(named)
+        option = None if named else _quantized_variant(request, attempt)
         if option:
             found.append(option)
     # a larger GPU
@@ -829,6 +843,55 @@ def _changes(request: PlanRequest, changed: PlanRequest, flags: EngineFlags) -> 
     return out
 
 
+_SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size", "derived_max_model_len")
+
+
+def catalog_quantized_variants(arch: ModelArch) -> list[ModelArch]:
+    """Quantized checkpoints of this model in the built-in model catalog: the same architecture (layers, widths,
+    heads, vocabulary, context; the MLP width within 1 %) and the same numbered words in the name (version and size:
+    Llama-3.3 is not Llama-3.1), with a quantization_config."""
+    if arch.quantization is not None:
+        return []
+    numbers = set(_name_numbers(arch.model_id))
+    return [variant for variant in _catalog_archs() if variant.quantization is not None
+            and all(getattr(variant, f) == getattr(arch, f) for f in _SHAPE)
+            and abs((variant.intermediate_size or 0) - (arch.intermediate_size or 0))
+            <= 0.01 * (arch.intermediate_size or 0)  # AWQ pads the MLP width (Qwen2.5-72B: 29568 → 29696)
+            and numbers <= set(_name_numbers(variant.model_id))]
+
+
+def _kernels_for(variant: ModelArch, gpu: GPUSpec) -> bool:
+    """Whether vLLM has kernels for this checkpoint's weights on the GPU: FP8 weights need Ampere or newer (Marlin
+    FP8 on 8.0-8.6, native from 8.9); 4-bit AWQ/GPTQ and int8 run from Turing (7.5)."""
+    cc = gpu.compute_capability_tuple
+    if cc is None:
+        return True
+    fp8 = "fp8" in variant.model_id.lower() or (variant.quantization is not None and "fp8" in variant.quantization.method)
+    return cc >= ((8, 0) if fp8 else (7, 5))
+
+
+def _name_numbers(model_id: str) -> list[str]:
+    return [token for token in re.split(r"[-_\s]+", model_id.rsplit("/", 1)[-1].lower()) if re.search(r"\d", token)]
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_archs() -> tuple[ModelArch, ...]:
+    """Every model of the built-in catalog (package data, read like the GPU catalog: no network)."""
+    from .arch import arch_from_config
+
+    archs = []
+    for path in sorted(resources.files("vllm_operator.catalog").joinpath("models").iterdir(), key=lambda p: p.name):
+        if not path.name.endswith(".json"):
+            continue
+        row = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            archs.append(arch_from_config(row["config"], model_id=row["model_id"], total_size=row.get("total_size"),
+                                          total_size_estimated=bool(row.get("total_size_estimated"))))
+        except (ArchError, KeyError, TypeError, ValueError):
+            continue  # a row the planner cannot read is not offered
+    return tuple(archs)
+
+
 def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
     """A 4-bit (AWQ/GPTQ) checkpoint of the same model: weights ≈ 0.52 B/param outside embeddings."""
     from .arch import Quantization, checkpoint_bytes
@@ -854,7 +917,12 @@ def _larger_gpu(request: PlanRequest, attempt: Any) -> Option | None:
     catalog = load_gpu_catalog()
     bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma and not g.is_mig),
                     key=lambda g: g.reported_gib)
+    weights_gib = checkpoint_bytes(request.arch) / 2**30 / max(request.gpu_count, 1)
+    tried: list[float] = []
     for gpu in bigger:
+        if gpu.reported_gib < weights_gib or any(abs(gpu.reported_gib - size) < 1.0 for size in tried):
+            continue  # the weights alone exceed it, or a GPU of the same size did not fit
+        tried.append(gpu.reported_gib)
         option: Option | None = attempt(f"Use a larger GPU: {gpu.name} ({gpu.reported_gib:.0f} GiB)",
                                         request.model_copy(update={"gpu": gpu}), "larger-gpu")
         if option:
