@@ -89,6 +89,11 @@ def _check_arithmetic(result: Plan) -> None:
             assert abs(weights + activation + overhead + kv - total) <= 0.015, reason
             assert total > budget, reason
         assert "Tried to allocate" not in reason, reason
+        budget = re.match(rf"Budget per GPU: {_NUMBER} GiB requested = {_NUMBER} weights \+ {_NUMBER} activation \+ "
+                          rf"{_NUMBER} non-torch(?: \+ {_NUMBER} CUDA graphs)? \+ {_NUMBER} KV cache", reason)
+        if budget:
+            requested, *parts = (float(x) for x in budget.groups() if x is not None)
+            assert abs(sum(parts) - requested) <= 0.03, reason
     if result.failure:
         assert "Tried to allocate" not in result.failure.message
 

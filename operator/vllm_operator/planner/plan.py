@@ -692,12 +692,13 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     if flags.enforce_eager and request.pinned.enforce_eager is None:
         reasons.append("enforce-eager: CUDA graphs would not fit; eager mode gives their memory to the KV cache "
                        "at some decode speed.")
-    reasons.append(
-        f"Budget per GPU: {mem.requested_gib:.2f} GiB requested = {mem.weights_gib:.2f} weights + "
-        f"{mem.activation_gib:.2f} activation + {mem.non_torch_gib:.2f} non-torch"
-        + (f" + {mem.cudagraph_gib:.2f} CUDA graphs" if profile.cudagraph_subtracted and mem.cudagraph_gib else "")
-        + f" + {mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, "
-          f"{pred.max_concurrency:.2f} concurrent requests of {flags.max_model_len}.")
+    if pred.failure is None:  # when vLLM would fail, "Does not fit" below carries the arithmetic instead
+        graphs = f" + {mem.cudagraph_gib:.2f} CUDA graphs" if profile.cudagraph_subtracted and mem.cudagraph_gib else ""
+        reasons.append(
+            f"Budget per GPU: {mem.requested_gib:.2f} GiB requested = {mem.weights_gib:.2f} weights + "
+            f"{mem.activation_gib:.2f} activation + {mem.non_torch_gib:.2f} non-torch{graphs} + "
+            f"{mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, {pred.max_concurrency:.2f} "
+            f"concurrent requests of {flags.max_model_len}.")
     if not fits:
         reasons.append("Does not fit: " + does_not_fit(request, profile, candidate.flags, pred))
     return reasons
