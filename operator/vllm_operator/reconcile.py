@@ -388,6 +388,8 @@ def desired_state(observed: Observed) -> Desired:
         summary = result.failure.message if result.failure else "does not fit"
         options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
         message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+        if resolved.note:
+            message += f". {resolved.note}"
         updates = [
             cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
             cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
@@ -429,6 +431,9 @@ def desired_state(observed: Observed) -> Desired:
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
+    if not result.usable:
+        trade = next((r for r in result.reasons if r.startswith("Trade-off:")), "")
+        message += f". {trade}" if trade else ""
     if resolved.note:
         message += f". {resolved.note}"
     updates = [

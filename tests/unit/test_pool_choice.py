@@ -77,3 +77,21 @@ def test_no_tensor_parallelism_across_mig_slices() -> None:
     assert desired.plan is not None
     assert desired.plan.flags["tensor_parallel_size"] == 1
     assert all(not (o.gpu.endswith("3g.20gb") and o.gpu_count > 1) for o in desired.plan.options)
+
+
+def test_a_degenerate_plan_says_its_trade_off_in_the_condition() -> None:
+    from vllm_operator.api import conditions as cond
+
+    desired = run({"model": {"name": "google/gemma-2-9b-it"}, "gpu": {"maxCount": 1}}, [L4])
+    assert desired.plan is not None and desired.plan.fits and not desired.plan.usable
+    feasible = cond.find_condition(desired.status.conditions, cond.PLAN_FEASIBLE)
+    assert feasible is not None and "Trade-off: no configuration within the 1 GPU(s) allowed" in feasible.message
+
+
+def test_an_infeasible_digest_image_says_the_version_was_assumed() -> None:
+    from vllm_operator.api import conditions as cond
+
+    desired = run({"model": {"name": LLAMA3_70B}, "image": "vllm/vllm-openai@sha256:" + "ab" * 32}, [RTX4090])
+    feasible = cond.find_condition(desired.status.conditions, cond.PLAN_FEASIBLE)
+    assert feasible is not None and feasible.reason == cond.PLAN_INFEASIBLE
+    assert "assumed" in feasible.message and "spec.vllmVersion" in feasible.message
