@@ -144,8 +144,16 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     files, model_error = (None, None)
     if isinstance(spec_dict.get("model"), Mapping) and spec_dict["model"].get("name"):
         files, model_error = load_model(spec_dict, namespace)
-    # listed even with spec.gpu.product: the product's GPUs per node and the options come from the cluster's pools
-    nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
+    # listed even with spec.gpu.product: the product's GPUs per node and the options come from the cluster's pools;
+    # with the product named, a failed listing only costs those (the plan does not depend on it)
+    gpu_spec = spec_dict.get("gpu") or {}
+    try:
+        nodes = list_gpu_nodes(dict(spec_dict.get("nodeSelector") or {}))
+    except kopf.TemporaryError:
+        if not (isinstance(gpu_spec, Mapping) and gpu_spec.get("product")):
+            raise
+        logger.warning("could not list nodes; planning for spec.gpu.product without the cluster's pools")
+        nodes = []
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(), nodes=nodes, model_files=files,
                                   model_error=model_error, catalog=config.CONFIG.catalog,
