@@ -86,3 +86,13 @@ def test_kv_fraction_of_the_physical_limit() -> None:
     assert lower.kv_fraction < 0.7
     failing = plan(PlanRequest(arch=catalog_arch("meta-llama/Llama-3.1-70B-Instruct"), gpu=l4))
     assert failing.kv_fraction is None
+
+
+def test_an_operator_override_of_the_utilization_is_planned_as_given() -> None:
+    catalog = load_gpu_catalog([{"name": "L4", "default_utilization": 0.8}])
+    l4 = catalog.get("L4")
+    assert safe_utilization(l4, 0.51) == (0.8, "set for this GPU by the operator's GPU catalog override")
+    result = plan(PlanRequest(arch=catalog_arch("meta-llama/Llama-3.1-8B-Instruct"), gpu=l4))
+    assert result.flags["gpu_memory_utilization"] == 0.8
+    other = load_gpu_catalog([{"name": "L4", "tier": "datacenter"}]).get("L4")
+    assert not other.utilization_set and safe_utilization(other, 0.51)[0] == 0.92

@@ -94,6 +94,8 @@ class GPUSpec(BaseModel):
     uma: bool = False
     nvlink: bool = False
     default_utilization: float = Field(gt=0.0, le=1.0)
+    utilization_set: bool = Field(False, description="default_utilization was set by an operator override "
+                                                     "(--gpu-catalog): planned as given, not derived from the GPU")
     mig_profile: str | None = None
     parent: str | None = None
 
@@ -188,6 +190,8 @@ def safe_utilization(gpu: GPUSpec, context_gib: float) -> tuple[float, str]:
     holds on consumer and workstation cards, and slack for what grows after the profile. UMA GPUs (GH200, GB10) keep
     the catalog's policy: vLLM compares against host-available memory there, which the OS also draws on.
     """
+    if gpu.utilization_set:
+        return gpu.default_utilization, "set for this GPU by the operator's GPU catalog override"
     if gpu.uma:
         return gpu.default_utilization, f"the catalog's {gpu.default_utilization:.2f} for unified-memory GPUs"
     total = gpu.reported_gib
@@ -444,9 +448,10 @@ def _apply_override(specs: list[GPUSpec], number: int, row: object) -> list[GPUS
         raise ValueError(f"GPU override #{number}: field 'name' must be a non-empty string")
     existing = GPUCatalog(specs).find(name)
     try:
+        chosen = {"utilization_set": True} if "default_utilization" in row else {}
         if existing is None:
-            return [*specs, GPUSpec.model_validate(_new_sku_defaults(row))]
-        merged = GPUSpec.model_validate({**existing.model_dump(), **row, "name": existing.name})
+            return [*specs, GPUSpec.model_validate({**_new_sku_defaults(row), **chosen})]
+        merged = GPUSpec.model_validate({**existing.model_dump(), **row, "name": existing.name, **chosen})
     except ValidationError as exc:
         raise ValueError(f"GPU override #{number} ({name!r}): {_validation_summary(exc)}") from exc
     return [merged if spec.name == existing.name else spec for spec in specs]
