@@ -28,10 +28,10 @@ from .api.v1alpha1 import (
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
-from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, PinnedFlags, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
-from .planner.versions import version_from_image
+from .planner.versions import VersionError, image_version
 from .remediation.redact import secret_findings
 from .render.manifests import (
     OwnerRef,
@@ -189,6 +189,114 @@ def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU, catalog:
     return chosen.spec.gfd_products[0] if chosen.spec.gfd_products else None
 
 
+@dataclass(frozen=True)
+class _Pool:
+    gpu: NodeGPU
+    nodes: int
+    label: str | None
+    result: Plan
+
+    @property
+    def cost_gib(self) -> float:
+        """GPU memory one replica takes from the cluster: the cheaper pool is the one that takes less."""
+        return self.result.gpu_count * self.gpu.spec.reported_gib
+
+    def outcome(self) -> str:
+        res = self.result
+        state = "usable" if res.usable else ("starts, below the default workload" if res.fits else "does not fit")
+        figures = (f", TP={res.flags.get('tensor_parallel_size')}, max-model-len {res.flags.get('max_model_len')}, "
+                   f"{res.prediction.kv_cache_tokens} KV tokens") if res.fits else ""
+        return f"{self.nodes} node(s) with {self.gpu.count}× {self.gpu.spec.name}: {state}{figures}"
+
+
+def _pool_rank(pool: _Pool) -> tuple[float, ...]:
+    res = pool.result
+    if not res.fits:  # nothing fits anywhere: explain it for the pool with the most GPU memory per node
+        return (2.0, -pool.gpu.total_reported_gib, -pool.nodes)
+    return (0.0 if res.usable else 1.0, pool.cost_gib, pool.gpu.spec.reported_gib, -pool.nodes)
+
+
+def discover_pools(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> list[tuple[NodeGPU, int, str | None]]:
+    """The GPU pools of the cluster: (GPU model and count per node, number of such nodes, product label)."""
+    pools: dict[tuple[str, int, int], list[NodeGPU]] = {}
+    for labels in nodes:
+        try:
+            node_gpu = resolve_node_gpu(labels, catalog)
+        except UnknownGPUError:
+            continue
+        if node_gpu is not None:
+            pools.setdefault((node_gpu.spec.name, node_gpu.count, node_gpu.spec.memory_mib), []).append(node_gpu)
+    return [(group[0], len(group), _product_label(nodes, group[0], catalog)) for group in pools.values()]
+
+
+def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog,
+                     constraints: Constraints, resolved: tuple[GPUSpec, str, str | None, int | None],
+                     ) -> tuple[GPUSpec, str, str | None, int | None, Plan]:
+    """Plan on the pool that meets the objective at the least cost, and offer only options the cluster has.
+
+    Without spec.gpu.product every pool is planned: the usable plan that takes the least GPU memory wins (an 8B
+    model goes to an L4, not to an 8×H100 node), then one that at least starts. The choice and the alternatives
+    are stated in status.gpu.source. Options are other pools that would fit (from the nodes' labels and counts,
+    within spec.gpu.maxCount), plus changes that keep the GPUs; never GPUs the cluster does not have.
+    """
+    gpu, how, label, node_count = resolved
+    pools = discover_pools(nodes, catalog)
+    same = [node_gpu.count for node_gpu, _, _ in pools if node_gpu.spec.name == gpu.name]
+    if spec.gpu.product and node_count is None and same:
+        node_count = max(same)  # the product's nodes have this many GPUs: plan within them
+        how += f"; its nodes have up to {node_count} GPU(s) each"
+    result = plan(plan_request(spec, arch, gpu, constraints, node_count))
+    planned: list[_Pool] = []
+    for node_gpu, count, pool_label in pools:
+        if spec.gpu.product:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        planned.append(_Pool(node_gpu, count, pool_label, res))
+    if len(planned) > 1:
+        ranked = sorted(planned, key=_pool_rank)
+        best = ranked[0]
+        why = ("the usable plan that takes the least GPU memory" if best.result.usable else
+               "no pool is usable; the plan that starts and takes the least GPU memory" if best.result.fits else
+               "no pool fits; shown for the most GPU memory per node")
+        gpu, label, node_count, result = best.gpu.spec, best.label, best.gpu.count, best.result
+        how = (f"{best.gpu.how}; chose {best.gpu.count}× {best.gpu.spec.name} ({why}); pools: "
+               + "; ".join(pool.outcome() for pool in ranked))
+    if not result.usable:
+        result = result.model_copy(update={"options": _cluster_options(spec, arch, constraints, gpu, node_count,
+                                                                        result, pools)})
+    return gpu, how, label, node_count, result
+
+
+def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constraints, gpu: GPUSpec,
+                     node_count: int | None, result: Plan, pools: list[tuple[NodeGPU, int, str | None]],
+                     ) -> list[Option]:
+    """The planner's options cut to what this cluster can run, plus the cluster's other pools that would fit."""
+    per_node = node_count or spec.gpu.max_count
+    options: list[Option] = []
+    for option in result.options:
+        if option.kind == "larger-gpu":
+            continue  # replaced by the pools the cluster has
+        if option.kind == "gpus" and (option.gpu_count > per_node or option.gpu_count > spec.gpu.max_count
+                                      or gpu.is_mig):
+            continue
+        options.append(option.model_copy(update={"source": "cluster"}))
+    for node_gpu, _count, _label in pools:
+        if node_gpu.spec.name == gpu.name:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        if res.fits and (res.usable or not result.fits):
+            options.append(Option(
+                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
+                kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
+                kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
+                max_concurrency=res.prediction.max_concurrency))
+    if not options and not result.fits:
+        # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
+        options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})
+                   for o in result.options]
+    return options
+
+
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
     """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
     remediation = status.get("remediation") or {}
@@ -220,14 +328,14 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
     workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
                         prefix_caching=prefix if prefix is not None else profile.get("prefix_caching"),
                         typical_request_tokens=profile.get("typical_request_tokens"))
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
+    version = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
     if spec.gpu.count and not pinned.tensor_parallel_size:
         # spec.gpu.count is the GPUs each pod gets: tensor parallelism uses all of them
         wanted = max(spec.gpu.count // (pinned.pipeline_parallel_size or 1), 1)
         constraints = constraints.model_copy(update={
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
-                       constraints=constraints, vllm_version=version)
+                       constraints=constraints, vllm_version=version.version, version_note=version.note)
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
@@ -244,8 +352,10 @@ def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
         max_concurrency=result.prediction.max_concurrency,
         reasons=result.reasons,
         failure=PlanFailure(kind=str(result.failure.kind), message=result.failure.message) if result.failure else None,
-        options=[PlanOption(summary=o.summary, flags=o.flags, gpu_count=o.gpu_count, gpu_product=o.gpu)
-                 for o in result.options],
+        options=[PlanOption.model_validate({
+            "summary": o.summary, "flags": o.flags, "gpuCount": o.gpu_count, "gpuProduct": o.gpu, "kind": o.kind,
+            "changes": o.changes, "source": o.source, "maxModelLen": o.max_model_len,
+            "kvCacheTokens": o.kv_cache_tokens}) for o in result.options],
         vllm_version=result.vllm_version,
         spec_hash=digest,
     )
@@ -340,10 +450,11 @@ def _desired_state(observed: Observed) -> Desired:
     spec = parse_spec(dict(observed.spec))
     if not spec.image:
         spec = spec.model_copy(update={"image": observed.default_image})
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
-    if version is None:
-        return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "
-                                                           f"{spec.image!r}; use a tag like v0.11.0")])
+    try:
+        resolved = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
+    except VersionError as exc:
+        return _invalid(observed, [SpecError("spec.vllmVersion", str(exc))])
+    version = resolved.version
     unsupported = unsupported_pinned(spec.flags.to_vllm(), version)
     if unsupported:
         return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
@@ -369,9 +480,16 @@ def _desired_state(observed: Observed) -> Desired:
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
     nodes = observed.nodes
-    if not spec.gpu.product and observed.list_nodes is not None:
+    if observed.list_nodes is not None:
+        # listed even with spec.gpu.product: that product's GPUs per node and the options come from the cluster's
+        # pools; with the product named, a failed listing only costs those (the plan does not depend on it)
         lister = observed.list_nodes
-        nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        try:
+            nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        except _ShellFailure:
+            if not spec.gpu.product:
+                raise
+            nodes = ()
     try:
         gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
@@ -386,8 +504,8 @@ def _desired_state(observed: Observed) -> Desired:
         return _problem(observed, reason, message, updates, retry_after=30)
 
     constraints = constraints_from_status(observed.status)
-    request = plan_request(spec, arch, gpu, constraints, node_count)
-    result = plan(request)
+    gpu, how, product_label, node_count, result = plan_for_cluster(
+        spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
     gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
                            source=how)
     # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
@@ -409,6 +527,8 @@ def _desired_state(observed: Observed) -> Desired:
         summary = result.failure.message if result.failure else "does not fit"
         options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
         message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+        if resolved.note:
+            message += f". {resolved.note}"
         updates = [
             cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
             cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
@@ -452,8 +572,14 @@ def _desired_state(observed: Observed) -> Desired:
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
+    if not result.usable:
+        trade = next((r for r in result.reasons if r.startswith("Trade-off:")), "")
+        message += f". {trade}" if trade else ""
+    if resolved.note:
+        message += f". {resolved.note}"
     updates = [
-        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE,
+                             cond.VERSION_ASSUMED if resolved.note else cond.PLAN_FITS, message),
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,

@@ -168,7 +168,9 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.snapshot("remediating", main, "qwen")
 
     # The user changes the spec (and the Service's port): the Deployment and the Service are patched.
+    # (a pinned flag: since issue 16 a shorter workload context alone no longer changes max-num-seqs)
     run.server.patch_object("vllmservices", "qwen", {"spec": {"workload": {"contextLength": 4096},
+                                                              "flags": {"maxNumSeqs": 8},
                                                               "service": {"port": 8080}}}, namespace=main)
     run.wait(lambda: (a := run.args_of(main, "qwen")) not in (first, remediated) and a, "the update")
     run.wait(lambda: run.get("services", "qwen", main)["spec"]["ports"][0]["port"] == 8080,  # type: ignore[index]

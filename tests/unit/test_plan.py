@@ -290,10 +290,17 @@ def test_max_num_seqs_keeps_the_default_when_kv_holds_more(make: Make) -> None:
     assert any("max-num-seqs 1024: vLLM's default" in r for r in result.reasons)
 
 
-def test_max_num_seqs_follows_the_workload_context(make: Make) -> None:
+def test_max_num_seqs_is_sized_at_the_typical_request_not_the_p99_context(make: Make) -> None:
     result = plan(make(LLAMA_8B, "h100", workload=Workload(context_length=32768, concurrency=4)))
     assert result.fits
-    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 32768 + 1
+    assert result.flags["max_num_seqs"] >= 4
+    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 2048 + 1
+    # issue 16: a workload of 32k and a pinned max-model-len of 32k give the same max-num-seqs for the same memory
+    for gpu_name in ("RTX-4090", "L4"):
+        by_workload = plan(make(LLAMA_8B, gpu_name, workload=Workload(context_length=32768, concurrency=1)))
+        by_pin = plan(make(LLAMA_8B, gpu_name, pinned=PinnedFlags(max_model_len=32768)))
+        if by_workload.flags["max_model_len"] == 32768:
+            assert by_workload.flags["max_num_seqs"] == by_pin.flags["max_num_seqs"]
 
 
 # --- fp8 KV cache and enforce-eager -------------------------------------------------------------------------
@@ -309,9 +316,9 @@ def test_neither_fp8_kv_nor_eager_when_auto_fits(make: Make) -> None:
         assert "--enforce-eager" not in result.args()
 
 
-def _longest_context(make: Make, **pins: Any) -> int:
-    """The max-model-len the planner reaches for Llama-3.1-8B on one L4 with these flags pinned."""
-    return int(plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(**pins))).flags["max_model_len"])
+def _longest_context(make: Make, gpu: str = "l4", **pins: Any) -> int:
+    """The max-model-len the planner reaches for Llama-3.1-8B on one GPU with these flags pinned."""
+    return int(plan(make(LLAMA_8B, gpu, pinned=PinnedFlags(**pins))).flags["max_model_len"])
 
 
 def test_fp8_kv_chosen_only_when_auto_falls_short(make: Make) -> None:
@@ -333,18 +340,31 @@ def test_fp8_kv_not_chosen_on_gpus_without_fp8(make: Make) -> None:
     assert not any("fp8" in o.flags.get("kv_cache_dtype", "") for o in result.options if o.gpu == "A10")
 
 
-def test_enforce_eager_chosen_only_when_graphs_decide(make: Make) -> None:
-    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
-    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+def test_enforce_eager_chosen_only_when_graphs_cannot_fit_at_any_setting(make: Make) -> None:
+    # A10 (Ampere) has no fp8 KV cache: between graphs and eager, only eager holds the context
+    auto = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=True)
     assert eager > auto  # from v0.21 the CUDA-graph estimate comes out of the KV budget
     context = (auto + eager) // 2
-    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    result = plan(make(LLAMA_8B, "a10", workload=Workload(context_length=context, concurrency=1)))
     assert result.fits
     assert result.flags.get("enforce_eager") is True
-    assert "kv_cache_dtype" not in result.flags  # eager alone was enough
+    assert "kv_cache_dtype" not in result.flags
     assert result.flags["max_model_len"] >= context
     assert any(r.startswith("enforce-eager:") for r in result.reasons)
     assert result.memory.cudagraph_gib == 0
+
+
+def test_cuda_graphs_kept_when_another_allowed_setting_fits(make: Make) -> None:
+    # on an L4 (fp8 KV) the same squeeze is met with CUDA graphs kept: fp8 KV is an allowed setting
+    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+    context = (auto + eager) // 2
+    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    assert result.fits
+    assert "enforce_eager" not in result.flags
+    assert result.flags["kv_cache_dtype"] == "fp8"
+    assert result.flags["max_model_len"] >= context
 
 
 # --- other tenants and constraints --------------------------------------------------------------------------
@@ -436,7 +456,9 @@ def test_70b_on_one_rtx_4090_lists_options_with_figures(make: Make, gpu: Callabl
 def test_70b_on_one_h100_offers_a_quantized_variant(make: Make) -> None:
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     summaries = [o.summary for o in result.options]
-    assert any("4-bit AWQ/GPTQ" in s for s in summaries), summaries
+    # a named checkpoint from the catalog when it has one (issue 16), else "a 4-bit AWQ/GPTQ checkpoint of ..."
+    assert any(o.kind == "quantized-checkpoint" and "Meta-Llama-3.1-70B-Instruct-AWQ-INT4" in o.summary
+               for o in result.options), summaries
     assert any(s.startswith("Use a larger GPU") for s in summaries), summaries
 
 
@@ -445,7 +467,7 @@ def test_options_replan_to_a_fitting_startup(make: Make, load_arch: Callable[[st
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     checked = 0
     for option in result.options:
-        if "AWQ/GPTQ" in option.summary:
+        if option.kind == "quantized-checkpoint":
             continue  # a different checkpoint
         pins = PinnedFlags(**{k: v for k, v in option.flags.items() if k in PinnedFlags.model_fields})
         again = plan(PlanRequest(arch=load_arch(LLAMA_70B), gpu=gpu(option.gpu), gpu_count=option.gpu_count,

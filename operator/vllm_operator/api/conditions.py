@@ -64,6 +64,8 @@ CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FE
 # Planning (PlanFeasible, and Degraded when it fails)
 PLAN_FITS: Final = "PlanFits"
 PLAN_INFEASIBLE: Final = "PlanInfeasible"
+#: The plan fits, for the newest known vLLM release: the image reference names none (digest, mirror tag, latest).
+VERSION_ASSUMED: Final = "VersionAssumed"
 PLANNING: Final = "Planning"
 INVALID_SPEC: Final = "InvalidSpec"
 GPU_NOT_FOUND: Final = "GPUNotFound"
@@ -110,6 +112,7 @@ AS_EXPECTED: Final = "AsExpected"
 ALL_REASONS: Final[tuple[str, ...]] = (
     PLAN_FITS,
     PLAN_INFEASIBLE,
+    VERSION_ASSUMED,
     PLANNING,
     INVALID_SPEC,
     GPU_NOT_FOUND,

@@ -1125,6 +1125,17 @@ class VLLMServiceSpec(_Model):
         pattern=IMAGE_PATTERN,
         description=f"vLLM OpenAI server image. Defaults to `{DEFAULT_IMAGE}`.",
     )
+    vllm_version: str | None = Field(
+        default=None,
+        pattern=r"^(latest|v?\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?)$",
+        max_length=64,
+        description=(
+            "The vLLM release `image` runs (e.g. `0.11.0`), for images whose reference does not say it: pinned by "
+            "digest, a mirror tag such as `registry.local/vllm:prod`, or `latest`. Wins over the tag. Without it "
+            "such images are planned for the newest release the operator knows, and the PlanFeasible condition "
+            "says so."
+        ),
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy of the vLLM container. Defaults to Kubernetes' default."
     )

@@ -109,6 +109,43 @@ def era_rows(text: str) -> list[dict[str, object]]:
     return resolved
 
 
+class ImageVersion(BaseModel):
+    """The vLLM release to plan for, and how it was found."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: str
+    source: Literal["declared", "tag", "assumed"]
+    note: str = Field("", description="a sentence for the reasons (and a condition) when the release is assumed")
+
+
+def image_version(image: str | None, declared: str | None = None, *, field: str = "spec.vllmVersion") -> ImageVersion:
+    """The release an image runs, as people pin images: a declared version (``spec.vllmVersion``,
+    ``--vllm-version``) wins; else the tag names it (``:v0.11.0``, also with a digest after it); else - a digest
+    alone, a mirror tag such as ``registry.local/vllm:prod``, ``latest`` or no tag - the newest known release is
+    assumed and the note says so. Raises VersionError only for a declared version that is not a version."""
+    if declared and declared.strip().lower() != "latest":
+        major, minor, patch = parse_version(declared)
+        return ImageVersion(version=f"{major}.{minor}.{patch}", source="declared")
+    tagged = version_from_image(image) if image else None
+    if tagged is not None and not declared:
+        return ImageVersion(version=tagged, source="tag")
+    if declared:
+        why = f"{field} is 'latest'"
+    elif not image:
+        why = "no image is named"
+    elif "@" in image and ":" not in image.split("@", 1)[0].rsplit("/", 1)[-1]:
+        why = f"the image {image!r} is pinned by digest, which names no release"
+    else:
+        last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+        tag = last.split(":", 1)[1] if ":" in last else "latest"
+        why = f"the tag {tag!r} of image {image!r} names no vLLM release"
+    note = (f"vLLM {NEWEST_KNOWN_VERSION} assumed (the newest release this operator knows): {why}; set {field} to "
+            "the release the image runs. If it runs another release, a startup failure is read from the pod and "
+            "the remediation ladder re-plans.")
+    return ImageVersion(version=NEWEST_KNOWN_VERSION, source="assumed", note=note)
+
+
 @lru_cache(maxsize=1)
 def _eras() -> tuple[VersionProfile, ...]:
     text = resources.files("vllm_operator.catalog").joinpath("vllm_versions.yaml").read_text()

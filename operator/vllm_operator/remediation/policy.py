@@ -131,7 +131,7 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
         return ({"max_model_len": target},
                 f"vLLM's KV cache holds at most {fits} tokens per request; max-model-len {length} → {target}")
     util = float(_flag(current, "gpu_memory_utilization", 0.9))
-    if not _pinned(current, "gpu_memory_utilization") and util + _UTIL_STEP <= _MAX_UTILIZATION:
+    if not _pinned(current, "gpu_memory_utilization") and round(util + _UTIL_STEP, 2) <= _MAX_UTILIZATION:
         raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
         # more memory must not buy a longer context than the one that just failed
         cap = {"max_model_len": int(length)} if length and not _pinned(current, "max_model_len") else {}
@@ -174,7 +174,7 @@ def _no_kv_memory(failure: Failure, current: Current) -> _Step:
     util = float(_flag(current, "gpu_memory_utilization", 0.9))
     c = current.constraints
     if not _pinned(current, "gpu_memory_utilization") and c.gpu_free_gib is None and \
-            util + _UTIL_STEP <= _MAX_UTILIZATION:
+            round(util + _UTIL_STEP, 2) <= _MAX_UTILIZATION:
         raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
         return {"min_utilization": raised}, f"no memory left for the KV cache; gpu-memory-utilization {util} → {raised}"
     if not _pinned(current, "enforce_eager") and not c.force_enforce_eager and not _flag(current, "enforce_eager"):
