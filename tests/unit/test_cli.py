@@ -312,11 +312,12 @@ def test_as_is_predicts_vllm_defaults_instead_of_choosing(capsys: pytest.Capture
     assert doc["flags"]["max_model_len"] == 131072
     assert doc["flags"]["gpu_memory_utilization"] == profile_for(None).default_utilization  # vLLM's, not ours
     assert doc["failure"]["kind"] == "KVCacheTooSmall"
-    assert doc["as_is"].startswith("vLLM 0.26.0 would fail (KVCacheTooSmall); it would print: ValueError:")
+    assert doc["as_is"].startswith(f"vLLM {NEWEST_KNOWN_VERSION} would fail (KVCacheTooSmall); it would print: "
+                                   "ValueError:")
     code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is", "--max-model-len", "8192")
     assert code == 0
     assert doc["flags"]["max_num_seqs"] == 256  # vLLM's default for the API server on this GPU, not a choice
-    assert doc["as_is"] == (f"vLLM 0.26.0 would start: GPU KV cache size: {doc['kv_cache_tokens']:,} tokens; "
+    assert doc["as_is"] == (f"vLLM {NEWEST_KNOWN_VERSION} would start: GPU KV cache size: {doc['kv_cache_tokens']:,} tokens; "
                             f"Maximum concurrency for 8,192 tokens per request: {doc['max_concurrency']:.2f}x")
 
 
@@ -347,7 +348,7 @@ def test_check_says_which_flags_it_did_not_model(capsys: pytest.CaptureFixture[s
                        "--port", "9000", "--served-model-name", "llama")
     assert code == 0
     assert out.startswith("Not modelled (no effect on GPU memory at startup): --port, --served-model-name")
-    assert "vLLM 0.26.0 would start: GPU KV cache size:" in out
+    assert f"vLLM {NEWEST_KNOWN_VERSION} would start: GPU KV cache size:" in out
 
 
 def test_check_needs_a_vllm_command(capsys: pytest.CaptureFixture[str]) -> None:

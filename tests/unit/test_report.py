@@ -97,7 +97,7 @@ def test_fitting_text_has_no_options_section(load_arch: Callable[[str], ModelArc
 
 def test_a_degenerate_plan_is_marked_and_options_say_what_they_change(load_arch: Callable[[str], ModelArch],
                                                                       gpu: Callable[[str], GPUSpec]) -> None:
-    result = plan(PlanRequest(arch=load_arch("google/gemma-2-9b-it"), gpu=gpu("L4")))
+    result = plan(PlanRequest(arch=load_arch("google/gemma-2-9b-it"), gpu=gpu("L4"), vllm_version="0.26.0"))
     text = render_plan_text(result)
     assert text.startswith("FITS, DEGENERATE (see Trade-off): google/gemma-2-9b-it on 1× L4")
     assert "  - Trade-off: no configuration within the 1 GPU(s) allowed meets the default workload" in text

@@ -81,7 +81,8 @@ def test_kv_fraction_of_the_physical_limit() -> None:
     assert lower.kv_fraction is not None
     mem = lower.memory
     safe, _ = safe_utilization(l4, init_nontorch_gib(1, l4.nvlink))
-    physical = safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - mem.cudagraph_gib
+    physical = (safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - mem.cudagraph_gib
+                - mem.persistent_gib)
     assert abs(lower.kv_fraction - mem.kv_cache_gib / physical) < 0.005
     assert lower.kv_fraction < 0.7
     failing = plan(PlanRequest(arch=catalog_arch("meta-llama/Llama-3.1-70B-Instruct"), gpu=l4))

@@ -574,7 +574,8 @@ def kv_fraction(request: PlanRequest, profile: VersionProfile, flags: EngineFlag
     if free is not None:  # memory others hold is not physically available
         safe = min(safe, max(free - _MARGIN_GIB, 0.0) / request.gpu.reported_gib)
     graphs = mem.cudagraph_gib if profile.cudagraph_subtracted else 0.0
-    physical = safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - graphs
+    physical = (safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - graphs
+                - mem.persistent_gib)
     if physical <= 0:
         return None
     return round(min(mem.kv_cache_gib / physical, 9.99), 3)
