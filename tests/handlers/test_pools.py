@@ -1,10 +1,9 @@
 """Pool choice, options from the cluster's pools and digest images with spec.vllmVersion, through the real kopf
-handlers against the emulated API server over HTTP (helpers.OperatorHarness, read-only use)."""
+handlers against the emulated API server over HTTP (kit.inprocess.Cluster)."""
 
 from __future__ import annotations
 
-from helpers import OperatorHarness, container, flag_value, harness_fixture  # noqa: F401 (`harness`)
-
+from kit.inprocess import Cluster, container, flag_value, harness_fixture  # noqa: F401 (`harness`)
 from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -12,7 +11,7 @@ LLAMA3_70B = "meta-llama/Meta-Llama-3-70B-Instruct"
 DIGEST = "vllm/vllm-openai@sha256:" + "0123456789abcdef" * 4
 
 
-def test_mixed_cluster_picks_the_smallest_usable_pool_and_states_the_alternatives(harness: OperatorHarness) -> None:
+def test_mixed_cluster_picks_the_smallest_usable_pool_and_states_the_alternatives(harness: Cluster) -> None:
     h = harness
     h.add_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8)
     h.add_node("l4-1", "NVIDIA-L4", 1)
@@ -24,7 +23,7 @@ def test_mixed_cluster_picks_the_smallest_usable_pool_and_states_the_alternative
     assert "chose 1× L4" in source and "8× H100-SXM-80GB: usable" in source
 
 
-def test_options_come_from_the_cluster_pools(harness: OperatorHarness) -> None:
+def test_options_come_from_the_cluster_pools(harness: Cluster) -> None:
     h = harness
     h.add_node("gaming-1", "NVIDIA-GeForce-RTX-4090", 1)
     h.add_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8)
@@ -37,7 +36,7 @@ def test_options_come_from_the_cluster_pools(harness: OperatorHarness) -> None:
     assert h.deployment("big") is None
 
 
-def test_digest_image_with_spec_vllm_version(harness: OperatorHarness) -> None:
+def test_digest_image_with_spec_vllm_version(harness: Cluster) -> None:
     h = harness
     h.add_node("l4-1", "NVIDIA-L4", 1)
     h.create("pinned", {"model": {"name": LLAMA_8B}, "image": DIGEST, "vllmVersion": "0.10.1"})
@@ -49,7 +48,7 @@ def test_digest_image_with_spec_vllm_version(harness: OperatorHarness) -> None:
     assert flag_value(vllm["args"], "--max-model-len") == str(obj["status"]["plan"]["flags"]["max_model_len"])
 
 
-def test_digest_image_without_a_version_is_planned_for_the_newest_and_says_so(harness: OperatorHarness) -> None:
+def test_digest_image_without_a_version_is_planned_for_the_newest_and_says_so(harness: Cluster) -> None:
     h = harness
     h.add_node("l4-1", "NVIDIA-L4", 1)
     h.create("digest", {"model": {"name": LLAMA_8B}, "image": DIGEST})
