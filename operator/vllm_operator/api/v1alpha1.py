@@ -1396,7 +1396,7 @@ class RemediationEvent(_StatusModel):
     time: str = Field(
         json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
     )
-    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOutOfMemory.")
+    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOOMStartup.")
     evidence: str = Field(
         default="", description="The log line or termination message the class was read from."
     )
@@ -1462,7 +1462,7 @@ class VLLMServiceStatus(_StatusModel):
         default=None,
         description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
                     "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
-                    "Unschedulable, Remediating, RemediationExhausted, a failure class such as CUDAOutOfMemory).",
+                    "Unschedulable, Remediating, RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."
