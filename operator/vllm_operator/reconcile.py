@@ -17,7 +17,6 @@ from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
-    MemoryBreakdown,
     PlanFailure,
     PlanOption,
     PlanStatus,
@@ -339,15 +338,11 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
-    mem = result.memory
     return PlanStatus(
         fits=result.fits,
         flags=result.flags,
         args=args,
-        memory=MemoryBreakdown(gpuTotalGiB=mem.gpu_total_gib, requestedGiB=mem.requested_gib,
-                               weightsGiB=mem.weights_gib, activationGiB=mem.activation_gib,
-                               nonTorchGiB=mem.non_torch_gib, cudagraphGiB=mem.cudagraph_gib,
-                               kvCacheGiB=mem.kv_cache_gib),
+        memory=result.memory,
         kv_cache_tokens=result.prediction.kv_cache_tokens,
         max_concurrency=result.prediction.max_concurrency,
         reasons=result.reasons,

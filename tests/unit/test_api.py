@@ -15,7 +15,7 @@ from vllm_operator.api.v1alpha1 import (
     API_VERSION,
     DEFAULT_IMAGE,
     QUANTIZATION_METHODS,
-    GPUSpec,
+    GPURequest,
     ModelCacheSpec,
     PinnedFlags,
     PlanStatus,
@@ -426,10 +426,10 @@ def test_rules_in_different_objects_are_reported_together_when_fields_are_valid(
 
 def test_gpu_and_model_cache_models_check_their_rules_on_construction() -> None:
     with pytest.raises(ValidationError):
-        GPUSpec(count=9)
+        GPURequest(count=9)
     with pytest.raises(ValidationError):
         ModelCacheSpec()
-    assert GPUSpec(count=8).count == 8
+    assert GPURequest(count=8).count == 8
 
 
 # --------------------------------------------------------------------------------------------------

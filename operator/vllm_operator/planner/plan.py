@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import MemoryBreakdown
 from .arch import ArchError, ModelArch, checkpoint_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
 from .memory import (
     EngineFlags,
     GPUFacts,
-    MemoryBreakdown,
     PredictedFailure,
     StartupPrediction,
     arch_for_release,
