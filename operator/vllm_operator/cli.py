@@ -16,11 +16,9 @@ from typing import Any, NoReturn
 
 import yaml
 
-from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT
-from .api.v1alpha1 import PinnedFlags as SpecFlags
+from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT, PinnedFlags
 from .planner import (
     ArchError,
-    PinnedFlags,
     Plan,
     PlanRequest,
     VersionError,
@@ -327,7 +325,7 @@ def manifest_document(result: Plan, args: argparse.Namespace) -> dict[str, Any]:
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
     for snake, value in result.flags.items():
-        info = SpecFlags.model_fields.get(snake)
+        info = PinnedFlags.model_fields.get(snake)
         if info is not None and value is not None:
             flags[info.alias or snake] = value
     spec: dict[str, Any] = {

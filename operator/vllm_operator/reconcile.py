@@ -27,7 +27,7 @@ from .api.v1alpha1 import (
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
-from .planner import ArchError, Constraints, Option, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
 from .planner.versions import VersionError, image_version
@@ -77,8 +77,6 @@ INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
-#: Pinned flags the planner does not model but vLLM must get (the renderer passes them through).
-PASS_THROUGH_FLAGS = ("enable_lora", "max_lora_rank", "swap_space")
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
@@ -316,7 +314,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
-    pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
+    # adds it from RenderInput.trust_remote_code), so it is not one of the plan's flags
+    pinned = spec.flags.model_copy(update={"trust_remote_code": None})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
@@ -503,13 +503,6 @@ def _desired_state(observed: Observed) -> Desired:
         spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
     gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
                            source=how)
-    # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
-    # the image's release lacks them), so no pinned flag is silently dropped.
-    pinned_all = spec.flags.to_vllm()
-    passed = {name: pinned_all[name] for name in PASS_THROUGH_FLAGS if name in pinned_all}
-    if passed:
-        result = result.model_copy(update={"flags": {**result.flags, **passed},
-                                           "pinned": [*result.pinned, *(n for n in passed if n not in result.pinned)]})
     secret_updates, secret_events = _secret_warning(observed, spec)
     args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})

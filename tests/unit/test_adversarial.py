@@ -107,6 +107,12 @@ def test_pinned_flags_reach_the_args_or_name_the_release() -> None:
     desired = reconcile.desired_state(adversarial.observe(removed, "svc", ()))
     message = next(c.message for c in desired.status.conditions if c.type == "Degraded")
     assert desired.children is None and "spec.flags.swapSpace" in message and "0.18.0" in message
+    trusted = {**lora, "flags": {"trustRemoteCode": True}}
+    desired = reconcile.desired_state(adversarial.observe(trusted, "svc", ()))
+    assert desired.children is not None and desired.plan is not None
+    args = next(c for c in desired.children if c["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert args.count("--trust-remote-code") == 1  # rendered once, by the renderer, not also as a planned flag
 
 
 def test_literal_secrets_get_a_warning_condition_once() -> None:

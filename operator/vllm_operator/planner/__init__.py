@@ -3,6 +3,7 @@
 Imports no Kubernetes client (checked by import-linter, see pyproject.toml).
 """
 
+from ..api.v1alpha1 import PinnedFlags
 from .arch import ArchError, ModelArch, arch_from_config
 from .failures import FailureKind
 from .memory import (
@@ -15,7 +16,6 @@ from .memory import (
 from .plan import (
     Constraints,
     Option,
-    PinnedFlags,
     Plan,
     PlanRequest,
     Workload,

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..api.v1alpha1 import MemoryBreakdown
+from ..api.v1alpha1 import MemoryBreakdown, PinnedFlags
 from .arch import ArchError, ModelArch, checkpoint_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
@@ -43,31 +43,6 @@ DEFAULT_CONTEXT_CAP = 8192
 DEFAULT_CONCURRENCY = 4
 _UNPINNABLE = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
                "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "block_size")
-
-
-class PinnedFlags(BaseModel):
-    """vLLM flags the user fixed (snake_case, as vLLM names them). None = the planner chooses."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    kv_cache_dtype: str | None = None
-    quantization: str | None = None
-    dtype: str | None = None
-    enforce_eager: bool | None = None
-    block_size: int | None = Field(None, ge=1)
-    cpu_offload_gb: float | None = Field(None, ge=0)
-    kv_cache_memory_bytes: int | None = Field(None, ge=1)
-    enable_prefix_caching: bool | None = None
-    enable_chunked_prefill: bool | None = None
-
-    def pinned_names(self) -> list[str]:
-        return [name for name, value in self.model_dump().items() if value is not None]
 
 
 class Workload(BaseModel):
@@ -554,7 +529,7 @@ def plan(request: PlanRequest) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
-        pinned=request.pinned.pinned_names(),
+        pinned=list(request.pinned.to_vllm()),
         prediction=prediction,
         failure=failure,
         reasons=reasons,
@@ -604,7 +579,8 @@ def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
 
 
 def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionProfile) -> dict[str, Any]:
-    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order."""
+    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order. Pinned flags
+    the planner does not model (LoRA, swap space, ...) reach vLLM as written, so no pin is silently dropped."""
     out: dict[str, Any] = {
         "tensor_parallel_size": flags.tensor_parallel_size,
         "gpu_memory_utilization": flags.gpu_memory_utilization,
@@ -622,8 +598,8 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
         out["kv_cache_dtype"] = flags.kv_cache_dtype
     if flags.enforce_eager or request.pinned.enforce_eager is not None:
         out["enforce_eager"] = flags.enforce_eager
-    for name, value in request.pinned.model_dump().items():
-        if value is not None and name not in out:
+    for name, value in request.pinned.to_vllm().items():
+        if name not in out:
             out[name] = value
     if request.workload.prefix_caching is not None and "enable_prefix_caching" not in out:
         out["enable_prefix_caching"] = request.workload.prefix_caching
