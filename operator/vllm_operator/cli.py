@@ -12,11 +12,19 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import yaml
 
-from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT, PinnedFlags
+from .api.v1alpha1 import (
+    API_VERSION,
+    DEFAULT_GPU_MAX_COUNT,
+    QUANTIZATION_METHODS,
+    BlockSize,
+    KVCacheDType,
+    ModelDType,
+    PinnedFlags,
+)
 from .planner import (
     ArchError,
     Plan,
@@ -111,10 +119,11 @@ def _model_len(text: str) -> int:
     return value
 
 
-KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "bfloat16", "float16")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4",
-                 "marlin", "modelopt", "fbgemm_fp8", "gguf", "experts_int8", "ptpc_fp8", "none")
+# The values spec.flags admits (one vocabulary for the CLI and the CRD); "none" plans an unquantized checkpoint.
+KV_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
+DTYPES: tuple[str, ...] = get_args(ModelDType)
+QUANTIZATIONS: tuple[str, ...] = (*QUANTIZATION_METHODS, "none")
+BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,7 +216,7 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", "-q", choices=QUANTIZATIONS)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--block-size", type=_positive_int)
+    p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
 
 
