@@ -34,7 +34,7 @@ from .planner import (
     plan,
     with_vllm_defaults,
 )
-from .planner.arch import arch_from_config
+from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
@@ -273,6 +273,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     from .sources import load_model_files
 
     files = load_model_files(args.model, revision=args.revision)
+    # the operator's bounds hold for a local file or a hub config too: one plan stays bounded in time and memory
+    check_arch_bounds(files.config, model_id=files.model_id)
     arch = arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
                             total_size_estimated=files.total_size_estimated)
     gpu = load_gpu_catalog().get(args.gpu)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.sources import find_in_catalog, list_catalog, load_model_files
+from vllm_operator.modelfiles import find_in_catalog, list_catalog
+from vllm_operator.sources import load_model_files
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_DIR = REPO / "operator" / "vllm_operator" / "catalog" / "models"
