@@ -69,7 +69,7 @@ def _model_id_for_dir(directory: Path) -> tuple[str, str | None]:
     if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
         return parts[-3][len("models--") :].replace("--", "/"), parts[-1]
     name = directory.name
-    if name.count("__") == 1:  # org__name, the layout of shared/data/models and the catalog file names
+    if name.count("__") == 1:  # org__name, the layout of benchmarks/data/models and the catalog file names
         return name.replace("__", "/"), None
     return name, None
 
