@@ -77,13 +77,12 @@ def read_json_file(path: Path, what: str) -> Any:
     return _parse_json(data, f"{what} {path}")
 
 
-
 # ----------------------------------------------------------------------------------------------------------------
 # The hub client
 
 
 class HubError(Exception):
-    """What a :class:`HubClient` raises; :func:`load_model_files` turns it into a one-line ModelSourceError."""
+    """What a :class:`HubClient` raises; :func:`load_from_hub` turns it into a one-line ModelSourceError."""
 
 
 class HubRepoNotFound(HubError):
