@@ -12,15 +12,21 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import yaml
 
-from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT
-from .api.v1alpha1 import PinnedFlags as SpecFlags
+from .api.v1alpha1 import (
+    API_VERSION,
+    DEFAULT_GPU_MAX_COUNT,
+    QUANTIZATION_METHODS,
+    BlockSize,
+    KVCacheDType,
+    ModelDType,
+    PinnedFlags,
+)
 from .planner import (
     ArchError,
-    PinnedFlags,
     Plan,
     PlanRequest,
     VersionError,
@@ -28,7 +34,7 @@ from .planner import (
     plan,
     with_vllm_defaults,
 )
-from .planner.arch import arch_from_config
+from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
@@ -113,10 +119,11 @@ def _model_len(text: str) -> int:
     return value
 
 
-KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "bfloat16", "float16")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4",
-                 "marlin", "modelopt", "fbgemm_fp8", "gguf", "experts_int8", "ptpc_fp8", "none")
+# The values spec.flags admits (one vocabulary for the CLI and the CRD); "none" plans an unquantized checkpoint.
+KV_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
+DTYPES: tuple[str, ...] = get_args(ModelDType)
+QUANTIZATIONS: tuple[str, ...] = (*QUANTIZATION_METHODS, "none")
+BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -209,7 +216,7 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", "-q", choices=QUANTIZATIONS)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--block-size", type=_positive_int)
+    p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
 
 
@@ -266,6 +273,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     from .sources import load_model_files
 
     files = load_model_files(args.model, revision=args.revision)
+    # the operator's bounds hold for a local file or a hub config too: one plan stays bounded in time and memory
+    check_arch_bounds(files.config, model_id=files.model_id)
     arch = arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
                             total_size_estimated=files.total_size_estimated)
     gpu = load_gpu_catalog().get(args.gpu)
@@ -327,7 +336,7 @@ def manifest_document(result: Plan, args: argparse.Namespace) -> dict[str, Any]:
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
     for snake, value in result.flags.items():
-        info = SpecFlags.model_fields.get(snake)
+        info = PinnedFlags.model_fields.get(snake)
         if info is not None and value is not None:
             flags[info.alias or snake] = value
     spec: dict[str, Any] = {

@@ -65,7 +65,7 @@ __all__ = [
     "EnvVar",
     "EnvVarSource",
     "FlagValue",
-    "GPUSpec",
+    "GPURequest",
     "GPUStatus",
     "HFTokenSecretRef",
     "MemoryBreakdown",
@@ -492,8 +492,11 @@ class ModelSpec(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
-class GPUSpec(_Model):
-    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset."""
+class GPURequest(_Model):
+    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset.
+
+    (`spec.gpu`, what the user asks for; the hardware itself, one catalog entry, is `planner.gpus.GPUSpec`.)
+    """
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
@@ -560,7 +563,7 @@ class GPUSpec(_Model):
         return []
 
     @model_validator(mode="after")
-    def _check_rules(self) -> GPUSpec:
+    def _check_rules(self) -> GPURequest:
         _raise_violations(self._violations())
         return self
 
@@ -1115,8 +1118,8 @@ class VLLMServiceSpec(_Model):
     )
 
     model: ModelSpec = Field(description="The model to serve.")
-    gpu: GPUSpec = Field(
-        default_factory=GPUSpec, description="GPUs per pod; discovered and planned when unset."
+    gpu: GPURequest = Field(
+        default_factory=GPURequest, description="GPUs per pod; discovered and planned when unset."
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -1313,7 +1316,8 @@ class Condition(_StatusModel):
 
 
 class MemoryBreakdown(_StatusModel):
-    """Where the planned GPU memory goes, per GPU, in GiB."""
+    """Where the planned GPU memory goes, per GPU, in GiB, as vLLM's startup log reports it (the tightest worker or
+    pipeline stage). The planner computes it (`planner.memory.predict_startup`) and status shows it as computed."""
 
     gpu_total_gib: float = Field(alias="gpuTotalGiB", ge=0, description="Total memory of one GPU.")
     requested_gib: float = Field(
@@ -1330,6 +1334,19 @@ class MemoryBreakdown(_StatusModel):
         alias="cudagraphGiB", ge=0, description="CUDA graphs (0 with enforce-eager)."
     )
     kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="What is left for the KV cache.")
+    headroom_gib: float = Field(
+        default=0.0, alias="headroomGiB", ge=0,
+        description="Total minus requested: CUDA context, CUDA graphs (before vLLM 0.21), other processes.",
+    )
+    persistent_gib: float = Field(
+        default=0.0, alias="persistentGiB", ge=0,
+        description="Taken out of the KV cache budget besides the above (vLLM 0.27+): Model Runner V2's sampler "
+                    "state and allocator leftovers.",
+    )
+    estimated: list[str] = Field(
+        default_factory=list,
+        description="The figures above (field names) that rest on an estimate no vLLM log has calibrated yet.",
+    )
 
 
 class PlanFailure(_StatusModel):
@@ -1396,7 +1413,7 @@ class RemediationEvent(_StatusModel):
     time: str = Field(
         json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
     )
-    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOutOfMemory.")
+    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOOMStartup.")
     evidence: str = Field(
         default="", description="The log line or termination message the class was read from."
     )
@@ -1462,7 +1479,7 @@ class VLLMServiceStatus(_StatusModel):
         default=None,
         description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
                     "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
-                    "Unschedulable, Remediating, RemediationExhausted, a failure class such as CUDAOutOfMemory).",
+                    "Unschedulable, Remediating, RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."
