@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,6 @@ from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
-    MemoryBreakdown,
     MultiNodeStatus,
     PlanFailure,
     PlanOption,
@@ -29,11 +28,20 @@ from .api.v1alpha1 import (
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
-from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
-from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
+from .planner.gpus import (
+    LABEL_PRODUCT,
+    GPUCatalog,
+    GPUSpec,
+    NodeGPU,
+    UnknownGPUError,
+    load_gpu_catalog,
+    pick_gpu_pool,
+    resolve_node_gpu,
+)
 from .planner.multinode import MultiNodePlan
-from .planner.versions import version_from_image
+from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
 from .render.manifests import (
@@ -80,8 +88,6 @@ INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
-#: Pinned flags the planner does not model but vLLM must get (the renderer passes them through).
-PASS_THROUGH_FLAGS = ("enable_lora", "max_lora_rank", "swap_space")
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
@@ -192,6 +198,114 @@ def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU, catalog:
     return chosen.spec.gfd_products[0] if chosen.spec.gfd_products else None
 
 
+@dataclass(frozen=True)
+class _Pool:
+    gpu: NodeGPU
+    nodes: int
+    label: str | None
+    result: Plan
+
+    @property
+    def cost_gib(self) -> float:
+        """GPU memory one replica takes from the cluster: the cheaper pool is the one that takes less."""
+        return self.result.gpu_count * self.gpu.spec.reported_gib
+
+    def outcome(self) -> str:
+        res = self.result
+        state = "usable" if res.usable else ("starts, below the default workload" if res.fits else "does not fit")
+        figures = (f", TP={res.flags.get('tensor_parallel_size')}, max-model-len {res.flags.get('max_model_len')}, "
+                   f"{res.prediction.kv_cache_tokens} KV tokens") if res.fits else ""
+        return f"{self.nodes} node(s) with {self.gpu.count}× {self.gpu.spec.name}: {state}{figures}"
+
+
+def _pool_rank(pool: _Pool) -> tuple[float, ...]:
+    res = pool.result
+    if not res.fits:  # nothing fits anywhere: explain it for the pool with the most GPU memory per node
+        return (2.0, -pool.gpu.total_reported_gib, -pool.nodes)
+    return (0.0 if res.usable else 1.0, pool.cost_gib, pool.gpu.spec.reported_gib, -pool.nodes)
+
+
+def discover_pools(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> list[tuple[NodeGPU, int, str | None]]:
+    """The GPU pools of the cluster: (GPU model and count per node, number of such nodes, product label)."""
+    pools: dict[tuple[str, int, int], list[NodeGPU]] = {}
+    for labels in nodes:
+        try:
+            node_gpu = resolve_node_gpu(labels, catalog)
+        except UnknownGPUError:
+            continue
+        if node_gpu is not None:
+            pools.setdefault((node_gpu.spec.name, node_gpu.count, node_gpu.spec.memory_mib), []).append(node_gpu)
+    return [(group[0], len(group), _product_label(nodes, group[0], catalog)) for group in pools.values()]
+
+
+def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog,
+                     constraints: Constraints, resolved: tuple[GPUSpec, str, str | None, int | None],
+                     ) -> tuple[GPUSpec, str, str | None, int | None, Plan]:
+    """Plan on the pool that meets the objective at the least cost, and offer only options the cluster has.
+
+    Without spec.gpu.product every pool is planned: the usable plan that takes the least GPU memory wins (an 8B
+    model goes to an L4, not to an 8×H100 node), then one that at least starts. The choice and the alternatives
+    are stated in status.gpu.source. Options are other pools that would fit (from the nodes' labels and counts,
+    within spec.gpu.maxCount), plus changes that keep the GPUs; never GPUs the cluster does not have.
+    """
+    gpu, how, label, node_count = resolved
+    pools = discover_pools(nodes, catalog)
+    same = [node_gpu.count for node_gpu, _, _ in pools if node_gpu.spec.name == gpu.name]
+    if spec.gpu.product and node_count is None and same:
+        node_count = max(same)  # the product's nodes have this many GPUs: plan within them
+        how += f"; its nodes have up to {node_count} GPU(s) each"
+    result = plan(plan_request(spec, arch, gpu, constraints, node_count))
+    planned: list[_Pool] = []
+    for node_gpu, count, pool_label in pools:
+        if spec.gpu.product:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        planned.append(_Pool(node_gpu, count, pool_label, res))
+    if len(planned) > 1:
+        ranked = sorted(planned, key=_pool_rank)
+        best = ranked[0]
+        why = ("the usable plan that takes the least GPU memory" if best.result.usable else
+               "no pool is usable; the plan that starts and takes the least GPU memory" if best.result.fits else
+               "no pool fits; shown for the most GPU memory per node")
+        gpu, label, node_count, result = best.gpu.spec, best.label, best.gpu.count, best.result
+        how = (f"{best.gpu.how}; chose {best.gpu.count}× {best.gpu.spec.name} ({why}); pools: "
+               + "; ".join(pool.outcome() for pool in ranked))
+    if not result.usable:
+        result = result.model_copy(update={"options": _cluster_options(spec, arch, constraints, gpu, node_count,
+                                                                        result, pools)})
+    return gpu, how, label, node_count, result
+
+
+def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constraints, gpu: GPUSpec,
+                     node_count: int | None, result: Plan, pools: list[tuple[NodeGPU, int, str | None]],
+                     ) -> list[Option]:
+    """The planner's options cut to what this cluster can run, plus the cluster's other pools that would fit."""
+    per_node = node_count or spec.gpu.max_count
+    options: list[Option] = []
+    for option in result.options:
+        if option.kind == "larger-gpu":
+            continue  # replaced by the pools the cluster has
+        if option.kind == "gpus" and (option.gpu_count > per_node or option.gpu_count > spec.gpu.max_count
+                                      or gpu.is_mig):
+            continue
+        options.append(option.model_copy(update={"source": "cluster"}))
+    for node_gpu, _count, _label in pools:
+        if node_gpu.spec.name == gpu.name:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        if res.fits and (res.usable or not result.fits):
+            options.append(Option(
+                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
+                kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
+                kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
+                max_concurrency=res.prediction.max_concurrency))
+    if not options and not result.fits:
+        # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
+        options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})
+                   for o in result.options]
+    return options
+
+
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
     """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
     remediation = status.get("remediation") or {}
@@ -212,7 +326,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
-    pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
+    # adds it from RenderInput.trust_remote_code), so it is not one of the plan's flags
+    pinned = spec.flags.model_copy(update={"trust_remote_code": None})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
@@ -223,32 +339,30 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
     workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
                         prefix_caching=prefix if prefix is not None else profile.get("prefix_caching"),
                         typical_request_tokens=profile.get("typical_request_tokens"))
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
+    version = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
     if spec.gpu.count and not pinned.tensor_parallel_size:
         # spec.gpu.count is the GPUs each pod gets: tensor parallelism uses all of them
         wanted = max(spec.gpu.count // (pinned.pipeline_parallel_size or 1), 1)
         constraints = constraints.model_copy(update={
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
-                       constraints=constraints, vllm_version=version)
+                       constraints=constraints, vllm_version=version.version, version_note=version.note)
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
-    mem = result.memory
     return PlanStatus(
         fits=result.fits,
         flags=result.flags,
         args=args,
-        memory=MemoryBreakdown(gpuTotalGiB=mem.gpu_total_gib, requestedGiB=mem.requested_gib,
-                               weightsGiB=mem.weights_gib, activationGiB=mem.activation_gib,
-                               nonTorchGiB=mem.non_torch_gib, cudagraphGiB=mem.cudagraph_gib,
-                               kvCacheGiB=mem.kv_cache_gib),
+        memory=result.memory,
         kv_cache_tokens=result.prediction.kv_cache_tokens,
         max_concurrency=result.prediction.max_concurrency,
         reasons=result.reasons,
         failure=PlanFailure(kind=str(result.failure.kind), message=result.failure.message) if result.failure else None,
-        options=[PlanOption(summary=o.summary, flags=o.flags, gpu_count=o.gpu_count, gpu_product=o.gpu)
-                 for o in result.options],
+        options=[PlanOption.model_validate({
+            "summary": o.summary, "flags": o.flags, "gpuCount": o.gpu_count, "gpuProduct": o.gpu, "kind": o.kind,
+            "changes": o.changes, "source": o.source, "maxModelLen": o.max_model_len,
+            "kvCacheTokens": o.kv_cache_tokens}) for o in result.options],
         vllm_version=result.vllm_version,
         spec_hash=digest,
     )
@@ -333,7 +447,60 @@ def desired_state(observed: Observed) -> Desired:
             return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What the plan step leaves for the status step: the spec, the plan and what status shows of them."""
+
+    spec: VLLMServiceSpec
+    resolved: ImageVersion
+    arch: ModelArch
+    gpu: GPUSpec
+    product_label: str | None
+    constraints: Constraints
+    result: Plan
+    gpu_status: GPUStatus
+    args: list[str]
+    dropped: list[str]
+    status_plan: PlanStatus
+    changed: bool
+    secret_updates: list[cond.ConditionUpdate]
+    secret_events: list[Event]
+    spread: MultiNodePlan | None = None     # the plan over nodes when spec.gpu.maxNodes > 1 (issue 13)
+    nodes_per_replica: int = 1
+    multi: MultiNodeStatus | None = None    # status.multiNode, when the plan spans nodes
+    stop: multinode.Blocker | None = None   # what a spanning plan lacks that does not block the render
+
+
 def _desired_state(observed: Observed) -> Desired:
+    """The named steps, each answering early when it cannot go on: validate → resolve image/version → model files →
+    arch → GPU/pool → plan → status (and children when the plan fits)."""
+    spec = _validate(observed)
+    if isinstance(spec, Desired):
+        return spec
+    resolved = _resolve_image_version(observed, spec)
+    if isinstance(resolved, Desired):
+        return resolved
+    files = _read_model_files(observed, spec)
+    if isinstance(files, Desired):
+        return files
+    arch = _model_arch(observed, spec, files)
+    if isinstance(arch, Desired):
+        return arch
+    catalog = observed.catalog or load_gpu_catalog()
+    pool = _gpu_and_pool(observed, spec, catalog)
+    if isinstance(pool, Desired):
+        return pool
+    planned = _plan(observed, spec, resolved, arch, catalog, pool)
+    if not planned.result.fits:
+        return _infeasible_status(observed, planned)
+    gated = _multinode_gate(observed, planned, pool[4])  # a replica spanning nodes needs LeaderWorkerSet (issue 13)
+    if isinstance(gated, Desired):
+        return gated
+    return _deployable_status(observed, gated, _render_children(observed, gated))
+
+
+def _validate(observed: Observed) -> VLLMServiceSpec | Desired:
+    """Step 1: the spec as the CRD and `validate_spec` admit it (plus the name's own limit), the default image set."""
     errors = validate_spec(dict(observed.spec))
     if len(observed.name) > MAX_NAME_LENGTH:
         errors = [SpecError("metadata.name", f"is {len(observed.name)} characters; at most {MAX_NAME_LENGTH} "
@@ -343,27 +510,39 @@ def _desired_state(observed: Observed) -> Desired:
     spec = parse_spec(dict(observed.spec))
     if not spec.image:
         spec = spec.model_copy(update={"image": observed.default_image})
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
-    if version is None:
-        return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "
-                                                           f"{spec.image!r}; use a tag like v0.11.0")])
-    unsupported = unsupported_pinned(spec.flags.to_vllm(), version)
+    return spec
+
+
+def _resolve_image_version(observed: Observed, spec: VLLMServiceSpec) -> ImageVersion | Desired:
+    """Step 2: the vLLM release the image runs, and every pinned flag that release has."""
+    try:
+        resolved = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
+    except VersionError as exc:
+        return _invalid(observed, [SpecError("spec.vllmVersion", str(exc))])
+    unsupported = unsupported_pinned(spec.flags.to_vllm(), resolved.version)
     if unsupported:
         return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
                                    for name, why in unsupported])
-    files, model_error = _model_files(observed, spec)
-    if files is None:
-        message = model_error or "the model's config.json could not be read"
-        if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
-            return _invalid(observed, [SpecError("spec.model.config", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
-        return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
-    from .planner.gpus import load_gpu_catalog
+    return resolved
 
-    catalog = observed.catalog or load_gpu_catalog()
+
+def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles | Desired:
+    """Step 3: the model's config.json (+ checkpoint size), only now that the spec is valid."""
+    files, model_error = _model_files(observed, spec)
+    if files is not None:
+        return files
+    message = model_error or "the model's config.json could not be read"
+    if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
+        return _invalid(observed, [SpecError("spec.model.config", message)])
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
+               cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
+    return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
+
+
+def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) -> ModelArch | Desired:
+    """Step 4: the architecture, its values bounded before any arithmetic on them."""
     try:
-        arch = _arch(files, spec)
+        return _arch(files, spec)
     except ArchError as exc:
         return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
     except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
@@ -371,71 +550,96 @@ def _desired_state(observed: Observed) -> Desired:
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+
+
+#: What the GPU/pool step found: the GPU, how it was found, its product label, GPUs per node, the nodes listed.
+_GPUChoice = tuple[GPUSpec, str, str | None, int | None, Sequence[Mapping[str, str]]]
+
+
+def _gpu_and_pool(observed: Observed, spec: VLLMServiceSpec, catalog: GPUCatalog) -> _GPUChoice | Desired:
+    """Step 5: the GPU the plan is for, from spec.gpu or the labels of the cluster's GPU nodes."""
     nodes = observed.nodes
-    if not spec.gpu.product and observed.list_nodes is not None:
+    if observed.list_nodes is not None:
+        # listed even with spec.gpu.product: that product's GPUs per node and the options come from the cluster's
+        # pools; with the product named, a failed listing only costs those (the plan does not depend on it)
         lister = observed.list_nodes
-        nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        try:
+            nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        except _ShellFailure:
+            if not spec.gpu.product:
+                raise
+            nodes = ()
     try:
         gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
         message = str(exc)
-        field_error = bool(spec.gpu.product)
-        reason = cond.INVALID_SPEC if field_error else cond.GPU_NOT_FOUND
-        if field_error:
+        if spec.gpu.product:
             return _invalid(observed, [SpecError("spec.gpu.product", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, reason, message),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason, "waiting for GPU nodes")]
-        return _problem(observed, reason, message, updates, retry_after=30)
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.GPU_NOT_FOUND, "waiting for GPU nodes")]
+        return _problem(observed, cond.GPU_NOT_FOUND, message, updates, retry_after=30)
+    return gpu, how, product_label, node_count, nodes
 
+
+def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arch: ModelArch, catalog: GPUCatalog,
+          pool: _GPUChoice) -> _Planned:
+    """Step 6: the plan (with what the remediation ladder learned), its args and what status shows of it."""
+    gpu, how, product_label, node_count, nodes = pool
     constraints = constraints_from_status(observed.status)
+    gpu, how, product_label, node_count, result = plan_for_cluster(
+        spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
     request = plan_request(spec, arch, gpu, constraints, node_count)
-    result, spread, nodes_per_replica = _plan_maybe_across_nodes(spec, request, node_count)
+    pool_nodes = sum(1 for n in nodes if product_label and n.get(LABEL_PRODUCT) == product_label)
+    result, spread, nodes_per_replica = _plan_maybe_across_nodes(spec, request, node_count, result, pool_nodes)
     gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
                            count=result.gpu_count // nodes_per_replica, source=how)
-    # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
-    # the image's release lacks them), so no pinned flag is silently dropped.
-    pinned_all = spec.flags.to_vllm()
-    passed = {name: pinned_all[name] for name in PASS_THROUGH_FLAGS if name in pinned_all}
-    if passed:
-        result = result.model_copy(update={"flags": {**result.flags, **passed},
-                                           "pinned": [*result.pinned, *(n for n in passed if n not in result.pinned)]})
     secret_updates, secret_events = _secret_warning(observed, spec)
     args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
-    status_plan = plan_status(result, args, digest)
-    events: list[Event] = []
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
-    changed = decided_before != (result.fits, args, product_label or gpu.name)
-    if not result.fits:
-        summary = result.failure.message if result.failure else "does not fit"
-        options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
-        message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
-        updates = [
-            cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
-                                                                                   "not fit"),
-            cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
-        ]
-        if changed:
-            events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
-        events.extend(secret_events)
-        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status, multi_node=None)
-        return Desired(status=status, children=None, events=events, plan=result)
-    multi, stop, blocked = _multinode_gate(observed, spec, spread, nodes, product_label, status_plan, gpu_status)
-    if blocked is not None:
-        return blocked
+    return _Planned(spec=spec, resolved=resolved, arch=arch, gpu=gpu, product_label=product_label,
+                    constraints=constraints, result=result, gpu_status=gpu_status, args=args, dropped=dropped,
+                    status_plan=plan_status(result, args, digest),
+                    changed=decided_before != (result.fits, args, product_label or gpu.name),
+                    secret_updates=secret_updates, secret_events=secret_events, spread=spread,
+                    nodes_per_replica=nodes_per_replica)
 
-    render = RenderInput(
+
+def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
+    """Step 7, when no plan fits: PlanInfeasible with the figures and the options, no children."""
+    result, gpu = planned.result, planned.gpu
+    summary = result.failure.message if result.failure else "does not fit"
+    options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
+    message = f"{planned.arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+    if planned.resolved.note:
+        message += f". {planned.resolved.note}"
+    updates = [
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
+                                                                               "not fit"),
+        cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
+    ]
+    events = [Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message)] if planned.changed else []
+    events.extend(planned.secret_events)
+    status = _status(observed, updates + planned.secret_updates, plan=planned.status_plan, gpu=planned.gpu_status,
+                     multi_node=None)
+    return Desired(status=status, children=None, events=events, plan=result)
+
+
+def _render_input(observed: Observed, planned: _Planned) -> RenderInput:
+    """What the renderer needs of the spec and the plan."""
+    spec, result, constraints = planned.spec, planned.result, planned.constraints
+    return RenderInput(
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
-        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count // nodes_per_replica,
-        gpu_product_label=product_label,
-        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
+        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count // planned.nodes_per_replica,
+        gpu_product_label=planned.product_label,
+        weights_gib_total=checkpoint_bytes(planned.arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
         tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity.to_dict() if spec.affinity else None,
         env=tuple(e.to_dict() for e in spec.env),
@@ -455,12 +659,31 @@ def _desired_state(observed: Observed) -> Desired:
         trust_remote_code=bool(spec.flags.trust_remote_code),
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
-    children = multinode.children_for(render, nodes_per_replica)
+
+
+def _render_children(observed: Observed, planned: _Planned) -> tuple[RenderInput, list[dict[str, Any]]]:
+    """Step 7, when the plan fits: the children rendered as data (PVC, Service and a Deployment, or a
+    LeaderWorkerSet when one replica spans nodes)."""
+    render = _render_input(observed, planned)
+    return render, multinode.children_for(render, planned.nodes_per_replica)
+
+
+def _deployable_status(observed: Observed, planned: _Planned,
+                       rendered: tuple[RenderInput, list[dict[str, Any]]]) -> Desired:
+    """Step 7, when the plan fits: PlanFeasible with the args and KV tokens, rollout progress, the children."""
+    spec, result, gpu, resolved = planned.spec, planned.result, planned.gpu, planned.resolved
+    render, children = rendered
     ready = (observed.status.get("readyReplicas") or 0)
-    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
+    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(planned.args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
+    if not result.usable:
+        trade = next((r for r in result.reasons if r.startswith("Trade-off:")), "")
+        message += f". {trade}" if trade else ""
+    if resolved.note:
+        message += f". {resolved.note}"
     updates = [
-        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE,
+                             cond.VERSION_ASSUMED if resolved.note else cond.PLAN_FITS, message),
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
@@ -472,48 +695,51 @@ def _desired_state(observed: Observed) -> Desired:
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
                                             f"{ready}/{spec.replicas} pods ready"))
-    updates.extend(multinode.progress_updates(stop))
-    if changed:
+    updates.extend(multinode.progress_updates(planned.stop))
+    events: list[Event] = []
+    if planned.changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
-        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
-    events.extend(secret_events)
-    updates.extend(secret_updates)
+        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in planned.dropped)
+    events.extend(planned.secret_events)
+    updates.extend(planned.secret_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
-    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
-                     replicas=render.replicas, ready_replicas=ready, multi_node=multi)
+    status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
+                     selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi)
     return Desired(status=status, children=children, events=events, plan=result)
 
 
-def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest,
-                             node_count: int | None) -> tuple[Plan, MultiNodePlan | None, int]:
-    """The plan, over up to spec.gpu.maxNodes nodes when that is more than one, and the nodes one replica spans."""
+def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest, node_count: int | None, result: Plan,
+                             pool_nodes: int) -> tuple[Plan, MultiNodePlan | None, int]:
+    """The plan over up to spec.gpu.maxNodes nodes of the chosen pool when that is more than one, and the nodes one
+    replica spans; with one node allowed, the pool's plan with 'Span N nodes' among its options when it does not fit
+    (issue 13)."""
     spread = multinode.plan_spread(spec, request, node_count)
     if spread is None:
-        return multinode.with_spanning_option(plan(request), spec, request, node_count), None, 1
+        return multinode.with_spanning_option(result, spec, request, node_count, pool_nodes), None, 1
     return spread.plan, spread, spread.split.nodes
 
 
-def _multinode_gate(observed: Observed, spec: VLLMServiceSpec, spread: MultiNodePlan | None,
-                    nodes: Sequence[Mapping[str, str]], product_label: str | None, status_plan: PlanStatus,
-                    gpu_status: GPUStatus) -> tuple[MultiNodeStatus | None, multinode.Blocker | None, Desired | None]:
-    """For a plan that spans nodes: its status, what is missing, and the answer when that blocks the render."""
+def _multinode_gate(observed: Observed, planned: _Planned, nodes: Sequence[Mapping[str, str]]) -> _Planned | Desired:
+    """Step 7, for a plan that spans nodes: its status and what is missing (the LeaderWorkerSet API, enough nodes,
+    a release that runs multi-node); the answer instead of children when that blocks the render."""
+    spread, spec = planned.spread, planned.spec
     if spread is None or not spread.spans_nodes:
-        return None, None, None
+        return planned
     multi = multinode.multinode_status(spread, observed.name, observed.status.get("multiNode"))
-    pool = None if spec.gpu.product else sum(1 for n in nodes if n.get("nvidia.com/gpu.product") == product_label)
+    label = planned.product_label
+    pool = None if spec.gpu.product else sum(1 for n in nodes if n.get(LABEL_PRODUCT) == label)
     stop = multinode.blocker(spread, spread.plan.vllm_version, lws_installed=_lws_installed(observed),
                              pool_nodes=pool)
     if stop is None or not stop.blocks:
-        return multi, stop, None
+        return replace(planned, multi=multi, stop=stop)
     updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, stop.reason, stop.message),
                cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, stop.reason, stop.message),
                cond.ConditionUpdate(cond.READY, cond.FALSE, stop.reason, "no LeaderWorkerSet: " + stop.reason)]
     events = [] if _already_said(observed, stop.reason, stop.message) else [
         Event(EVENT_WARNING, stop.reason, stop.message)]
-    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, multi_node=multi)
-    return multi, stop, Desired(status=status, children=None, events=events, plan=spread.plan,
-                                retry_after=stop.retry_after)
+    status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, multi_node=multi)
+    return Desired(status=status, children=None, events=events, plan=spread.plan, retry_after=stop.retry_after)
 
 
 def _lws_installed(observed: Observed) -> bool | None:

@@ -100,6 +100,7 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.flags.tensorParallelSize#maxCount": ("must not exceed gpu.maxCount",
                                                 {"flags": {"tensorParallelSize": 4}, "gpu": {"maxCount": 2}}),
     ".spec.maxReplicas": ("maxReplicas must be at least replicas", {"replicas": 3, "maxReplicas": 2}),
+    ".spec.nodeSelector": ("nodeSelector keys must be label keys", {"nodeSelector": {"bad key/with/slashes": "x"}}),
     ".spec.workload.contextLength": ("must not exceed the pinned flags.maxModelLen",
                                      {"workload": {"contextLength": 8192}, "flags": {"maxModelLen": 4096}}),
     ".spec.env[0].valueFrom": ("set either value or valueFrom", {"env": [
@@ -269,7 +270,8 @@ def test_get_vllms_prints_the_crds_printer_columns(with_crd: Kubectl) -> None:
     with_crd("apply", "-f", str(MINIMAL))
     assert with_crd("get", "vllms").splitlines()[0].split() == ["NAME", "MODEL", "GPU", "TP", "NODES", "MAXLEN",
                                                                 "STATUS", "READY", "AGE"]
-    assert "REASON" in with_crd("get", "vllms", "-o", "wide").splitlines()[0]
+    wide = with_crd("get", "vllms", "-o", "wide").splitlines()[0]
+    assert "REASON" in wide and "MESSAGE" in wide
 
 
 def test_logs_previous_tail_and_limit(api: EmulatedAPIServer, kubectl: Kubectl) -> None:

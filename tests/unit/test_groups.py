@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vllm_operator.remediation.classifier import FailureClass, classify_text
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.remediation.classifier import classify_text
 from vllm_operator.remediation.groups import attribute, network_failure, recreations_exhausted
 from vllm_operator.remediation.policy import Action, Current, decide
 
@@ -51,7 +52,7 @@ def test_not_a_group_pod(labels: dict[str, str]) -> None:
 def test_network_failures_are_recognised(text: str, what: str) -> None:
     assert network_failure(text) == what
     failure = classify_text(text, exit_code=1)
-    assert failure.kind is FailureClass.Network and what in failure.summary
+    assert failure.kind is FailureKind.NETWORK and what in failure.summary
 
 
 @pytest.mark.parametrize("text", [
@@ -61,7 +62,7 @@ def test_network_failures_are_recognised(text: str, what: str) -> None:
     "INFO 05-20 09:15:02 [parallel_state.py:1165] world_size=16 rank=8 backend=nccl",
 ])
 def test_not_network(text: str) -> None:
-    assert classify_text(text, exit_code=1).kind is not FailureClass.Network
+    assert classify_text(text, exit_code=1).kind is not FailureKind.NETWORK
 
 
 def test_a_network_failure_never_changes_a_memory_flag() -> None:

@@ -19,6 +19,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import PinnedFlags
 from .arch import ModelArch, gib
 from .failures import FailureKind
 from .memory import (
@@ -28,13 +29,16 @@ from .memory import (
     _layout,
     _stage_kinds,
     activation_bytes,
+    arch_for_release,
     cudagraph_bytes,
     init_nontorch_gib,
     non_torch_bytes,
     pp_layer_counts,
+    profile_for_model,
+    v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
-from .plan import Option, PinnedFlags, Plan, PlanRequest, plan
+from .plan import Option, Plan, PlanRequest, plan
 from .versions import VersionProfile, profile_for
 
 MAX_OPTION_NODES = 8   # how far the options look beyond what the caller allows
@@ -129,28 +133,34 @@ def nodes_for(world_size: int, gpus_per_node: int) -> int:
 
 def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: VersionProfile) -> list[StageMemory]:
     """Per-stage weights, activation peak and KV cache (the terms of `memory.predict_startup`, stage by stage)."""
+    profile = profile_for_model(profile, arch)
+    arch = arch_for_release(arch, profile)
     total = int(gpu.total_gib * 2**30)
     requested = math.ceil(total * flags.gpu_memory_utilization)
     pp = flags.pipeline_parallel_size
     weights = weights_bytes_per_gpu(arch, flags)
     non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
+    # 0.27+ (`consumed` profiler): allocator leftovers count against the budget, as in predict_startup
+    slack = int(profile.allocator_slack_gib * 2**30) if profile.profiler == "consumed" else 0
     stages: list[StageMemory] = []
     first = 0
     for stage, kinds in enumerate(_stage_kinds(arch, pp)):
         layout = _layout(arch, flags, profile, kinds)
         act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
-        avail = requested - weights[stage] - act - non_torch
+        sampler_state = v2_sampler_state_bytes(arch, flags, profile) if stage == pp - 1 else 0
+        persistent = slack + (sampler_state if profile.v2_sampler_state_counted else 0)
+        avail = requested - weights[stage] - act - non_torch - persistent
         if profile.cudagraph_subtracted:
             avail -= cudagraph_bytes(arch, flags, profile, len(kinds))
         if profile.others_memory_counted:
             avail -= int(gpu.other_used_gib * 2**30)
         if flags.kv_cache_memory_bytes is not None:
             avail = flags.kv_cache_memory_bytes
-        blocks = max(avail, 0) // (layout.page_bytes * layout.group_size)
+        blocks = max(avail, 0) // layout.bytes_per_block
         stages.append(StageMemory(
             stage=stage, first_layer=first, layers=len(kinds), weights_gib=round(gib(weights[stage]), 2),
             activation_gib=round(gib(act), 2), kv_cache_gib=round(gib(max(avail, 0)), 2), num_blocks=int(blocks),
-            kv_bytes_per_token=len(kinds) * layout.page_bytes // flags.block_size))
+            kv_bytes_per_token=len(kinds) * layout.page_bytes // layout.block_size))
         first += len(kinds)
     return stages
 
@@ -225,7 +235,7 @@ def _restore_user_pins(result: Plan, user: PinnedFlags, split: Split, why: str) 
     reasons = [r for r in result.reasons if r not in ours or user.tensor_parallel_size is not None]
     if user.tensor_parallel_size is None:
         reasons.insert(2, why)
-    return result.model_copy(update={"pinned": user.pinned_names(), "reasons": reasons})
+    return result.model_copy(update={"pinned": list(user.to_vllm()), "reasons": reasons})
 
 
 def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, reasons: list[str],
@@ -247,7 +257,7 @@ def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, re
 
 
 def _option(result: Plan, split: Split, summary: str) -> Option:
-    return Option(summary=summary, flags=result.flags, gpu=result.gpu, gpu_count=split.world_size,
+    return Option(summary=summary, kind="nodes", flags=result.flags, gpu=result.gpu, gpu_count=split.world_size,
                   kv_cache_tokens=result.prediction.kv_cache_tokens, max_model_len=int(result.flags["max_model_len"]),
                   max_concurrency=result.prediction.max_concurrency)
 

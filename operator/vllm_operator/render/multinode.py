@@ -42,14 +42,17 @@ def plan_spread(spec: VLLMServiceSpec, request: PlanRequest, node_count: int | N
                              max_nodes=spec.gpu.max_nodes)
 
 
-def with_spanning_option(result: Plan, spec: VLLMServiceSpec, request: PlanRequest, node_count: int | None) -> Plan:
-    """A one-node plan that does not fit, with 'Span N nodes' first among its options when some N would fit."""
-    if result.fits or spec.gpu.max_nodes > 1 or request.pinned.tensor_parallel_size:
+def with_spanning_option(result: Plan, spec: VLLMServiceSpec, request: PlanRequest, node_count: int | None,
+                         pool_nodes: int) -> Plan:
+    """A one-node plan that does not fit, with 'Span N nodes' first among its options when some N would fit and the
+    cluster has N nodes of the pool (options name only what the cluster has; never MIG slices across nodes)."""
+    if result.fits or spec.gpu.max_nodes > 1 or request.pinned.tensor_parallel_size or request.gpu.is_mig:
         return result
     per_node = gpus_per_node(spec, node_count)
     option = spanning_option(request.model_copy(update={"gpu_count": per_node}), per_node, 1)
-    if option is None:
+    if option is None or option.gpu_count > per_node * pool_nodes:
         return result
+    option = option.model_copy(update={"source": "cluster"})
     return result.model_copy(update={"options": [option, *result.options]})
 
 
