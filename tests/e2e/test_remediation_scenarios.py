@@ -205,8 +205,8 @@ def test_kv_cache_too_small_shrinks_max_model_len_to_vllms_estimate(run: Run) ->
     assert o.flags["maxModelLen"] < first["maxModelLen"]
     assert 0.75 * estimate <= o.flags["maxModelLen"] <= estimate, (estimate, o.flags)  # computed, not halved
     assert str(estimate) in o.history[0]["message"]
-    assert {k: v for k, v in o.flags.items() if k not in ("max_model_len", "max_num_seqs")} == \
-        {k: v for k, v in first.items() if k not in ("max_model_len", "max_num_seqs")}
+    assert {k: v for k, v in o.flags.items() if k not in ("maxModelLen", "maxNumSeqs")} == \
+        {k: v for k, v in first.items() if k not in ("maxModelLen", "maxNumSeqs")}
     assert replay(o, o.flags).starts
 
 
@@ -373,7 +373,7 @@ def test_pinned_flags_that_block_every_remedy_give_a_verdict_with_a_value_that_w
     assert arg(args, "--max-model-len") == "16384" and arg(args, "--gpu-memory-utilization") == "0.9", args
     assert set(o.failures()) == {"KVCacheTooSmall"}
     # the value the verdict names really works (same GPU, same hidden facts)
-    assert replay(o, {**o.flags, "max_model_len": suggested}).starts
+    assert replay(o, {**o.flags, "maxModelLen": suggested}).starts
     assert not replay(o, o.flags).starts
 
 
