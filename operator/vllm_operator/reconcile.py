@@ -24,6 +24,7 @@ from .api.v1alpha1 import (
     SpecError,
     VLLMServiceSpec,
     VLLMServiceStatus,
+    flags_from_api,
     parse_spec,
     validate_spec,
 )
@@ -307,9 +308,9 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
 
 
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
-    """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
+    """The remediation ladder's learned limits, kept in status.remediation.profile."""
     remediation = status.get("remediation") or {}
-    profile = remediation.get("profile") or {}
+    profile = flags_from_api(remediation.get("profile")) or {}
     known = {k: v for k, v in profile.items() if k in Constraints.model_fields}
     return Constraints(**known)
 

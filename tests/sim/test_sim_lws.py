@@ -141,7 +141,7 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
         history = obj["status"]["remediation"]["history"]
         assert len(history) >= 1
         flags = obj["status"]["plan"]["flags"]
-        assert flags["max_model_len"] < 131072 and flags["pipeline_parallel_size"] == 2
+        assert flags["maxModelLen"] < 131072 and flags["pipelineParallelSize"] == 2
         # recorded before LWS deleted the group: each failed pod with its rank and pipeline stage
         failures = obj["status"]["multiNode"]["failures"]
         assert {(f["nodeRank"], tuple(f["stages"]), f["failureClass"]) for f in failures} >= {

@@ -605,9 +605,9 @@ STATUS: dict[str, Any] = {
     "plan": {
         "fits": True,
         "flags": {
-            "max_model_len": 32768,
-            "gpu_memory_utilization": 0.9,
-            "enforce_eager": False,
+            "maxModelLen": 32768,
+            "gpuMemoryUtilization": 0.9,
+            "enforceEager": False,
             "dtype": "auto",
         },
         "args": ["--max-model-len", "32768"],
@@ -624,7 +624,7 @@ STATUS: dict[str, Any] = {
         "maxConcurrency": 13.4,
         "reasons": ["max_model_len: the model's max_position_embeddings"],
         "failure": None,
-        "options": [{"summary": "use fp8 KV cache", "flags": {"kv_cache_dtype": "fp8"}, "extra": {"k": 1}}],
+        "options": [{"summary": "use fp8 KV cache", "flags": {"kvCacheDtype": "fp8"}, "extra": {"k": 1}}],
         "vllmVersion": "0.11.0",
         "specHash": "abc",
     },
@@ -635,7 +635,7 @@ STATUS: dict[str, Any] = {
     "endpoint": "http://x.default.svc:8000/v1",
     "remediation": {
         "step": 1,
-        "profile": {"max_num_seqs": 128},
+        "profile": {"maxNumSeqs": 128},
         "history": [
             {
                 "step": 1,
@@ -644,8 +644,8 @@ STATUS: dict[str, Any] = {
                 "evidence": "torch.OutOfMemoryError",
                 "podUID": "u-1",
                 "restartCount": 2,
-                "flagsBefore": {"max_num_seqs": 256},
-                "flagsAfter": {"max_num_seqs": 128},
+                "flagsBefore": {"maxNumSeqs": 256},
+                "flagsAfter": {"maxNumSeqs": 128},
                 "message": "halved max_num_seqs",
             }
         ],
@@ -852,7 +852,7 @@ def test_status_patch_merges_nested_objects() -> None:
         now=T0,
         plan=plan.model_copy(update={"flags": {**plan.flags, "max_model_len": 16384}}),
     )
-    assert c.status_patch(STATUS, new) == {"plan": {"flags": {"max_model_len": 16384}}}
+    assert c.status_patch(STATUS, new) == {"plan": {"flags": {"maxModelLen": 16384}}}
     assert c.status_patch(None, new)["plan"]["fits"] is True
 
 

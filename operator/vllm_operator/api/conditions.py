@@ -341,4 +341,39 @@ def status_patch(old: VLLMServiceStatus | Mapping[str, Any] | None, new: VLLMSer
     old_dict.pop("kopf", None)
     new_dict = new.to_dict()
     new_dict.pop("kopf", None)
-    return _merge_patch(old_dict, new_dict)
+    patch = _merge_patch(old_dict, new_dict)
+    if isinstance(old, Mapping):
+        _respell(old, new_dict, patch)
+    return patch
+
+
+#: Where status holds flag maps (dicts, and lists of entries holding them): keys once written in vLLM's
+#: snake_case (`max_model_len`), camelCase (`maxModelLen`) since v1alpha1 follows the API conventions.
+_FLAG_MAPS = (("plan", "flags"), ("remediation", "profile"))
+_FLAG_MAP_LISTS = (("plan", "options"), ("remediation", "history"))
+
+
+def _respell(raw: Mapping[str, Any], new: Mapping[str, Any], patch: dict[str, Any]) -> None:
+    """Drop flag-map keys an older operator stored in snake_case: parsed, they read the same as the new
+    camelCase keys, so the model diff alone would leave both spellings in the stored object."""
+    for parent, field in _FLAG_MAPS:
+        stored, wanted = _at(raw, parent, field), _at(new, parent, field)
+        if isinstance(stored, Mapping) and isinstance(wanted, Mapping) and stored.keys() - wanted.keys():
+            patch.setdefault(parent, {})[field] = {**dict.fromkeys(stored.keys() - wanted.keys()), **wanted}
+    for parent, field in _FLAG_MAP_LISTS:
+        stored, wanted = _at(raw, parent, field), _at(new, parent, field)
+        if isinstance(stored, list) and isinstance(wanted, list) and any(map(_snake_flags, stored)):
+            patch.setdefault(parent, {})[field] = wanted
+
+
+def _snake_flags(entry: Any) -> bool:
+    """A history entry or plan option with a flag map keyed the old way."""
+    if not isinstance(entry, Mapping):
+        return False
+    maps = (entry.get(name) for name in ("flags", "flagsBefore", "flagsAfter", "profileBefore"))
+    return any(isinstance(m, Mapping) and any("_" in str(key) for key in m) for m in maps)
+
+
+def _at(status: Mapping[str, Any], parent: str, field: str) -> Any:
+    section = status.get(parent)
+    return section.get(field) if isinstance(section, Mapping) else None

@@ -60,9 +60,9 @@ HEADER = (
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.gpu.product"},
-    {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensor_parallel_size"},
+    {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensorParallelSize"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".status.gpu.nodes"},
-    {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.max_model_len"},
+    {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.maxModelLen"},
     {"name": "Status", "type": "string", "jsonPath": ".status.state"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {

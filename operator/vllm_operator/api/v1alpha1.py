@@ -38,6 +38,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    WrapSerializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -91,6 +92,9 @@ __all__ = [
     "VLLMServiceSpec",
     "VLLMServiceStatus",
     "WorkloadSpec",
+    "flag_key",
+    "flag_name",
+    "flags_from_api",
     "parse_spec",
     "validate_spec",
     "vllm_cli_flag",
@@ -251,9 +255,50 @@ def inline_json_problem(value: Any) -> str | None:
 #: The value of one vLLM flag: a bool, a number or a string.
 FlagValue = bool | int | float | str
 
-#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`), e.g. a plan or a remediation profile.
+_SNAKE_PART = re.compile(r"_([a-z0-9])")
+_CAMEL_HUMP = re.compile(r"([A-Z])")
+
+
+def flag_key(name: str) -> str:
+    """The API (camelCase) key of a vLLM flag given by its snake_case name: `max_model_len` -> `maxModelLen`.
+
+    The same spelling as `spec.flags` uses (pydantic's `to_camel`), so `status.plan.flags.maxModelLen` and
+    `spec.flags.maxModelLen` name one flag. Already camelCase names are returned unchanged."""
+    return _SNAKE_PART.sub(lambda m: m.group(1).upper(), name)
+
+
+def flag_name(key: str) -> str:
+    """vLLM's snake_case name of a flag given by its API key: `maxModelLen` -> `max_model_len`.
+
+    The inverse of `flag_key` for snake_case names made of lowercase words; snake_case input is returned
+    unchanged, so a status written by an older operator (snake_case keys) reads the same."""
+    return _CAMEL_HUMP.sub(lambda m: "_" + m.group(1).lower(), key)
+
+
+def flags_from_api(flags: Any) -> Any:
+    """A flag map as stored in status (camelCase keys) keyed by vLLM's snake_case names; anything else as is.
+
+    The one reader of raw status flag maps (`status.plan.flags`, `status.remediation.profile`, a history
+    entry's `flagsBefore`/`flagsAfter`/`profileBefore`): code that reads a status dict without parsing it
+    into the models below goes through this."""
+    if not isinstance(flags, Mapping):
+        return flags
+    return {flag_name(str(key)): value for key, value in flags.items()}
+
+
+def _flags_to_api(flags: dict[str, FlagValue], handler: Any, info: Any) -> Any:
+    if info.by_alias:
+        flags = {flag_key(key): value for key, value in flags.items()}
+    return handler(flags)
+
+
+#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`) in Python, e.g. a plan or a remediation
+#: profile; the API (status) spells the keys in camelCase (`maxModelLen`), as `spec.flags` does. Both
+#: spellings are read.
 FlagMap = Annotated[
     dict[str, FlagValue],
+    BeforeValidator(flags_from_api),
+    WrapSerializer(_flags_to_api),
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
 
@@ -1395,7 +1440,7 @@ class PlanStatus(_StatusModel):
     fits: bool = Field(description="Whether the model and the workload fit the GPUs with these flags.")
     flags: FlagMap = Field(
         default_factory=dict,
-        description="Planned and pinned vLLM flags by vLLM's snake_case name, e.g. max_model_len: 32768.",
+        description="Planned and pinned vLLM flags, named as in spec.flags, e.g. maxModelLen: 32768.",
     )
     args: list[str] = Field(
         default_factory=list, description="The vLLM command-line arguments rendered from the plan."
@@ -1503,7 +1548,7 @@ class RemediationStatus(_StatusModel):
     )
     profile: FlagMap = Field(
         default_factory=dict,
-        description="Constraints the ladder learned (e.g. max_model_len, gpu_free_gib), applied on top of the plan.",
+        description="Constraints the ladder learned (e.g. maxModelLen, gpuFreeGib), applied on top of the plan.",
     )
     history: list[RemediationEvent] = Field(default_factory=list, description="Steps taken, oldest first.")
     exhausted: bool = Field(default=False, description="No further step is allowed or would help.")

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import flags_from_api
 from ..planner import Constraints
 from ..planner.failures import FailureKind
 from .classifier import MEMORY_FAILURES, Failure
@@ -325,4 +326,5 @@ def constraints_to_profile(constraints: Constraints) -> dict[str, Any]:
 
 
 def profile_constraints(profile: Mapping[str, Any]) -> Constraints:
-    return Constraints(**{k: v for k, v in profile.items() if k in Constraints.model_fields})
+    """The constraints of a profile, keyed either way (as stored in status, `maxModelLen`, or by vLLM's name)."""
+    return Constraints(**{k: v for k, v in flags_from_api(profile).items() if k in Constraints.model_fields})
