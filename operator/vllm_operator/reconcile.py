@@ -207,9 +207,15 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def lora_flags(spec: VLLMServiceSpec) -> dict[str, Any]:
+    """The vLLM flags spec.lora asks for (empty without spec.lora)."""
+    return spec.lora.to_vllm(spec.flags.max_lora_rank) if spec.lora else {}
+
+
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
-    pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    asked = {**spec.flags.to_vllm(), **lora_flags(spec)}
+    pinned = PinnedFlags(**{k: v for k, v in asked.items() if k in PinnedFlags.model_fields})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
@@ -330,6 +336,15 @@ def desired_state(observed: Observed) -> Desired:
             return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
 
 
+def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
+    """Pinned flags and spec.lora's flags the image's vLLM release lacks."""
+    errors = [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
+              for name, why in unsupported_pinned(spec.flags.to_vllm(), version)]
+    errors += [SpecError("spec.lora", f"{why}; remove spec.lora or use another image")
+               for _name, why in unsupported_pinned(lora_flags(spec), version)]
+    return errors
+
+
 def _desired_state(observed: Observed) -> Desired:
     errors = validate_spec(dict(observed.spec))
     if len(observed.name) > MAX_NAME_LENGTH:
@@ -344,10 +359,9 @@ def _desired_state(observed: Observed) -> Desired:
     if version is None:
         return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "
                                                            f"{spec.image!r}; use a tag like v0.11.0")])
-    unsupported = unsupported_pinned(spec.flags.to_vllm(), version)
+    unsupported = _unsupported_flags(spec, version)
     if unsupported:
-        return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
-                                   for name, why in unsupported])
+        return _invalid(observed, unsupported)
     files, model_error = _model_files(observed, spec)
     if files is None:
         message = model_error or "the model's config.json could not be read"

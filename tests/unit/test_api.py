@@ -375,6 +375,15 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     (spec(nodeSelector={"bad key": "x"}), "node-selector-keys-are-label-keys", "spec.nodeSelector"),
     (spec(nodeSelector={"-x": "x"}), "node-selector-keys-are-label-keys", "spec.nodeSelector"),
     (spec(nodeSelector={"example.com/pool": "a", "zone": "b"}), None, None),
+    (
+        spec(lora={"adapters": [{"name": "a", "source": "o/a"}, {"name": "a", "source": "o/b"}]}),
+        "lora-adapter-names-unique",
+        "spec.lora.adapters",
+    ),
+    (spec(lora={"adapters": [{"name": "a", "source": "o/a"}, {"name": "b", "source": "/x/b"}]}), None, None),
+    (spec(lora={}, flags={"enableLora": False}), "lora-agrees-with-flags", "spec.lora"),
+    (spec(lora={"maxRank": 8}, flags={"enableLora": True, "maxLoraRank": 16}), "lora-agrees-with-flags", "spec.lora"),
+    (spec(lora={"maxRank": 16}, flags={"enableLora": True, "maxLoraRank": 16}), None, None),
     (FULL_SPEC, None, None),
 ]
 

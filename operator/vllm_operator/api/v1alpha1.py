@@ -249,7 +249,7 @@ def inline_json_problem(value: Any) -> str | None:
     return None
 
 #: The value of one vLLM flag: a bool, a number or a string.
-FlagValue = bool | int | float | str
+FlagValue = bool | int | float | str | list[str]  # lists: nargs options (--lora-modules)
 
 #: vLLM flags keyed by vLLM's snake_case name (`max_model_len`), e.g. a plan or a remediation profile.
 FlagMap = Annotated[
@@ -723,6 +723,8 @@ OPERATOR_OWNED_FLAGS: dict[str, str] = {
     "revision": "spec.model.revision",
     "served_model_name": "spec.model.servedName",
     "port": "spec.service.port",
+    "max_loras": "spec.lora.maxLoras",
+    "lora_modules": "spec.lora.adapters",
     "host": "",  # the operator binds all interfaces so probes and the Service reach vLLM
 }
 
@@ -1050,6 +1052,74 @@ def _tp_times_pp(flags: str) -> str:
     return f"{tp} * {pp}"
 
 
+# --------------------------------------------------------------------------------------------------
+# spec.lora (issue 14)
+# --------------------------------------------------------------------------------------------------
+
+#: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
+LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
+LORA_SOURCE_PATTERN = r"^(" + HF_MODEL_ID_PATTERN[1:-1] + "|" + MOUNT_PATH_PATTERN[1:-1] + r")$"
+MAX_LORA_SLOTS = 256
+
+
+class LoRAAdapter(_Model):
+    """One LoRA adapter vLLM loads at startup (`--lora-modules name=source`)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=LORA_NAME_PATTERN,
+                      description="The name clients put in the request's `model` field.")
+    source: str = Field(min_length=1, max_length=1024, pattern=LORA_SOURCE_PATTERN,
+                        description="A Hugging Face repository id (downloaded into the model cache) or an absolute "
+                        "path in the container.")
+
+
+class LoRASpec(_Model):
+    """Serve LoRA adapters on the base model. vLLM reserves GPU memory for `maxLoras` adapters of `maxRank`
+    while the model loads; the planner takes it out of the KV cache."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="lora-adapter-names-unique",
+            rule="!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+            message="lora.adapters names must be unique",
+            field_path=".adapters",
+        ),
+    )
+
+    adapters: list[LoRAAdapter] = Field(default_factory=list, max_length=64,
+                                        description="Adapters loaded at startup. More can be loaded at run time "
+                                        "through vLLM's API when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set.")
+    max_rank: MaxLoraRank | None = Field(default=None, description="`--max-lora-rank`: the largest adapter rank. "
+                                         "Defaults to vLLM's 16 (or flags.maxLoraRank).")
+    max_loras: int | None = Field(default=None, ge=1, le=MAX_LORA_SLOTS,
+                                  description="`--max-loras`: adapters in one batch (GPU slots). Defaults to the "
+                                  "number of adapters (at least 1).")
+
+    def to_vllm(self, pinned_rank: int | None = None) -> dict[str, Any]:
+        """The vLLM flags this asks for, snake_case."""
+        out: dict[str, Any] = {"enable_lora": True,
+                               "max_loras": self.max_loras or max(len(self.adapters), 1)}
+        rank = self.max_rank or pinned_rank
+        if rank is not None:
+            out["max_lora_rank"] = rank
+        if self.adapters:
+            out["lora_modules"] = tuple(f"{a.name}={a.source}" for a in self.adapters)
+        return out
+
+    def _violations(self) -> list[RuleViolation]:
+        names = [a.name for a in self.adapters]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            return [RuleViolation("lora-adapter-names-unique", "adapters",
+                                  f"lora.adapters names must be unique (repeated: {_short(duplicates[0])})")]
+        return []
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> LoRASpec:
+        _raise_violations(self._violations())
+        return self
+
+
 class VLLMServiceSpec(_Model):
     """Desired state of a VLLMService: a model served by vLLM on GPUs, with flags planned by the operator."""
 
@@ -1111,6 +1181,16 @@ class VLLMServiceSpec(_Model):
             message="workload.contextLength must not exceed the pinned flags.maxModelLen; "
             "raise or unpin flags.maxModelLen",
             field_path=".workload.contextLength",
+        ),
+        CelRule(
+            id="lora-agrees-with-flags",
+            rule=(
+                "!has(self.lora) || !has(self.flags) || ((!has(self.flags.enableLora) || self.flags.enableLora) && "
+                "(!has(self.flags.maxLoraRank) || !has(self.lora.maxRank) || self.flags.maxLoraRank == self.lora.maxRank))"
+            ),
+            message="spec.lora needs flags.enableLora unset or true, and flags.maxLoraRank (if set) equal to "
+            "lora.maxRank; set the rank in one place",
+            field_path=".lora",
         ),
     )
 
@@ -1181,6 +1261,7 @@ class VLLMServiceSpec(_Model):
         default=None,
         description="Keep downloaded weights on a PersistentVolumeClaim. Unset: an emptyDir per pod.",
     )
+    lora: LoRASpec | None = Field(default=None, description="Serve LoRA adapters (`--enable-lora`).")
     remediation: RemediationSpec = Field(
         default_factory=RemediationSpec,
         description="How the operator reacts to out-of-memory and startup failures.",
@@ -1253,6 +1334,12 @@ class VLLMServiceSpec(_Model):
                     "would be rejected; raise or unpin flags.maxModelLen",
                 )
             )
+        if self.lora is not None and (self.flags.enable_lora is False or (
+                self.flags.max_lora_rank is not None and self.lora.max_rank is not None
+                and self.flags.max_lora_rank != self.lora.max_rank)):
+            out.append(RuleViolation("lora-agrees-with-flags", "lora",
+                                     "spec.lora needs flags.enableLora unset or true, and flags.maxLoraRank (if set) "
+                                     "equal to lora.maxRank; set the rank in one place"))
         for index, arg in enumerate(self.extra_args):
             managed = _managed_flag_of(arg)
             if managed is None:

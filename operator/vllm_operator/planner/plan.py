@@ -12,9 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .arch import ModelArch
+from .arch import ModelArch, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec
+from .lora import LoRASlots, adapter_bytes_per_stage
 from .memory import (
     EngineFlags,
     GPUFacts,
@@ -23,6 +24,7 @@ from .memory import (
     StartupPrediction,
     cudagraph_bytes,
     init_nontorch_gib,
+    pp_layer_counts,
     predict_startup,
 )
 from .versions import VersionProfile, batch_defaults, profile_for
@@ -55,6 +57,11 @@ class PinnedFlags(BaseModel):
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
+    # LoRA (spec.lora or flags.enableLora/maxLoraRank): sizes the adapter slots vLLM reserves (planner/lora.py)
+    enable_lora: bool | None = None
+    max_lora_rank: int | None = Field(None, ge=1)
+    max_loras: int | None = Field(None, ge=1)
+    lora_modules: tuple[str, ...] | None = None
 
     def pinned_names(self) -> list[str]:
         return [name for name, value in self.model_dump().items() if value is not None]
@@ -257,6 +264,8 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         enable_prefix_caching=pinned.enable_prefix_caching,
         enable_chunked_prefill=pinned.enable_chunked_prefill,
+        max_loras=(pinned.max_loras or 1) if pinned.enable_lora else 0,
+        max_lora_rank=pinned.max_lora_rank or 16,
     )
 
 
@@ -492,6 +501,18 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     return out
 
 
+def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
+    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+    dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
+    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype)
+    estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
+                                       pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+    text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
+            f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
+            "taken from the KV cache)")
+    return text + (f"; {estimate.note}." if estimate.note else ".")
+
+
 def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool) -> list[str]:
     arch, gpu, flags, pred = request.arch, request.gpu, candidate.flags, candidate.prediction
     mem = pred.memory
@@ -515,6 +536,8 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
             f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} attention "
             f"heads and {arch.num_kv_heads} KV heads).")
     reasons.extend(candidate.notes)
+    if flags.max_loras:
+        reasons.append(lora_reason(arch, flags))
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit; fp8 halves KV bytes per token "
                        "(small quality cost).")

@@ -206,6 +206,9 @@ def render_args(flags: dict[str, Any], version: str, pinned: tuple[str, ...] = (
                 args.append("--no-" + name.replace("_", "-"))
             elif name in pinned:
                 dropped.append(f"{flag}=false is vLLM's default before 0.8; not passed")
+        elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
+            if value:
+                args.extend([flag, *(str(v) for v in value)])
         else:
             args.extend([flag, str(value)])
     return args, dropped
