@@ -33,11 +33,13 @@ from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkp
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
 from .planner.versions import version_from_image
 from .remediation.redact import secret_findings
+from .render.cache import MODEL_CACHE, CacheSettings, plan_cache, startup_failure_threshold
 from .render.manifests import (
     OwnerRef,
     RenderInput,
     build_children,
     child_names,
+    labels_for,
     render_args,
     selector_for,
     spec_hash,
@@ -110,6 +112,8 @@ class Observed:
     catalog: GPUCatalog | None = None
     resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
     list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
+    cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
+    default_storage_class: str | None = None        # the cluster's default StorageClass, if any
 
 
 @dataclass
@@ -436,8 +440,14 @@ def _desired_state(observed: Observed) -> Desired:
         status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status)
         return Desired(status=status, children=None, events=events, plan=result)
 
+    owner = OwnerRef(name=observed.name, uid=observed.uid)
+    cache = plan_cache(service=observed.name, namespace=observed.namespace, model=spec.model.name,
+                       revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
+                       default_storage_class=observed.default_storage_class,
+                       checkpoint_gib=checkpoint_bytes(arch) / 2**30, max_pods=max_pods(spec),
+                       labels=labels_for(observed.name), owner=owner.to_k8s())
     render = RenderInput(
-        name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
+        name=observed.name, namespace=observed.namespace, owner=owner,
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
@@ -448,11 +458,9 @@ def _desired_state(observed: Observed) -> Desired:
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_claim=_cache_claim(observed.name, spec), cache_create=bool(spec.model_cache and not
-                                                                          spec.model_cache.claim_name
-                                                                          and spec.model_cache.size),
-        cache_size=str(spec.model_cache.size) if spec.model_cache and spec.model_cache.size else "100Gi",
-        cache_storage_class=spec.model_cache.storage_class_name if spec.model_cache else None,
+        cache_volume=cache.volume, roll_without_surge=cache.exclusive,
+        startup_failure_threshold=startup_failure_threshold(
+            checkpoint_bytes(arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -462,12 +470,13 @@ def _desired_state(observed: Observed) -> Desired:
         trust_remote_code=bool(spec.flags.trust_remote_code),
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
-    children = build_children(render)
+    children = ([cache.claim] if cache.claim else []) + build_children(render)
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
     updates = [
         cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
+        cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason, cache.message),
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
@@ -498,13 +507,9 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
     return max(spec.replicas, min(scaled, spec.max_replicas))
 
 
-def _cache_claim(name: str, spec: VLLMServiceSpec) -> str | None:
-    cache = spec.model_cache
-    if cache is None:
-        return None
-    if cache.claim_name:
-        return cache.claim_name
-    return f"{name}-model-cache" if cache.size else None
+def max_pods(spec: VLLMServiceSpec) -> int:
+    """The most pods this service may run (spec.replicas, spec.maxReplicas)."""
+    return max(spec.replicas, spec.max_replicas or 0, 1)
 
 
 def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,

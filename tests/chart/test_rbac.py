@@ -168,6 +168,10 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.wait(lambda: (a := run.args_of(main, "qwen")) not in (first, remediated) and a, "the update")
     run.wait(lambda: run.get("services", "qwen", main)["spec"]["ports"][0]["port"] == 8080,  # type: ignore[index]
              "the Service's new port")
+    # An update of the service with a model-cache claim: its children are read before they are applied.
+    run.server.patch_object("vllmservices", "tiny", {"spec": {"workload": {"contextLength": 2048}}}, namespace=other)
+    run.wait(lambda: ((run.get("vllmservices", "tiny", other) or {}).get("status") or {}).get(
+        "observedGeneration") == 2, "the update of tiny")
 
     # The new profile's pod cannot be scheduled (the crash-looping pod is gone): the operator reports the scheduler's
     # message, never a finished rollout.

@@ -119,6 +119,10 @@ never called.
 - apiGroups: [""]
   resources: [nodes]
   verbs: [list]
+# StorageClasses: whether the cluster has a default one (the default model cache is then a PVC).
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [list]
 # kopf's resource discovery: notices the VLLMService CRD being installed, upgraded or removed.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]

@@ -29,7 +29,7 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, effects, kube, rollouts
 from .effects import apply_children
-from .observe import list_gpu_nodes, load_model
+from .observe import default_storage_class, list_gpu_nodes, load_model
 from .remediation import remediate_service, step_up_service
 
 log = logging.getLogger("vllm_operator")
@@ -144,7 +144,9 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   list_nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
                                   else list_gpu_nodes,
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
-                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
+                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
+                                  cache_settings=config.CONFIG.model_cache,
+                                  default_storage_class=default_storage_class())
     desired = reconcile.desired_state(observed)
     if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
         # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
