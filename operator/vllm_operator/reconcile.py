@@ -33,7 +33,9 @@ from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkp
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
 from .planner.versions import version_from_image
 from .remediation.redact import secret_findings
+from .render.autoscaling import pod_matchers
 from .render.cache import MODEL_CACHE, CacheSettings, plan_cache, startup_failure_threshold
+from .render.ecosystem import ecosystem_children
 from .render.manifests import (
     OwnerRef,
     RenderInput,
@@ -114,6 +116,7 @@ class Observed:
     list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
     cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
     default_storage_class: str | None = None        # the cluster's default StorageClass, if any
+    served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
 
 
 @dataclass
@@ -125,6 +128,7 @@ class Desired:
     events: list[Event] = field(default_factory=list)
     plan: Plan | None = None
     retry_after: float | None = None                # re-run later (e.g. no GPU nodes yet)
+    stale: list[tuple[str, str]] = field(default_factory=list)  # optional children (kind, name) to delete if present
 
 
 def _status(observed: Observed, updates: list[cond.ConditionUpdate], **changes: Any) -> VLLMServiceStatus:
@@ -471,12 +475,20 @@ def _desired_state(observed: Observed) -> Desired:
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
     children = ([cache.claim] if cache.claim else []) + build_children(render)
+    extras = ecosystem_children(
+        name=observed.name, child_name=child_names(observed.name).deployment, namespace=observed.namespace,
+        spec=spec, owner=owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
+        prometheus_selector=pod_matchers(observed.namespace, child_names(observed.name).deployment),
+        served=observed.served_kinds, conditions=observed.status.get("conditions") or [],
+        checkpoint_gib=checkpoint_bytes(arch) / 2**30, persistent_cache=cache.persistent)
+    children += extras.children
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
     updates = [
         cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
         cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason, cache.message),
+        *extras.updates,
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
@@ -496,11 +508,13 @@ def _desired_state(observed: Observed) -> Desired:
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
                      replicas=render.replicas, ready_replicas=ready)
-    return Desired(status=status, children=children, events=events, plan=result)
+    return Desired(status=status, children=children, events=events, plan=result, stale=extras.stale)
 
 
 def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
     """spec.replicas, or what the metrics watch scaled to when the user allowed a range (spec.maxReplicas)."""
+    if spec.autoscaling is not None:  # an autoscaler writes spec.replicas: follow it, never override it
+        return spec.replicas
     scaled = ((status.get("metrics") or {}).get("desiredReplicas"))
     if spec.max_replicas is None or not isinstance(scaled, int) or not (spec.prometheus and spec.prometheus.enabled):
         return spec.replicas
@@ -508,8 +522,8 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
 
 
 def max_pods(spec: VLLMServiceSpec) -> int:
-    """The most pods this service may run (spec.replicas, spec.maxReplicas)."""
-    return max(spec.replicas, spec.max_replicas or 0, 1)
+    """The most pods this service may run (spec.replicas, spec.maxReplicas, spec.autoscaling.maxReplicas)."""
+    return max(spec.replicas, spec.max_replicas or 0, spec.autoscaling.max_replicas if spec.autoscaling else 0, 1)
 
 
 def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,

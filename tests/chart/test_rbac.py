@@ -42,7 +42,13 @@ CATALOG_MODEL = ROOT / "operator" / "vllm_operator" / "catalog" / "models" / "Qw
 WAIT = 30.0
 
 #: (group, resource, verb) the chart grants although no scenario calls it, and why. Keep it short.
-ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {}
+_ECOSYSTEM = ("only for services with spec.autoscaling / spec.routing.inferencePool (the scenario has none; "
+              "tests/handlers/test_ecosystem.py runs them against the emulator)")
+ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
+    (group, resource, verb): _ECOSYSTEM
+    for group, resource in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects"),
+                            ("inference.networking.k8s.io", "inferencepools"))
+    for verb in ("get", "create", "patch", "delete")}
 
 #: vLLM's startup failure when other processes hold GPU memory (remediation lowers --gpu-memory-utilization).
 FREE_MEMORY_ERROR = ("ValueError: Free memory on device cuda:0 (17.40/21.84 GiB) on startup is less than desired "

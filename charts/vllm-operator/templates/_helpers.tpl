@@ -83,6 +83,17 @@ never called.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create]
+# spec.autoscaling and spec.routing.inferencePool: an HPA or a KEDA ScaledObject, an InferencePool (deleted when
+# the spec stops asking for them).
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, create, patch, delete]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, create, patch, delete]
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, create, patch, delete]
 # vLLM pods: watched for failures; a bounded log tail is read when the termination message is empty.
 - apiGroups: [""]
   resources: [pods]

@@ -1120,6 +1120,135 @@ class LoRASpec(_Model):
         return self
 
 
+# --------------------------------------------------------------------------------------------------
+# spec.autoscaling, spec.routing (issue 14)
+# --------------------------------------------------------------------------------------------------
+
+#: A Prometheus base URL for KEDA's Prometheus trigger.
+PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
+
+
+class AutoscalingMetric(_Model):
+    """One vLLM signal the autoscaler follows, per pod."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="kv-cache-usage-is-a-fraction", rule="self.type != 'KVCacheUsage' || double(self.target) <= 1.0",
+                message="a KVCacheUsage target is a fraction of the KV cache, at most 1 (e.g. 0.8)",
+                field_path=".target"),
+    )
+
+    type: Literal["WaitingRequests", "RunningRequests", "KVCacheUsage"] = Field(
+        description="WaitingRequests / RunningRequests: `vllm:num_requests_waiting` / `vllm:num_requests_running` "
+        "per pod; KVCacheUsage: `vllm:kv_cache_usage_perc` (a fraction) per pod.")
+    target: float = Field(gt=0, le=1_000_000, description="The per-pod value the autoscaler keeps the metric at.")
+
+    def _violations(self) -> list[RuleViolation]:
+        if self.type == "KVCacheUsage" and self.target > 1:
+            return [RuleViolation("kv-cache-usage-is-a-fraction", "target",
+                                  f"a KVCacheUsage target is a fraction of the KV cache, at most 1 (got {self.target})")]
+        return []
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> AutoscalingMetric:
+        _raise_violations(self._violations())
+        return self
+
+
+class AutoscalingSpec(_Model):
+    """An autoscaler (HorizontalPodAutoscaler or KEDA ScaledObject) on the VLLMService's scale subresource. It writes
+    spec.replicas; the operator follows spec.replicas and never scales the pods itself (its metrics watch only
+    recommends, in status)."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="autoscaling-min-at-most-max", rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+                message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas", field_path=".minReplicas"),
+        CelRule(id="scale-to-zero-needs-keda",
+                rule="!has(self.minReplicas) || self.minReplicas > 0 || (has(self.engine) && self.engine == 'KEDA' "
+                "&& has(self.activationQuery))",
+                message="autoscaling.minReplicas 0 needs engine KEDA and an activationQuery (vLLM's own metrics "
+                "vanish with its last pod: something outside the pods must wake the service)",
+                field_path=".minReplicas"),
+        CelRule(id="keda-needs-prometheus", rule="!has(self.engine) || self.engine != 'KEDA' || "
+                "has(self.prometheusAddress)",
+                message="engine KEDA reads vLLM's metrics from Prometheus: set autoscaling.prometheusAddress",
+                field_path=".prometheusAddress"),
+        CelRule(id="activation-query-is-keda", rule="!has(self.activationQuery) || "
+                "(has(self.engine) && self.engine == 'KEDA')",
+                message="autoscaling.activationQuery applies to engine KEDA only", field_path=".activationQuery"),
+    )
+
+    engine: Literal["HPA", "KEDA"] = Field(default="HPA", description="HPA: an autoscaling/v2 "
+                                           "HorizontalPodAutoscaler (needs a custom-metrics adapter such as "
+                                           "prometheus-adapter); KEDA: a keda.sh/v1alpha1 ScaledObject with "
+                                           "Prometheus triggers. Defaults to HPA.")
+    min_replicas: int = Field(default=1, ge=0, le=INT32_MAX, description="Fewest pods; 0 (KEDA only) scales to zero.")
+    max_replicas: int = Field(ge=1, le=INT32_MAX, description="Most pods.")
+    metrics: list[AutoscalingMetric] = Field(
+        default_factory=list, max_length=3,
+        description="The signals; empty: WaitingRequests with target 5 per pod.")
+    prometheus_address: str | None = Field(default=None, max_length=1024, pattern=PROMETHEUS_URL_PATTERN,
+                                           description="KEDA: Prometheus' base URL, e.g. "
+                                           "http://prometheus.monitoring:9090.")
+    activation_query: str | None = Field(default=None, min_length=1, max_length=4096,
+                                         description="KEDA: a PromQL query whose value > 0 wakes a service scaled "
+                                         "to zero (e.g. the gateway's request rate for it).")
+    cooldown_seconds: int = Field(default=300, ge=0, le=86400,
+                                  description="Wait this long after the last busy sample before removing pods "
+                                  "(KEDA cooldownPeriod; the HPA's scale-down stabilization window).")
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        if self.min_replicas > self.max_replicas:
+            out.append(RuleViolation("autoscaling-min-at-most-max", "minReplicas",
+                                     f"autoscaling.minReplicas ({self.min_replicas}) must not exceed "
+                                     f"autoscaling.maxReplicas ({self.max_replicas})"))
+        if self.min_replicas == 0 and not (self.engine == "KEDA" and self.activation_query):
+            out.append(RuleViolation("scale-to-zero-needs-keda", "minReplicas",
+                                     "autoscaling.minReplicas 0 needs engine KEDA and an activationQuery (vLLM's "
+                                     "own metrics vanish with its last pod: something outside the pods must wake "
+                                     "the service)"))
+        if self.engine == "KEDA" and not self.prometheus_address:
+            out.append(RuleViolation("keda-needs-prometheus", "prometheusAddress",
+                                     "engine KEDA reads vLLM's metrics from Prometheus: set "
+                                     "autoscaling.prometheusAddress"))
+        if self.activation_query and self.engine != "KEDA":
+            out.append(RuleViolation("activation-query-is-keda", "activationQuery",
+                                     "autoscaling.activationQuery applies to engine KEDA only"))
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> AutoscalingSpec:
+        _raise_violations(self._violations())
+        return self
+
+
+class EndpointPickerRef(_Model):
+    """The Gateway API Inference Extension's endpoint picker (a Service) the InferencePool names."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+                      description="The endpoint picker's Service, in the VLLMService's namespace.")
+    port: int = Field(default=9002, ge=1, le=65535, description="Its gRPC port. Defaults to 9002.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose", description="What the gateway does when the picker does not answer.")
+
+
+class InferencePoolSpec(_Model):
+    """An `inference.networking.k8s.io/v1` InferencePool over the service's pods (prefix-cache and load aware
+    endpoint picking by a Gateway API Inference Extension gateway)."""
+
+    enabled: bool = Field(default=False, description="Render the InferencePool.")
+    endpoint_picker: EndpointPickerRef | None = Field(
+        default=None, description="The endpoint picker the gateway asks; unset: the pool names none (set it "
+        "when your gateway needs one per pool).")
+
+
+class RoutingSpec(_Model):
+    """Routing integrations."""
+
+    inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec,
+                                              description="Gateway API Inference Extension InferencePool.")
+
+
 class VLLMServiceSpec(_Model):
     """Desired state of a VLLMService: a model served by vLLM on GPUs, with flags planned by the operator."""
 
@@ -1192,6 +1321,13 @@ class VLLMServiceSpec(_Model):
             "lora.maxRank; set the rank in one place",
             field_path=".lora",
         ),
+        CelRule(
+            id="autoscaling-or-max-replicas",
+            rule="!has(self.autoscaling) || !has(self.maxReplicas)",
+            message="spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler scales) exclude "
+            "each other; use autoscaling.maxReplicas",
+            field_path=".maxReplicas",
+        ),
     )
 
     model: ModelSpec = Field(description="The model to serve.")
@@ -1262,6 +1398,9 @@ class VLLMServiceSpec(_Model):
         description="Keep downloaded weights on a PersistentVolumeClaim. Unset: an emptyDir per pod.",
     )
     lora: LoRASpec | None = Field(default=None, description="Serve LoRA adapters (`--enable-lora`).")
+    autoscaling: AutoscalingSpec | None = Field(default=None, description="Scale on vLLM's metrics with an HPA or "
+                                                "KEDA (they write spec.replicas through the scale subresource).")
+    routing: RoutingSpec | None = Field(default=None, description="Routing integrations (InferencePool).")
     remediation: RemediationSpec = Field(
         default_factory=RemediationSpec,
         description="How the operator reacts to out-of-memory and startup failures.",
@@ -1340,6 +1479,10 @@ class VLLMServiceSpec(_Model):
             out.append(RuleViolation("lora-agrees-with-flags", "lora",
                                      "spec.lora needs flags.enableLora unset or true, and flags.maxLoraRank (if set) "
                                      "equal to lora.maxRank; set the rank in one place"))
+        if self.autoscaling is not None and self.max_replicas is not None:
+            out.append(RuleViolation("autoscaling-or-max-replicas", "maxReplicas",
+                                     "spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler "
+                                     "scales) exclude each other; use autoscaling.maxReplicas"))
         for index, arg in enumerate(self.extra_args):
             managed = _managed_flag_of(arg)
             if managed is None:

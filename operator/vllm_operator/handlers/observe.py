@@ -90,6 +90,31 @@ def default_storage_class() -> str | None:
     return found
 
 
+#: The optional kinds the core may render, and where the API serves them.
+OPTIONAL_KINDS = {"ScaledObject": kube.SCALEDOBJECTS, "InferencePool": kube.INFERENCEPOOLS}
+_served_cache: dict[int, tuple[float, frozenset[str]]] = {}
+
+
+def served_kinds() -> frozenset[str] | None:
+    """The optional kinds (KEDA ScaledObject, InferencePool) whose CRDs the cluster serves; None when discovery
+    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute."""
+    key = id(kube.client())
+    now = time.monotonic()
+    hit = _served_cache.get(key)
+    if hit is not None and now - hit[0] < STORAGE_CLASS_MAX_AGE:
+        return hit[1]
+    found = set()
+    try:
+        for kind, resource in OPTIONAL_KINDS.items():
+            if resource.plural in kube.served_resources(resource.group, resource.version):
+                found.add(kind)
+    except (ApiException, HTTPError, OSError) as exc:
+        log.info("API discovery failed (%s): optional CRDs assumed installed", getattr(exc, "status", exc))
+        return None
+    _served_cache[key] = (now, frozenset(found))
+    return frozenset(found)
+
+
 def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Observed:
     """The pure core's view of one VLLMService: its spec and stored status, the model's files and the GPU nodes."""
     meta = service.get("metadata") or {}
@@ -100,4 +125,5 @@ def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Obse
         generation=int(meta.get("generation") or 1), spec=spec, status=dict(service.get("status") or {}), now=now,
         list_nodes=list_gpu_nodes, resolve_model=lambda: load_model(spec, namespace), catalog=config.CONFIG.catalog,
         default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
-        cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class())
+        cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
+        served_kinds=served_kinds())

@@ -29,7 +29,7 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, effects, kube, rollouts
 from .effects import apply_children
-from .observe import default_storage_class, list_gpu_nodes, load_model
+from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
 from .remediation import remediate_service, step_up_service
 
 log = logging.getLogger("vllm_operator")
@@ -146,7 +146,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
                                   cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class())
+                                  default_storage_class=default_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
     if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
         # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
@@ -157,6 +157,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
     if desired.children is not None:
+        for line in effects.delete_stale(desired.stale, namespace):
+            logger.info(line)
         for line in (create_children if new else apply_children)(desired.children, namespace):
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
