@@ -135,10 +135,13 @@ def test_plan_with_lora_reports_less_kv_than_without(load_arch: Callable[[str], 
         assert part in joined
 
 
-def test_large_vocab_is_flagged(load_arch: Callable[[str], ModelArch]) -> None:
+def test_large_vocab_is_flagged(load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
     arch = load_arch(LLAMA_8B)
     assert not vocab_too_large(arch)
-    assert vocab_too_large(arch.model_copy(update={"vocab_size": 262144}))
+    big = arch.model_copy(update={"vocab_size": 262144})
+    assert vocab_too_large(big)
+    result = plan(PlanRequest(arch=big, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True)))
+    assert any("refuses LoRA on an LM head of more than 258048" in r for r in result.reasons)
 
 
 # --- spec.lora -> args, per release --------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .arch import ModelArch, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec
-from .lora import LoRASlots, adapter_bytes_per_stage
+from .lora import MAX_LORA_VOCAB, LoRASlots, adapter_bytes_per_stage, vocab_too_large
 from .memory import (
     EngineFlags,
     GPUFacts,
@@ -510,6 +510,9 @@ def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
     text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
             f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
             "taken from the KV cache)")
+    if vocab_too_large(arch):
+        text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
+                 "the server will not start with --enable-lora")
     return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
