@@ -43,7 +43,7 @@ WAIT = 30.0
 
 #: (group, resource, verb) the chart grants although no scenario calls it, and why. Keep it short.
 _ECOSYSTEM = ("only for services with spec.autoscaling / spec.routing.inferencePool (the scenario has none; "
-              "tests/handlers/test_ecosystem.py runs them against the emulator)")
+              "tests/handlers/test_autoscalers_and_pools.py runs them against the emulator)")
 ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
     (group, resource, verb): _ECOSYSTEM
     for group, resource in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects"),
