@@ -3,6 +3,8 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# the vLLM release `make test-vllm` checks the rendered args against: planner.versions.NEWEST_KNOWN_VERSION
+VLLM_CONTRACT_VERSION ?= 0.33.0
 
 .PHONY: demo test test-vllm lint typecheck contracts crds docs bench clean
 
@@ -22,7 +24,7 @@ test: $(STAMP) lint contracts
 # not part of `make test`).
 test-vllm:
 	$(PY) -m venv .venv-vllm
-	.venv-vllm/bin/pip install -q vllm pytest
+	.venv-vllm/bin/pip install -q vllm==$(VLLM_CONTRACT_VERSION) pytest
 	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	.venv-vllm/bin/pip install -q -e .
 	VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -o addopts="" tests/contract

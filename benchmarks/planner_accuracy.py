@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Planner accuracy against real vLLM startup logs (../shared/data/vllm-startup-logs.jsonl).
+"""Planner accuracy against real vLLM startup logs (benchmarks/data/vllm-startup-logs.jsonl, public records).
 
 For every record, the planner is run with the record's flags pinned (tensor/pipeline parallel size, utilization,
 max-model-len, batch limits, KV dtype, quantization, eager, block size), its vLLM version and GPU. The model comes
-from the record's repository files in ../shared/data/models/. Nothing else of the record is read: weights,
+from the record's repository files in benchmarks/data/models/. Nothing else of the record is read: weights,
 activation, non-torch memory and the KV figure are all predicted.
 
 One environment fact is passed where the log shows it: when a log says another process held GPU memory ("Free
@@ -11,7 +11,8 @@ memory on device … (F/T GiB)"), the planner is told that the GPU has F GiB fre
 `vllm-operator plan --gpu-free-gib F`.
 
 Reports: per record, predicted vs logged "GPU KV cache size" tokens; median |error|, share within 10%; whether
-every logged startup failure is predicted with its class; a table by model family and GPU.
+every logged startup failure is predicted with its class; a table by model family and GPU, and one by vLLM era (so
+that a rule changed for one era cannot move another era's figures unseen).
 
 Usage: python benchmarks/planner_accuracy.py [--data DIR] [--json OUT] [-v]
 """
@@ -33,7 +34,7 @@ from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.gpus import load_gpu_catalog
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data"
+DEFAULT_DATA = HERE / "data"
 
 _FREE_RE = re.compile(r"Free memory on device(?: cuda:\d+)? \(([\d.]+)/([\d.]+) GiB\)")
 _MIN_RE = re.compile(r"min (\d+)")
@@ -125,6 +126,27 @@ def request_for(record: dict[str, Any], data: Path) -> PlanRequest:
     return with_vllm_defaults(request)
 
 
+# vLLM eras whose memory arithmetic differs in kind (catalog/vllm_versions.yaml has the release-by-release rules)
+ERAS: tuple[tuple[str, tuple[int, int, int]], ...] = (
+    ("V0 (<= 0.10, V0 engine)", (0, 0, 0)),
+    ("V1 0.7-0.20", (0, 7, 0)),
+    ("0.21-0.26 (graph estimate subtracted; MRV2 rollout)", (0, 21, 0)),
+    ("0.27-0.33 (budget from the drop in free memory)", (0, 27, 0)),
+)
+
+
+def era_of(version: str | None, engine: Any) -> str:
+    """The era label of a record's release (records of the V0 engine are V0 whatever their release)."""
+    if engine == "V0" or version is None:
+        return ERAS[0][0]
+    wanted = tuple(int(p) for p in version.split("."))
+    label = ERAS[1][0]
+    for name, since in ERAS[1:]:
+        if wanted >= since:
+            label = name
+    return label
+
+
 def _catalog_query(name: str) -> str:
     """Map the free-text GPU of a log to a catalog query (the catalog accepts names, aliases and GFD labels)."""
     text = name.replace("(", " ").replace(")", " ")
@@ -137,7 +159,10 @@ def _catalog_query(name: str) -> str:
         return "A100-40GB" if "40" in lowered else "A100-80GB"
     if "h100" in lowered:
         return "H100-SXM-80GB"
-    for token in ("a5000", "a6000", "4080", "4090", "3090", "l40s", "l4", "t4", "a10g", "a10", "h200"):
+    if "pro 6000" in lowered and "blackwell" in lowered:
+        return "RTX-PRO-6000-Blackwell"
+    for token in ("a5000", "a6000", "4080", "4090d", "4090", "3090ti", "3090", "5090", "5080", "5070ti", "5060ti",
+                  "l40s", "l4", "t4", "a10g", "a10", "h200"):
         if token in lowered.replace(" ", ""):
             return token
     return text
@@ -153,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, errors, failures_ok, failures_total = [], [], 0, 0
     by_group: dict[tuple[str, str], list[float]] = defaultdict(list)
+    by_era: dict[str, list[float]] = defaultdict(list)
     for i, record in enumerate(records):
         logged = logged_tokens(record)
         expected = expected_failure(record)
@@ -174,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             row["error"] = err
             errors.append(abs(err))
             by_group[(request.arch.family, request.gpu.name)].append(abs(err))
+            by_era[era_of(request.vllm_version, record.get("engine"))].append(abs(err))
         if expected is not None:
             failures_total += 1
             row["failure_ok"] = result.failure is not None and result.failure.kind == expected
@@ -202,6 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     for (family, gpu), errs in sorted(by_group.items()):
         print(f"  {family:28} {gpu:16} {statistics.median(errs) * 100:6.2f}%  n={len(errs)}")
     print()
+    print("By vLLM era (median |error| of KV tokens, within 5% / 10%, records):")
+    for name, _ in ERAS:
+        errs = by_era.get(name, [])
+        if not errs:
+            print(f"  {name:54}      -  no record")
+            continue
+        print(f"  {name:54} {statistics.median(errs) * 100:6.2f}%  {_share(errs, 0.05):5.1f}% / "
+              f"{_share(errs, 0.10):5.1f}%  n={len(errs)}")
+    print()
     print(f"records with logged KV tokens: {len(errors)}")
     print(f"median |error| of kv_cache_tokens: {median * 100:.2f}%  (target <= 3%)")
     print(f"within 10%: {within * 100:.1f}%  (target >= 90%)")
@@ -211,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(rows, indent=2, default=str))
     ok = median <= 0.03 and within >= 0.90 and failures_ok == failures_total
     return 0 if ok else 1
+
+
+def _share(errors: list[float], limit: float) -> float:
+    return sum(e <= limit for e in errors) / len(errors) * 100
 
 
 def _fmt(value: Any) -> str:

@@ -12,15 +12,32 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import yaml
 
-from .planner import ArchError, PinnedFlags, Plan, PlanRequest, VersionError, Workload, plan
-from .planner.arch import arch_from_config
+from .api.v1alpha1 import (
+    API_VERSION,
+    DEFAULT_GPU_MAX_COUNT,
+    QUANTIZATION_METHODS,
+    BlockSize,
+    KVCacheDType,
+    ModelDType,
+    PinnedFlags,
+)
+from .planner import (
+    ArchError,
+    Plan,
+    PlanRequest,
+    VersionError,
+    Workload,
+    plan,
+    with_vllm_defaults,
+)
+from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
-from .planner.versions import NEWEST_KNOWN_VERSION, parse_version, version_from_image
+from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
 from .render.cache import CacheSettings
 
 
@@ -29,8 +46,29 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    json_errors = False  # set by main() when the command line asks for -o json
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage + message by default)
+        if _Parser.json_errors:
+            self.exit(2, _json_error(f"{self.prog}: error: {message}", 2) + "\n")
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _json_error(message: str, code: int) -> str:
+    return json.dumps({"error": {"message": message, "exit_code": code}})
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for `-o json` (looked at before parsing, so parse errors are JSON too)."""
+    words = list(argv)
+    if "--" in words:
+        words = words[:words.index("--")]
+    for i, word in enumerate(words):
+        if word in ("-o", "--output") and i + 1 < len(words) and words[i + 1] == "json":
+            return True
+        if word in ("-ojson", "--output=json"):
+            return True
+    return False
 
 
 def _positive_int(text: str) -> int:
@@ -82,10 +120,11 @@ def _model_len(text: str) -> int:
     return value
 
 
-KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "bfloat16", "float16")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4",
-                 "marlin", "modelopt", "fbgemm_fp8", "gguf", "experts_int8", "ptpc_fp8", "none")
+# The values spec.flags admits (one vocabulary for the CLI and the CRD); "none" plans an unquantized checkpoint.
+KV_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
+DTYPES: tuple[str, ...] = get_args(ModelDType)
+QUANTIZATIONS: tuple[str, ...] = (*QUANTIZATION_METHODS, "none")
+BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,25 +139,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
     p.add_argument("--gpu-count", type=_positive_int, default=1, help="GPUs one replica may use (default 1)")
     p.add_argument("--gpu-free-gib", type=_non_negative, help="free memory per GPU when others hold some")
-    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int)
-    p.add_argument("--gpu-memory-utilization", type=_utilization)
-    p.add_argument("--max-model-len", type=_model_len)
-    p.add_argument("--max-num-seqs", type=_positive_int)
-    p.add_argument("--max-num-batched-tokens", type=_positive_int)
-    p.add_argument("--kv-cache-dtype", choices=KV_DTYPES)
-    p.add_argument("--quantization", "-q", choices=QUANTIZATIONS)
-    p.add_argument("--dtype", choices=DTYPES)
-    p.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--block-size", type=_positive_int)
-    p.add_argument("--cpu-offload-gb", type=_non_negative)
-    p.add_argument("--vllm-version", help=f"vLLM release (default: newest known, {NEWEST_KNOWN_VERSION})")
-    p.add_argument("--image", help="vLLM image; its tag gives the version (e.g. vllm/vllm-openai:v0.11.0)")
+    _add_vllm_flags(p)
+    p.add_argument("--vllm-version", help="vLLM release the image runs, e.g. 0.11.0 (wins over --image's tag; "
+                                          f"default: the tag, else the newest known, {NEWEST_KNOWN_VERSION})")
+    p.add_argument("--image", help="vLLM image; its tag gives the version (e.g. vllm/vllm-openai:v0.11.0); a digest, "
+                                   "mirror tag or latest plans for the newest known release unless --vllm-version "
+                                   "says which")
     p.add_argument("--context-length", type=_model_len, help="typical p99 prompt+output tokens")
     p.add_argument("--concurrency", type=_positive_int, help="peak concurrent requests")
     p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    p.add_argument("--as-is", action="store_true",
+                   help="predict the command as it stands: every flag not given at vLLM's own default for that "
+                        "release and GPU (nothing is chosen); answers whether vLLM starts and with how many KV tokens")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml", "manifest"), default="text",
+                   help="manifest: a VLLMService with the planned flags pinned, ready for kubectl apply")
     p.set_defaults(func=cmd_plan)
+
+    c = sub.add_parser("check", help="predict what vLLM does with a pasted command line: "
+                                     "check --gpu L4 -- vllm serve MODEL FLAGS...",
+                       description="Predict a pasted `vllm serve MODEL FLAGS...` (or `python -m "
+                                   "vllm.entrypoints.openai.api_server --model MODEL ...`) on a GPU, as it stands: "
+                                   "flags not given take vLLM's defaults. Flags this checker does not know are named "
+                                   "(exit 2), never ignored. Exit 0 starts, 1 fails, 2 bad input.")
+    c.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
+    c.add_argument("--gpu-count", type=_positive_int, default=None, help="GPUs (default: TP x PP of the command)")
+    c.add_argument("--gpu-free-gib", type=_non_negative, help="free memory per GPU when others hold some")
+    c.add_argument("--vllm-version", help="vLLM release the command runs (default: --image's tag, else newest known)")
+    c.add_argument("--image", help="vLLM image; its tag gives the version")
+    c.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    c.add_argument("command_line", nargs=argparse.REMAINDER, help="-- vllm serve MODEL FLAGS...")
+    c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("run", help="run the operator (kopf) against the current kubeconfig")
     r.add_argument("--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)")
@@ -167,6 +217,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
+    """The vLLM flags that change memory, as vLLM spells them (shared by `plan` and `check`)."""
+    p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int)
+    p.add_argument("--gpu-memory-utilization", type=_utilization)
+    p.add_argument("--max-model-len", type=_model_len)
+    p.add_argument("--max-num-seqs", type=_positive_int)
+    p.add_argument("--max-num-batched-tokens", type=_positive_int)
+    p.add_argument("--kv-cache-dtype", choices=KV_DTYPES)
+    p.add_argument("--quantization", "-q", choices=QUANTIZATIONS)
+    p.add_argument("--dtype", choices=DTYPES)
+    p.add_argument("--enforce-eager", action="store_true", default=None)
+    p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
+    p.add_argument("--cpu-offload-gb", type=_non_negative)
+
+
+#: vLLM flags that do not change GPU memory at startup: accepted by `check` and listed as such.
+NO_MEMORY_EFFECT = frozenset({
+    "--host", "--port", "--uds", "--api-key", "--served-model-name", "--trust-remote-code", "--revision",
+    "--code-revision", "--tokenizer", "--tokenizer-revision", "--tokenizer-mode", "--chat-template",
+    "--response-role", "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser", "--download-dir",
+    "--load-format", "--seed", "--disable-log-requests", "--disable-log-stats", "--enable-log-requests",
+    "--uvicorn-log-level", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--root-path",
+    "--ssl-keyfile", "--ssl-certfile", "--max-log-len", "--disable-fastapi-docs", "--enable-request-id-headers",
+    "--hf-token", "--hf-overrides", "--generation-config", "--max-logprobs", "--disable-frontend-multiprocessing",
+    "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--distributed-executor-backend",
+    "--worker-use-ray", "--swap-space", "--middleware", "--lora-modules", "--prompt-adapters", "--config-format",
+    "--guided-decoding-backend", "--structured-outputs-config", "--otlp-traces-endpoint",
+})
+#: Of those, the ones that take no value.
+_NO_VALUE = frozenset({
+    "--trust-remote-code", "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats",
+    "--enable-log-requests", "--disable-fastapi-docs", "--enable-request-id-headers",
+    "--disable-frontend-multiprocessing", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
+    "--worker-use-ray",
+})
+
+
 def _pinned(args: argparse.Namespace) -> PinnedFlags:
     quant = None if args.quantization in (None, "none") else args.quantization
     return PinnedFlags(
@@ -186,22 +274,20 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
     )
 
 
-def _version(args: argparse.Namespace) -> str | None:
-    if args.vllm_version:
-        parse_version(args.vllm_version)
-        return str(args.vllm_version)
-    if args.image:
-        found = version_from_image(args.image)
-        if found is None:
-            raise UsageError(f"cannot read a vLLM version from image {args.image!r}; pass --vllm-version")
-        return found
-    return None
+def _version(args: argparse.Namespace) -> ImageVersion | None:
+    """--vllm-version wins (as spec.vllmVersion does); else --image's tag; a digest, mirror tag or 'latest' plans for
+    the newest known release and says so in the reasons."""
+    if not args.vllm_version and not args.image:
+        return None
+    return image_version(args.image, args.vllm_version, field="--vllm-version")
 
 
 def build_request(args: argparse.Namespace) -> PlanRequest:
     from .sources import load_model_files
 
     files = load_model_files(args.model, revision=args.revision)
+    # the operator's bounds hold for a local file or a hub config too: one plan stays bounded in time and memory
+    check_arch_bounds(files.config, model_id=files.model_id)
     arch = arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
                             total_size_estimated=files.total_size_estimated)
     gpu = load_gpu_catalog().get(args.gpu)
@@ -213,8 +299,13 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
                          f"{gpu.reported_gib:.2f} GiB")
     workload = Workload(context_length=args.context_length, concurrency=args.concurrency,
                         prefix_caching=args.prefix_caching)
-    return PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
-                       vllm_version=_version(args), gpu_free_gib=args.gpu_free_gib)
+    version = _version(args)
+    request = PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
+                          vllm_version=version.version if version else None,
+                          version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib)
+    if getattr(args, "as_is", False):
+        request = with_vllm_defaults(request)  # vLLM's own default for every flag not given: nothing is chosen
+    return request
 
 
 def plan_document(result: Plan) -> dict[str, Any]:
@@ -236,20 +327,172 @@ def plan_document(result: Plan) -> dict[str, Any]:
         "num_gpu_blocks": pred.num_blocks,
         "max_concurrency": pred.max_concurrency,
         "estimated_max_model_len": pred.estimated_max_model_len,
+        "kv_fraction_of_physical_limit": result.kv_fraction,
         "reasons": result.reasons,
         "options": [option.model_dump() for option in result.options],
     }
 
 
+def as_is_answer(result: Plan) -> str:
+    """What vLLM would do with the command as it stands, in the words of its startup log."""
+    pred = result.prediction
+    if result.failure is None:
+        return (f"vLLM {result.vllm_version} would start: GPU KV cache size: {pred.kv_cache_tokens:,} tokens; "
+                f"Maximum concurrency for {result.flags.get('max_model_len'):,} tokens per request: "
+                f"{pred.max_concurrency:.2f}x")
+    return f"vLLM {result.vllm_version} would fail ({result.failure.kind}); it would print: {result.failure.message}"
+
+
+def manifest_document(result: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """A VLLMService with the planned flags pinned, for `kubectl apply -f -`."""
+    request_gpu = load_gpu_catalog().get(args.gpu)
+    name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
+    flags: dict[str, Any] = {}
+    for snake, value in result.flags.items():
+        info = PinnedFlags.model_fields.get(snake)
+        if info is not None and value is not None:
+            flags[info.alias or snake] = value
+    spec: dict[str, Any] = {
+        "model": {"name": result.model_id},
+        "gpu": {"product": request_gpu.gfd_products[0] if request_gpu.gfd_products else request_gpu.name,
+                "count": result.gpu_count},
+        "image": args.image or f"vllm/vllm-openai:v{result.vllm_version}",
+        "flags": flags,
+    }
+    if result.gpu_count > DEFAULT_GPU_MAX_COUNT:
+        spec["gpu"]["maxCount"] = result.gpu_count
+    if args.image and args.vllm_version:
+        spec["vllmVersion"] = result.vllm_version
+    if args.context_length or args.concurrency:
+        spec["workload"] = {k: v for k, v in (("contextLength", args.context_length),
+                                               ("concurrency", args.concurrency)) if v}
+    return {"apiVersion": API_VERSION, "kind": "VLLMService", "metadata": {"name": name[:63] or "vllm"},
+            "spec": spec}
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     result = plan(build_request(args))
-    if args.output == "json":
-        print(json.dumps(plan_document(result), indent=2))
+    return _print_plan(result, args)
+
+
+def _print_plan(result: Plan, args: argparse.Namespace) -> int:
+    as_is = bool(getattr(args, "as_is", False))
+    if args.output == "manifest":
+        if not result.fits:
+            raise PlanDoesNotFit(f"{result.model_id} does not fit {result.gpu_count}× {result.gpu}; no manifest "
+                                 "(run without -o manifest for the arithmetic and the options)")
+        print(yaml.safe_dump(manifest_document(result, args), sort_keys=False), end="")
+    elif args.output == "json":
+        document = plan_document(result)
+        if as_is:
+            document["as_is"] = as_is_answer(result)
+        print(json.dumps(document, indent=2))
     elif args.output == "yaml":
-        print(yaml.safe_dump(plan_document(result), sort_keys=False), end="")
+        document = plan_document(result)
+        if as_is:
+            document["as_is"] = as_is_answer(result)
+        print(yaml.safe_dump(document, sort_keys=False), end="")
     else:
-        print(render_plan_text(result))
+        text = render_plan_text(result)
+        print(as_is_answer(result) + "\n\n" + text if as_is else text)
     return 0 if result.fits else 1
+
+
+class PlanDoesNotFit(Exception):
+    """The plan does not fit and the output asked for cannot be made: one line on stderr, exit code 1."""
+
+
+_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+
+
+def parse_command_line(words: Sequence[str]) -> tuple[str, list[str]]:
+    """(model, flags) of `vllm serve MODEL FLAGS...` or `python -m vllm.entrypoints.openai.api_server --model M ...`."""
+    words = [w for w in words if w != "\\"]
+    if words and words[0] == "--":
+        words = words[1:]
+    if len(words) >= 2 and words[0].rsplit("/", 1)[-1] == "vllm" and words[1] == "serve":
+        rest = words[2:]
+    elif len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python") and words[1] == "-m" \
+            and words[2] in _SERVER_MODULES:
+        rest = words[3:]
+    else:
+        raise UsageError("expected a vLLM command line after --: vllm serve MODEL FLAGS... "
+                         "(or python -m vllm.entrypoints.openai.api_server --model MODEL ...)")
+    model = None
+    if rest and not rest[0].startswith("-"):
+        model, rest = rest[0], rest[1:]
+    flags: list[str] = []
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, value = word.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")  # vLLM accepts --max_model_len too
+        if name == "--model":
+            if eq:
+                model = value
+            elif i + 1 < len(rest):
+                model = rest[i + 1]
+                i += 1
+            i += 1
+            continue
+        flags.append(name + (eq + value if eq else ""))
+        i += 1
+    if not model:
+        raise UsageError("the command line names no model: vllm serve MODEL FLAGS...")
+    return model, flags
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="vllm-operator check: the pasted command", add_help=False)
+    _add_vllm_flags(parser)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--revision")
+    return parser
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    model, words = parse_command_line(args.command_line)
+    kept: list[str] = []
+    no_effect: list[str] = []
+    i = 0
+    while i < len(words):
+        name = words[i].split("=", 1)[0]
+        if name in NO_MEMORY_EFFECT:
+            no_effect.append(name)
+            takes_value = name not in _NO_VALUE and "=" not in words[i]
+            if takes_value and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                i += 1
+            i += 1
+            continue
+        kept.append(words[i])
+        i += 1
+    parsed, unknown = _check_parser().parse_known_args(kept)
+    named = [word.split("=", 1)[0] for word in unknown if word.startswith("-")]
+    if named or unknown:
+        raise UsageError(f"unknown to this checker: {', '.join(named or unknown)} (not a vLLM flag it knows the "
+                         "memory effect of; remove it or plan with `vllm-operator plan`)")
+    parsed.model = model
+    parsed.gpu = args.gpu
+    tp, pp = parsed.tensor_parallel_size or 1, parsed.pipeline_parallel_size or 1
+    parsed.gpu_count = args.gpu_count or tp * pp
+    parsed.gpu_free_gib = args.gpu_free_gib
+    parsed.vllm_version = args.vllm_version
+    parsed.image = args.image
+    parsed.context_length = None
+    parsed.concurrency = None
+    parsed.prefix_caching = parsed.enable_prefix_caching
+    parsed.as_is = True
+    parsed.output = args.output
+    request = build_request(parsed)
+    if parsed.enable_chunked_prefill is not None:
+        request = request.model_copy(update={"pinned": request.pinned.model_copy(
+            update={"enable_chunked_prefill": parsed.enable_chunked_prefill})})
+    result = plan(request)
+    if no_effect and args.output == "text":
+        print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")
+    return _print_plan(result, parsed)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -302,16 +545,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    _Parser.json_errors = _wants_json(words)
+    args = parser.parse_args(words)
+
+    def fail(message: str, code: int) -> int:
+        if _Parser.json_errors:
+            print(_json_error(message, code), file=sys.stderr)
+        else:
+            print(message, file=sys.stderr)
+        return code
+
     try:
         code: int = args.func(args)
         return code
     except (UsageError, UnknownGPUError, ArchError, VersionError) as exc:
-        print(f"vllm-operator: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"vllm-operator: error: {exc}", 2)
+    except PlanDoesNotFit as exc:
+        return fail(f"vllm-operator: {exc}", 1)
     except ValueError as exc:  # ModelSourceError and pydantic validation of inputs are ValueErrors
-        print(f"vllm-operator: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return fail(f"vllm-operator: error: {_one_line(exc)}", 2)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `vllm-operator plan … | head`

@@ -17,7 +17,6 @@ from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
-    MemoryBreakdown,
     PlanFailure,
     PlanOption,
     PlanStatus,
@@ -28,13 +27,21 @@ from .api.v1alpha1 import (
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
-from .planner import ArchError, Constraints, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
-from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
-from .planner.versions import version_from_image
+from .planner.gpus import (
+    GPUCatalog,
+    GPUSpec,
+    NodeGPU,
+    UnknownGPUError,
+    load_gpu_catalog,
+    pick_gpu_pool,
+    resolve_node_gpu,
+)
+from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render.autoscaling import pod_matchers
-from .render.cache import MODEL_CACHE, CacheSettings, plan_cache, startup_failure_threshold
+from .render.cache import MODEL_CACHE, CachePlan, CacheSettings, plan_cache, startup_failure_threshold
 from .render.ecosystem import ecosystem_children
 from .render.manifests import (
     OwnerRef,
@@ -82,8 +89,6 @@ INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
-#: Pinned flags the planner does not model but vLLM must get (the renderer passes them through).
-PASS_THROUGH_FLAGS = ("enable_lora", "max_lora_rank", "swap_space")
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
@@ -197,6 +202,114 @@ def _product_label(nodes: Sequence[Mapping[str, str]], chosen: NodeGPU, catalog:
     return chosen.spec.gfd_products[0] if chosen.spec.gfd_products else None
 
 
+@dataclass(frozen=True)
+class _Pool:
+    gpu: NodeGPU
+    nodes: int
+    label: str | None
+    result: Plan
+
+    @property
+    def cost_gib(self) -> float:
+        """GPU memory one replica takes from the cluster: the cheaper pool is the one that takes less."""
+        return self.result.gpu_count * self.gpu.spec.reported_gib
+
+    def outcome(self) -> str:
+        res = self.result
+        state = "usable" if res.usable else ("starts, below the default workload" if res.fits else "does not fit")
+        figures = (f", TP={res.flags.get('tensor_parallel_size')}, max-model-len {res.flags.get('max_model_len')}, "
+                   f"{res.prediction.kv_cache_tokens} KV tokens") if res.fits else ""
+        return f"{self.nodes} node(s) with {self.gpu.count}× {self.gpu.spec.name}: {state}{figures}"
+
+
+def _pool_rank(pool: _Pool) -> tuple[float, ...]:
+    res = pool.result
+    if not res.fits:  # nothing fits anywhere: explain it for the pool with the most GPU memory per node
+        return (2.0, -pool.gpu.total_reported_gib, -pool.nodes)
+    return (0.0 if res.usable else 1.0, pool.cost_gib, pool.gpu.spec.reported_gib, -pool.nodes)
+
+
+def discover_pools(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> list[tuple[NodeGPU, int, str | None]]:
+    """The GPU pools of the cluster: (GPU model and count per node, number of such nodes, product label)."""
+    pools: dict[tuple[str, int, int], list[NodeGPU]] = {}
+    for labels in nodes:
+        try:
+            node_gpu = resolve_node_gpu(labels, catalog)
+        except UnknownGPUError:
+            continue
+        if node_gpu is not None:
+            pools.setdefault((node_gpu.spec.name, node_gpu.count, node_gpu.spec.memory_mib), []).append(node_gpu)
+    return [(group[0], len(group), _product_label(nodes, group[0], catalog)) for group in pools.values()]
+
+
+def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog,
+                     constraints: Constraints, resolved: tuple[GPUSpec, str, str | None, int | None],
+                     ) -> tuple[GPUSpec, str, str | None, int | None, Plan]:
+    """Plan on the pool that meets the objective at the least cost, and offer only options the cluster has.
+
+    Without spec.gpu.product every pool is planned: the usable plan that takes the least GPU memory wins (an 8B
+    model goes to an L4, not to an 8×H100 node), then one that at least starts. The choice and the alternatives
+    are stated in status.gpu.source. Options are other pools that would fit (from the nodes' labels and counts,
+    within spec.gpu.maxCount), plus changes that keep the GPUs; never GPUs the cluster does not have.
+    """
+    gpu, how, label, node_count = resolved
+    pools = discover_pools(nodes, catalog)
+    same = [node_gpu.count for node_gpu, _, _ in pools if node_gpu.spec.name == gpu.name]
+    if spec.gpu.product and node_count is None and same:
+        node_count = max(same)  # the product's nodes have this many GPUs: plan within them
+        how += f"; its nodes have up to {node_count} GPU(s) each"
+    result = plan(plan_request(spec, arch, gpu, constraints, node_count))
+    planned: list[_Pool] = []
+    for node_gpu, count, pool_label in pools:
+        if spec.gpu.product:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        planned.append(_Pool(node_gpu, count, pool_label, res))
+    if len(planned) > 1:
+        ranked = sorted(planned, key=_pool_rank)
+        best = ranked[0]
+        why = ("the usable plan that takes the least GPU memory" if best.result.usable else
+               "no pool is usable; the plan that starts and takes the least GPU memory" if best.result.fits else
+               "no pool fits; shown for the most GPU memory per node")
+        gpu, label, node_count, result = best.gpu.spec, best.label, best.gpu.count, best.result
+        how = (f"{best.gpu.how}; chose {best.gpu.count}× {best.gpu.spec.name} ({why}); pools: "
+               + "; ".join(pool.outcome() for pool in ranked))
+    if not result.usable:
+        result = result.model_copy(update={"options": _cluster_options(spec, arch, constraints, gpu, node_count,
+                                                                        result, pools)})
+    return gpu, how, label, node_count, result
+
+
+def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constraints, gpu: GPUSpec,
+                     node_count: int | None, result: Plan, pools: list[tuple[NodeGPU, int, str | None]],
+                     ) -> list[Option]:
+    """The planner's options cut to what this cluster can run, plus the cluster's other pools that would fit."""
+    per_node = node_count or spec.gpu.max_count
+    options: list[Option] = []
+    for option in result.options:
+        if option.kind == "larger-gpu":
+            continue  # replaced by the pools the cluster has
+        if option.kind == "gpus" and (option.gpu_count > per_node or option.gpu_count > spec.gpu.max_count
+                                      or gpu.is_mig):
+            continue
+        options.append(option.model_copy(update={"source": "cluster"}))
+    for node_gpu, _count, _label in pools:
+        if node_gpu.spec.name == gpu.name:
+            continue
+        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        if res.fits and (res.usable or not result.fits):
+            options.append(Option(
+                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
+                kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
+                kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
+                max_concurrency=res.prediction.max_concurrency))
+    if not options and not result.fits:
+        # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
+        options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})
+                   for o in result.options]
+    return options
+
+
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
     """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
     remediation = status.get("remediation") or {}
@@ -222,8 +335,9 @@ def lora_flags(spec: VLLMServiceSpec) -> dict[str, Any]:
 
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
-    asked = {**spec.flags.to_vllm(), **lora_flags(spec)}
-    pinned = PinnedFlags(**{k: v for k, v in asked.items() if k in PinnedFlags.model_fields})
+    # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
+    # adds it from RenderInput.trust_remote_code), so it is not one of the plan's flags
+    pinned = spec.flags.model_copy(update={"trust_remote_code": None})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
@@ -234,32 +348,31 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
     workload = Workload(context_length=spec.workload.context_length, concurrency=spec.workload.concurrency,
                         prefix_caching=prefix if prefix is not None else profile.get("prefix_caching"),
                         typical_request_tokens=profile.get("typical_request_tokens"))
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
+    version = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
     if spec.gpu.count and not pinned.tensor_parallel_size:
         # spec.gpu.count is the GPUs each pod gets: tensor parallelism uses all of them
         wanted = max(spec.gpu.count // (pinned.pipeline_parallel_size or 1), 1)
         constraints = constraints.model_copy(update={
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
-    return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
-                       constraints=constraints, vllm_version=version)
+    return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, lora=spec.lora,
+                       workload=workload,
+                       constraints=constraints, vllm_version=version.version, version_note=version.note)
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
-    mem = result.memory
     return PlanStatus(
         fits=result.fits,
         flags=result.flags,
         args=args,
-        memory=MemoryBreakdown(gpuTotalGiB=mem.gpu_total_gib, requestedGiB=mem.requested_gib,
-                               weightsGiB=mem.weights_gib, activationGiB=mem.activation_gib,
-                               nonTorchGiB=mem.non_torch_gib, cudagraphGiB=mem.cudagraph_gib,
-                               kvCacheGiB=mem.kv_cache_gib),
+        memory=result.memory,
         kv_cache_tokens=result.prediction.kv_cache_tokens,
         max_concurrency=result.prediction.max_concurrency,
         reasons=result.reasons,
         failure=PlanFailure(kind=str(result.failure.kind), message=result.failure.message) if result.failure else None,
-        options=[PlanOption(summary=o.summary, flags=o.flags, gpu_count=o.gpu_count, gpu_product=o.gpu)
-                 for o in result.options],
+        options=[PlanOption.model_validate({
+            "summary": o.summary, "flags": o.flags, "gpuCount": o.gpu_count, "gpuProduct": o.gpu, "kind": o.kind,
+            "changes": o.changes, "source": o.source, "maxModelLen": o.max_model_len,
+            "kvCacheTokens": o.kv_cache_tokens}) for o in result.options],
         vllm_version=result.vllm_version,
         spec_hash=digest,
     )
@@ -353,7 +466,53 @@ def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
     return errors
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What the plan step leaves for the status step: the spec, the plan and what status shows of them."""
+
+    spec: VLLMServiceSpec
+    resolved: ImageVersion
+    arch: ModelArch
+    gpu: GPUSpec
+    product_label: str | None
+    constraints: Constraints
+    result: Plan
+    gpu_status: GPUStatus
+    args: list[str]
+    dropped: list[str]
+    status_plan: PlanStatus
+    changed: bool
+    secret_updates: list[cond.ConditionUpdate]
+    secret_events: list[Event]
+
+
 def _desired_state(observed: Observed) -> Desired:
+    """The named steps, each answering early when it cannot go on: validate → resolve image/version → model files →
+    arch → GPU/pool → plan → status (and children when the plan fits)."""
+    spec = _validate(observed)
+    if isinstance(spec, Desired):
+        return spec
+    resolved = _resolve_image_version(observed, spec)
+    if isinstance(resolved, Desired):
+        return resolved
+    files = _read_model_files(observed, spec)
+    if isinstance(files, Desired):
+        return files
+    arch = _model_arch(observed, spec, files)
+    if isinstance(arch, Desired):
+        return arch
+    catalog = observed.catalog or load_gpu_catalog()
+    pool = _gpu_and_pool(observed, spec, catalog)
+    if isinstance(pool, Desired):
+        return pool
+    planned = _plan(observed, spec, resolved, arch, catalog, pool)
+    if not planned.result.fits:
+        return _infeasible_status(observed, planned)
+    return _deployable_status(observed, planned, _render_children(observed, planned))
+
+
+def _validate(observed: Observed) -> VLLMServiceSpec | Desired:
+    """Step 1: the spec as the CRD and `validate_spec` admit it (plus the name's own limit), the default image set."""
     errors = validate_spec(dict(observed.spec))
     if len(observed.name) > MAX_NAME_LENGTH:
         errors = [SpecError("metadata.name", f"is {len(observed.name)} characters; at most {MAX_NAME_LENGTH} "
@@ -363,26 +522,38 @@ def _desired_state(observed: Observed) -> Desired:
     spec = parse_spec(dict(observed.spec))
     if not spec.image:
         spec = spec.model_copy(update={"image": observed.default_image})
-    version = version_from_image(spec.image or DEFAULT_IMAGE)
-    if version is None:
-        return _invalid(observed, [SpecError("spec.image", f"cannot read a vLLM version from the tag of "
-                                                           f"{spec.image!r}; use a tag like v0.11.0")])
-    unsupported = _unsupported_flags(spec, version)
+    return spec
+
+
+def _resolve_image_version(observed: Observed, spec: VLLMServiceSpec) -> ImageVersion | Desired:
+    """Step 2: the vLLM release the image runs, and every pinned flag that release has."""
+    try:
+        resolved = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
+    except VersionError as exc:
+        return _invalid(observed, [SpecError("spec.vllmVersion", str(exc))])
+    unsupported = _unsupported_flags(spec, resolved.version)
     if unsupported:
         return _invalid(observed, unsupported)
-    files, model_error = _model_files(observed, spec)
-    if files is None:
-        message = model_error or "the model's config.json could not be read"
-        if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
-            return _invalid(observed, [SpecError("spec.model.config", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
-        return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
-    from .planner.gpus import load_gpu_catalog
+    return resolved
 
-    catalog = observed.catalog or load_gpu_catalog()
+
+def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles | Desired:
+    """Step 3: the model's config.json (+ checkpoint size), only now that the spec is valid."""
+    files, model_error = _model_files(observed, spec)
+    if files is not None:
+        return files
+    message = model_error or "the model's config.json could not be read"
+    if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
+        return _invalid(observed, [SpecError("spec.model.config", message)])
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
+               cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
+    return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
+
+
+def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) -> ModelArch | Desired:
+    """Step 4: the architecture, its values bounded before any arithmetic on them."""
     try:
-        arch = _arch(files, spec)
+        return _arch(files, spec)
     except ArchError as exc:
         return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
     except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
@@ -390,73 +561,102 @@ def _desired_state(observed: Observed) -> Desired:
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+
+
+#: What the GPU/pool step found: the GPU, how it was found, its product label, GPUs per node, the nodes listed.
+_GPUChoice = tuple[GPUSpec, str, str | None, int | None, Sequence[Mapping[str, str]]]
+
+
+def _gpu_and_pool(observed: Observed, spec: VLLMServiceSpec, catalog: GPUCatalog) -> _GPUChoice | Desired:
+    """Step 5: the GPU the plan is for, from spec.gpu or the labels of the cluster's GPU nodes."""
     nodes = observed.nodes
-    if not spec.gpu.product and observed.list_nodes is not None:
+    if observed.list_nodes is not None:
+        # listed even with spec.gpu.product: that product's GPUs per node and the options come from the cluster's
+        # pools; with the product named, a failed listing only costs those (the plan does not depend on it)
         lister = observed.list_nodes
-        nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        try:
+            nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
+        except _ShellFailure:
+            if not spec.gpu.product:
+                raise
+            nodes = ()
     try:
         gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
         message = str(exc)
-        field_error = bool(spec.gpu.product)
-        reason = cond.INVALID_SPEC if field_error else cond.GPU_NOT_FOUND
-        if field_error:
+        if spec.gpu.product:
             return _invalid(observed, [SpecError("spec.gpu.product", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, reason, message),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason, "waiting for GPU nodes")]
-        return _problem(observed, reason, message, updates, retry_after=30)
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.GPU_NOT_FOUND, "waiting for GPU nodes")]
+        return _problem(observed, cond.GPU_NOT_FOUND, message, updates, retry_after=30)
+    return gpu, how, product_label, node_count, nodes
 
+
+def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arch: ModelArch, catalog: GPUCatalog,
+          pool: _GPUChoice) -> _Planned:
+    """Step 6: the plan (with what the remediation ladder learned), its args and what status shows of it."""
+    gpu, how, product_label, node_count, nodes = pool
     constraints = constraints_from_status(observed.status)
-    request = plan_request(spec, arch, gpu, constraints, node_count)
-    result = plan(request)
+    gpu, how, product_label, node_count, result = plan_for_cluster(
+        spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
     gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
                            source=how)
-    # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
-    # the image's release lacks them), so no pinned flag is silently dropped.
-    pinned_all = spec.flags.to_vllm()
-    passed = {name: pinned_all[name] for name in PASS_THROUGH_FLAGS if name in pinned_all}
-    if passed:
-        result = result.model_copy(update={"flags": {**result.flags, **passed},
-                                           "pinned": [*result.pinned, *(n for n in passed if n not in result.pinned)]})
     secret_updates, secret_events = _secret_warning(observed, spec)
     args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
-    status_plan = plan_status(result, args, digest)
-    events: list[Event] = []
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
-    changed = decided_before != (result.fits, args, product_label or gpu.name)
-    if not result.fits:
-        summary = result.failure.message if result.failure else "does not fit"
-        options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
-        message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
-        updates = [
-            cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
-                                                                                   "not fit"),
-            cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
-        ]
-        if changed:
-            events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
-        events.extend(secret_events)
-        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status)
-        return Desired(status=status, children=None, events=events, plan=result)
+    return _Planned(spec=spec, resolved=resolved, arch=arch, gpu=gpu, product_label=product_label,
+                    constraints=constraints, result=result, gpu_status=gpu_status, args=args, dropped=dropped,
+                    status_plan=plan_status(result, args, digest),
+                    changed=decided_before != (result.fits, args, product_label or gpu.name),
+                    secret_updates=secret_updates, secret_events=secret_events)
 
-    owner = OwnerRef(name=observed.name, uid=observed.uid)
-    cache = plan_cache(service=observed.name, namespace=observed.namespace, model=spec.model.name,
-                       revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
-                       default_storage_class=observed.default_storage_class,
-                       checkpoint_gib=checkpoint_bytes(arch) / 2**30, max_pods=max_pods(spec),
-                       labels=labels_for(observed.name), owner=owner.to_k8s())
-    render = RenderInput(
-        name=observed.name, namespace=observed.namespace, owner=owner,
+
+def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
+    """Step 7, when no plan fits: PlanInfeasible with the figures and the options, no children."""
+    result, gpu = planned.result, planned.gpu
+    summary = result.failure.message if result.failure else "does not fit"
+    options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
+    message = f"{planned.arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+    if planned.resolved.note:
+        message += f". {planned.resolved.note}"
+    updates = [
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
+                                                                               "not fit"),
+        cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
+    ]
+    events = [Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message)] if planned.changed else []
+    events.extend(planned.secret_events)
+    status = _status(observed, updates + planned.secret_updates, plan=planned.status_plan, gpu=planned.gpu_status)
+    return Desired(status=status, children=None, events=events, plan=result)
+
+
+def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
+    """Where the weights live: spec.modelCache, else the operator-wide default (a claim that survives restarts and
+    remediation steps when the cluster can provide one, an emptyDir otherwise)."""
+    spec = planned.spec
+    return plan_cache(service=observed.name, namespace=observed.namespace, model=spec.model.name,
+                      revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
+                      default_storage_class=observed.default_storage_class,
+                      checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30, max_pods=max_pods(spec),
+                      labels=labels_for(observed.name),
+                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s())
+
+
+def _render_input(observed: Observed, planned: _Planned, cache: CachePlan) -> RenderInput:
+    """What the renderer needs of the spec, the plan and the model cache."""
+    spec, result, constraints = planned.spec, planned.result, planned.constraints
+    return RenderInput(
+        name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
-        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
-        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
+        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=planned.product_label,
+        weights_gib_total=checkpoint_bytes(planned.arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
         tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity.to_dict() if spec.affinity else None,
         env=tuple(e.to_dict() for e in spec.env),
@@ -464,7 +664,7 @@ def _desired_state(observed: Observed) -> Desired:
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
         cache_volume=cache.volume, roll_without_surge=cache.exclusive,
         startup_failure_threshold=startup_failure_threshold(
-            checkpoint_bytes(arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s),
+            checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -474,21 +674,54 @@ def _desired_state(observed: Observed) -> Desired:
         trust_remote_code=bool(spec.flags.trust_remote_code),
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """What the render step leaves for the status step: the children, their conditions, the optional children to
+    delete (an autoscaler or InferencePool no longer asked for)."""
+
+    render: RenderInput
+    children: list[dict[str, Any]]
+    updates: list[cond.ConditionUpdate]
+    stale: list[tuple[str, str]]
+
+
+def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
+    """Step 7, when the plan fits: the children rendered as data — the model cache claim, Service and Deployment,
+    then the ecosystem objects (HPA or KEDA ScaledObject, InferencePool) — and the conditions they report."""
+    spec = planned.spec
+    cache = _model_cache(observed, planned)
+    render = _render_input(observed, planned, cache)
     children = ([cache.claim] if cache.claim else []) + build_children(render)
+    deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
-        name=observed.name, child_name=child_names(observed.name).deployment, namespace=observed.namespace,
-        spec=spec, owner=owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
-        prometheus_selector=pod_matchers(observed.namespace, child_names(observed.name).deployment),
-        served=observed.served_kinds, conditions=observed.status.get("conditions") or [],
-        checkpoint_gib=checkpoint_bytes(arch) / 2**30, persistent_cache=cache.persistent)
-    children += extras.children
+        name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
+        prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
+        conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
+        persistent_cache=cache.persistent)
+    updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
+                                    cache.message), *extras.updates]
+    return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale)
+
+
+def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendered) -> Desired:
+    """Step 7, when the plan fits: PlanFeasible with the args and KV tokens, rollout progress, the children."""
+    spec, result, gpu, resolved = planned.spec, planned.result, planned.gpu, planned.resolved
+    render, children = rendered.render, rendered.children
     ready = (observed.status.get("readyReplicas") or 0)
-    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
+    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(planned.args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
+    if not result.usable:
+        trade = next((r for r in result.reasons if r.startswith("Trade-off:")), "")
+        message += f". {trade}" if trade else ""
+    if resolved.note:
+        message += f". {resolved.note}"
     updates = [
-        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE, cond.PLAN_FITS, message),
-        cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason, cache.message),
-        *extras.updates,
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE,
+                             cond.VERSION_ASSUMED if resolved.note else cond.PLAN_FITS, message),
+        *rendered.updates,
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
@@ -499,16 +732,17 @@ def _desired_state(observed: Observed) -> Desired:
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
                                             f"{ready}/{spec.replicas} pods ready"))
-    if changed:
+    events: list[Event] = []
+    if planned.changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
-        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
-    events.extend(secret_events)
-    updates.extend(secret_updates)
+        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in planned.dropped)
+    events.extend(planned.secret_events)
+    updates.extend(planned.secret_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
-    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
-                     replicas=render.replicas, ready_replicas=ready)
-    return Desired(status=status, children=children, events=events, plan=result, stale=extras.stale)
+    status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
+                     selector=selector, replicas=render.replicas, ready_replicas=ready)
+    return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 
 
 def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:

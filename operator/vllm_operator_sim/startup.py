@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.modelfiles import ModelFiles
 from vllm_operator.planner import messages
 from vllm_operator.planner.arch import ModelArch, arch_from_config, checkpoint_bytes
 from vllm_operator.planner.failures import FailureKind
@@ -46,11 +47,14 @@ from vllm_operator.planner.memory import (
     EngineFlags,
     GPUFacts,
     activation_bytes,
+    arch_for_release,
     cudagraph_bytes,
     init_nontorch_gib,
     non_torch_bytes,
     pp_layer_counts,
     predict_startup,
+    profile_for_model,
+    v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
 from vllm_operator.planner.versions import (
@@ -60,7 +64,6 @@ from vllm_operator.planner.versions import (
     version_from_image,
 )
 from vllm_operator.render.flags import flag_table
-from vllm_operator.sources import ModelFiles
 
 __all__ = [
     "HiddenFacts",
@@ -554,6 +557,10 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         _api_failure(run, _model_not_found(model_id))
         return _outcome(run, starts=False, phase=Phase.CONFIG, exit_code=1, reason="Error",
                         failure_kind=FailureKind.MODEL_NOT_FOUND, message=_model_not_found(model_id), **common)
+    # the release's rules for this model: its model runner, and how it reads the config (YaRN from 0.30)
+    profile = profile_for_model(profile, arch)
+    arch = arch_for_release(arch, profile)
+    v2 = profile.runner == "V2"
 
     # --- config: context length, parallelism, batch defaults ------------------------------------------------
     run.at(2.0)
@@ -568,7 +575,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     tp, pp = parsed.tensor_parallel_size, parsed.pipeline_parallel_size
     total_gib = round(gpu.reported_gib - hidden.total_delta_gib, 2)
     defaults = batch_defaults(profile, gpu_memory_gib=total_gib, is_a100=gpu.is_a100, max_model_len=max_len,
-                              chunked_prefill=parsed.enable_chunked_prefill is not False)
+                              chunked_prefill=parsed.enable_chunked_prefill is not False,
+                              compute_capability=gpu.compute_capability)
     seqs = parsed.max_num_seqs or defaults.max_num_seqs
     tokens = parsed.max_num_batched_tokens or defaults.max_num_batched_tokens
     if parsed.enable_chunked_prefill is False and tokens < max_len:
@@ -592,6 +600,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
              f"quantization={parsed.quantization or (arch.quantization.method if arch.quantization else None)}, "
              f"enforce_eager={parsed.enforce_eager}, kv_cache_dtype={parsed.kv_cache_dtype}, seed=0, "
              f"served_model_name={model_id}", "core.py:77")
+    if v2:
+        run.info("Using V2 Model Runner", "gpu_worker.py:513")
     world = tp * pp
     visible = gpu_count if gpu_count is not None else world
     if world > visible:
@@ -648,7 +658,7 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         allocated = free / GiB - free_mib / 1024
         oom = messages.cuda_oom_message(device=0, tried_mib=tried, total_gib=total_gib, free_mib=free_mib,
                                         in_use_gib=allocated + ctx / GiB, torch_gib=allocated)
-        if profile.version_tuple >= (0, 13, 0):
+        if profile.version_tuple >= (0, 13, 0) and not v2:  # the wrapper is the V1 runner's
             run.info("Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to free "
                      "memory for weights, increasing --tensor-parallel-size, or using --quantization. See "
                      f"{messages.DOCS} for more tips.", "gpu_model_runner.py:2362", level="ERROR")
@@ -660,6 +670,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     run.info(f"Loading weights took {load_s - 0.4:.2f} seconds", "default_loader.py:267")
     if profile.engine == "V0":
         run.info(f"Loading model weights took {weights[0] / GiB:.4f} GB", "model_runner.py:1072")
+    elif v2 and profile.version_tuple < (0, 28, 0):  # MRV2's wording up to 0.27.1
+        run.info(f"Model loading took {weights[0] / GiB:.4f} GiB and {load_s:.6f} seconds", "model_runner.py:318")
     else:
         run.info(f"Model loading took {weights[0] / GiB:.4f} GiB memory and {load_s:.6f} seconds",
                  "gpu_model_runner.py:2370")
@@ -685,9 +697,14 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
             free_mib=min(max((free - weights[stage] - non_torch) / 2**20 * 0.3, 0.0), 900.0),
             in_use_gib=(free + ctx) / GiB - 0.05, torch_gib=(weights[stage] + acts[stage] * 0.6) / GiB)
         return _fail(run, Phase.PROFILING, FailureKind.CUDA_OOM_STARTUP, oom, common)
+    # MRV2's sampler state (last stage) is real memory on every release; from 0.27 it and the allocator leftovers
+    # are inside the measured drop in free memory, before that the state sits in the headroom
+    sampler_state = v2_sampler_state_bytes(arch, flags, profile)
+    slack = int(profile.allocator_slack_gib * GiB * (1 + pert["non_torch"])) if profile.profiler == "consumed" else 0
+    counted = slack + (sampler_state if profile.v2_sampler_state_counted else 0)
     avails = []
     for i in range(pp):
-        avail_i = requested - weights[i] - acts[i] - non_torch
+        avail_i = requested - weights[i] - acts[i] - non_torch - (counted if i == pp - 1 else slack)
         if profile.cudagraph_subtracted:
             avail_i -= graph_est[i]
         if profile.others_memory_counted:
@@ -699,7 +716,11 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     common.update(activation_gib=round(acts[0] / GiB, 2), non_torch_gib=round(non_torch / GiB, 2),
                   cudagraph_gib=round(graph_est[0] / GiB, 2), available_kv_gib=round(max(avail, 0) / GiB, 2))
     if profile.cudagraph_subtracted and not flags.enforce_eager:
-        run.info(f"Estimated CUDA graph memory: {graph_est[0] / GiB:.2f} GiB total", "gpu_model_runner.py:4102")
+        if v2:  # 0.29+: MRV2 captures into a throwaway pool while profiling (no "Estimated" line)
+            run.info(f"Graph capturing finished in 2 secs, took {graph_est[0] / GiB:.2f} GiB",
+                     "cudagraph_utils.py:240")
+        else:
+            run.info(f"Estimated CUDA graph memory: {graph_est[0] / GiB:.2f} GiB total", "gpu_model_runner.py:4102")
     if profile.engine == "V1":
         run.info(f"Available KV cache memory: {avail / GiB:.2f} GiB", "gpu_worker.py:299")
     if avail <= 0:
@@ -713,19 +734,22 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     if bookkeeping.failure is not None and bookkeeping.failure.kind is FailureKind.KV_CACHE_TOO_SMALL:
         return _fail(run, Phase.KV_CACHE, FailureKind.KV_CACHE_TOO_SMALL, bookkeeping.failure.message, common)
     common.update(kv_cache_tokens=bookkeeping.kv_cache_tokens, max_concurrency=bookkeeping.max_concurrency)
+    concurrency = f"Maximum concurrency for {max_len:,} tokens per request: {bookkeeping.max_concurrency:.2f}x"
     if profile.engine == "V0":
         run.info(f"# GPU blocks: {bookkeeping.num_blocks}, # CPU blocks: 2048", "executor_base.py:110")
+    elif profile.tokens_log == "one_line":  # 0.28+: update_kv_cache_capacity in the engine core
+        run.info(f"GPU KV cache size: {bookkeeping.kv_cache_tokens:,} tokens, {concurrency}", "kv_cache_utils.py:1290")
     else:
         run.info(f"GPU KV cache size: {bookkeeping.kv_cache_tokens:,} tokens", "kv_cache_utils.py:1087")
-    run.info(f"Maximum concurrency for {max_len:,} tokens per request: {bookkeeping.max_concurrency:.2f}x",
-             "kv_cache_utils.py:1091")
+    if profile.tokens_log == "two_lines" or profile.engine == "V0":
+        run.info(concurrency, "kv_cache_utils.py:1091")
 
     # --- KV allocation, then CUDA-graph capture in what is left of the GPU ---------------------------------
     if not flags.enforce_eager:
         run.at(6.0 + 0.04 * arch.num_layers)
         capture = int(graph_est[0] * (1 + pert["cudagraph_capture"]) + hidden.extra_cudagraph_gib * GiB)
         # the activation peak was released after profiling; the KV cache now fills the rest of the budget
-        used = other + ctx + weights[0] + non_torch + max(avail, 0)
+        used = other + ctx + weights[0] + non_torch + max(avail, 0) + slack + (sampler_state if pp == 1 else 0)
         warmup = acts[0] if arch.quantization and arch.quantization.method == "mxfp4" and arch.is_moe else 0
         if used + capture + warmup > total:
             free_mib = max(total - used, 0) / 2**20 * 0.3

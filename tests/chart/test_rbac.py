@@ -2,8 +2,9 @@
 
 The real `vllm-operator run` process runs against the emulated API server (vllm_operator_sim.emulator) through
 a scenario: create VLLMServices (catalog model, model from a ConfigMap with a model-cache PVC, one that does not
-fit), a crash-looping pod with an empty termination message (remediation reads the log), a spec update, the
-Deployment becoming ready, deletion. The emulator's access log gives every (verb, group, resource/subresource,
+fit, one whose model cannot be found), a spec update of the PVC-backed one, a crash-looping pod with an empty
+termination message (remediation reads the log), a spec update, a new pod the scheduler cannot place, the pod
+becoming ready, deletion. The emulator's access log gives every (verb, group, resource/subresource,
 namespace) requested. Three runs:
 
 * all namespaces, standalone (no peering), the full scenario;
@@ -147,6 +148,10 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     first = run.wait(lambda: run.args_of(main, "qwen"), "the Deployment of qwen")
     run.wait(lambda: run.args_of(other, "tiny"), "the Deployment of tiny (model from a ConfigMap)")
     run.wait(lambda: run.server.list_objects("persistentvolumeclaims", namespace=other), "the model-cache PVC")
+    # A change of tiny's spec: its children are read and compared now (a new service's were created unread).
+    tiny_args = run.args_of(other, "tiny")
+    run.server.patch_object("vllmservices", "tiny", {"spec": {"flags": {"maxModelLen": 4096}}}, namespace=other)
+    run.wait(lambda: (a := run.args_of(other, "tiny")) != tiny_args and a, "tiny's update")
     degraded = run.wait(lambda: run.condition(main, "too-big", "Degraded"), "too-big planned")
     assert degraded["reason"] == "PlanInfeasible", degraded
     run.wait(lambda: run.condition(main, "qwen", "Progressing"), "qwen's first status")
@@ -169,15 +174,19 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.snapshot("remediating", main, "qwen")
 
     # The user changes the spec (and the Service's port): the Deployment and the Service are patched.
+    # (a pinned flag: since issue 16 a shorter workload context alone no longer changes max-num-seqs)
     run.server.patch_object("vllmservices", "qwen", {"spec": {"workload": {"contextLength": 4096},
+                                                              "flags": {"maxNumSeqs": 8},
                                                               "service": {"port": 8080}}}, namespace=main)
     run.wait(lambda: (a := run.args_of(main, "qwen")) not in (first, remediated) and a, "the update")
     run.wait(lambda: run.get("services", "qwen", main)["spec"]["ports"][0]["port"] == 8080,  # type: ignore[index]
              "the Service's new port")
     # An update of the service with a model-cache claim: its children are read before they are applied.
+    # (its second spec change: the generation is read back, not assumed)
     run.server.patch_object("vllmservices", "tiny", {"spec": {"workload": {"contextLength": 2048}}}, namespace=other)
+    tiny_generation = (run.get("vllmservices", "tiny", other) or {})["metadata"]["generation"]
     run.wait(lambda: ((run.get("vllmservices", "tiny", other) or {}).get("status") or {}).get(
-        "observedGeneration") == 2, "the update of tiny")
+        "observedGeneration") == tiny_generation, "the update of tiny")
 
     # The new profile's pod cannot be scheduled (the crash-looping pod is gone): the operator reports the scheduler's
     # message, never a finished rollout.
@@ -429,9 +438,11 @@ def test_argocd_health_of_what_the_operator_writes(argocd_health: Any, clusterwi
                           "unschedulable": "Unschedulable", "ready": "Ready", "model-not-found": "ModelNotFound"}
 
 
-@pytest.mark.xfail(strict=False, reason="intermittent under CPU load (2 busy cores): the replica that won the "
-                   "peering sometimes does not act within 60 s after resuming; under investigation (kopf peering "
-                   "resume). Passes in isolation: ~7 s")
+@pytest.mark.xfail(strict=False, reason="intermittent under CPU load (2 cores plus 5 busy loops: 2 failures in 13 "
+                   "runs, none in isolation, ~5 s): the replica that won the peering logs 'Resuming operations' at "
+                   "startup, the other pauses in its favour, and the winner then handles nothing for 60 s — seen "
+                   "in the FIRST phase (before any takeover), so not a re-list after a pause; not reproduced with "
+                   "--verbose; cause in kopf's pause/resume of its watch streams not yet found")
 def test_two_replicas_one_acts_the_other_takes_over(chart: Any, tmp_path: Path) -> None:
     """The chart's default: 2 replicas with the same arguments, differing only in POD_ID (the pod's name).
     Exactly one acts; when it stops, the other takes over."""

@@ -1,7 +1,8 @@
 """Contract: every argument list the operator renders is accepted by vLLM's own `vllm serve` parser.
 
 Needs vLLM (the optional extra `vllm-operator[vllm]`; on a machine without a GPU: `pip install vllm`, then
-`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu`: `make test-vllm` does it all).
+`pip uninstall -y torchvision torchaudio torchcodec` and `VLLM_TARGET_DEVICE=cpu`; `make test-vllm` does this,
+for vLLM 0.33.0).
 Skipped where vLLM is not installed. The Deployments are rendered for the installed vLLM's own release, so the flag
 table (catalog/vllm_flags.yaml) is exercised for that release too.
 """
@@ -44,7 +45,11 @@ def _parser() -> Any:
     import importlib
 
     make = None
-    for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    for module in (
+        "vllm.entrypoints.common.cli_args",  # 0.33
+        "vllm.entrypoints.launchers.cli_args",
+        "vllm.entrypoints.openai.cli_args",
+    ):
         try:
             make = importlib.import_module(module).make_arg_parser
             break
@@ -87,3 +92,12 @@ def test_vllm_accepts_the_rendered_args(name: str) -> None:
         assert parsed.tensor_parallel_size == int(flags["--tensor-parallel-size"])
     if "--gpu-memory-utilization" in flags:
         assert parsed.gpu_memory_utilization == pytest.approx(float(flags["--gpu-memory-utilization"]))
+
+
+def test_the_contract_runs_against_the_newest_known_release() -> None:
+    """`make test-vllm` installs the release the planner knows as newest (the default image's)."""
+    from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION, parse_version
+
+    assert parse_version(vllm.__version__) == parse_version(NEWEST_KNOWN_VERSION), (
+        f"vLLM {vllm.__version__} is installed; the default image is {NEWEST_KNOWN_VERSION} "
+        "(make test-vllm VLLM_CONTRACT_VERSION=...)")

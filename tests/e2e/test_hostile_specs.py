@@ -84,11 +84,8 @@ def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return None
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the operator's RSS from /proc")
-def test_hostile_services_get_answers_and_never_structure(
-        cluster: EmulatedAPIServer, operator_process: Callable[[], OperatorProcess]) -> None:
-    cluster.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
-    op = operator_process()
+def _hostile_specs() -> dict[str, dict[str, Any]]:
+    """An injection payload in every string field, local-file model names, and four 100k-layer inline configs."""
     hostile: dict[str, dict[str, Any]] = {}
     for index, path in enumerate(STRING_FIELDS):
         hostile[f"inject-{index}"] = _with(path, PAYLOADS[index % len(PAYLOADS)])
@@ -100,6 +97,33 @@ def test_hostile_services_get_answers_and_never_structure(
     for copy_index in range(4):  # two within the size bound (refused by the layer bound), two far over it
         extra = {"layer_types": ["full_attention"] * 100_000} if copy_index >= 2 else {}
         hostile[f"layers-{copy_index}"] = {"model": {"name": "org/huge", "config": {**config, **extra}}}
+    return hostile
+
+
+def _answer_is_literal_or_refusal(cluster: EmulatedAPIServer, name: str, planned: bool) -> bool:
+    """A hostile service is either refused (InvalidSpec/ModelNotFound naming a spec field) or deployed with its
+    payload as a literal value, verbatim; True when it was deployed."""
+    degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+    if degraded is not None and degraded["status"] == "True":
+        assert degraded["reason"] in ("InvalidSpec", "ModelNotFound"), (name, degraded)
+        if degraded["reason"] == "InvalidSpec":
+            assert "spec." in degraded["message"], degraded
+    if not (name.startswith("inject-") and planned):
+        return False
+    payload = PAYLOADS[int(name.split("-")[1]) % len(PAYLOADS)]
+    deployment = cluster.wait_for(lambda: cluster.get_object("deployments", name), timeout=30,
+                                  interval=0.2, message=f"no Deployment for {name}")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert payload in container["args"] or payload in [e.get("value") for e in container["env"]], name
+    return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the operator's RSS from /proc")
+def test_hostile_services_get_answers_and_never_structure(
+        cluster: EmulatedAPIServer, operator_process: Callable[[], OperatorProcess]) -> None:
+    cluster.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
+    op = operator_process()
+    hostile = _hostile_specs()
     odd_names = ["017", "yes", "n" * 63]
     for name, spec in hostile.items():
         cluster.create_object("vllmservices", _service(name, spec))
@@ -127,20 +151,7 @@ def test_hostile_services_get_answers_and_never_structure(
                                                                    "Degraded") is None and not planned(n)]
         raise AssertionError(f"no status condition for {missing}:\n{op.log()[-6000:]}") from None
 
-    deployed_payloads = 0
-    for name in hostile:
-        degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
-        if name.startswith("inject-") and planned(name):  # accepted: the payload is a literal value, verbatim
-            payload = PAYLOADS[int(name.split("-")[1]) % len(PAYLOADS)]
-            deployment = cluster.wait_for(lambda name=name: cluster.get_object("deployments", name), timeout=30,
-                                          interval=0.2, message=f"no Deployment for {name}")
-            container = deployment["spec"]["template"]["spec"]["containers"][0]
-            assert payload in container["args"] or payload in [e.get("value") for e in container["env"]], name
-            deployed_payloads += 1
-        if degraded is not None and degraded["status"] == "True":
-            assert degraded["reason"] in ("InvalidSpec", "ModelNotFound"), (name, degraded)
-            if degraded["reason"] == "InvalidSpec":
-                assert "spec." in degraded["message"], degraded
+    deployed_payloads = sum(_answer_is_literal_or_refusal(cluster, name, planned(name)) for name in hostile)
     for name in ("layers-0", "layers-1"):
         degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
         assert degraded and degraded["reason"] == "InvalidSpec" and "100000" in degraded["message"], degraded

@@ -23,6 +23,7 @@ from kit.inprocess import (
     flag,
     history,
     no_kv_crash,
+    plan_annotation,
 )
 
 NAME = "qwen"
@@ -81,3 +82,37 @@ def test_kill_9_inside_a_step_finishes_it_exactly_once_after_restart(cluster: Cl
     steps = assert_ladder_invariants(cluster, NAME, max_steps=5)
     assert len(steps) == 1
     assert len(cluster.events(NAME, "RemediatedNoKVCacheMemory")) == 1
+
+
+def test_a_ladder_killed_at_a_different_request_of_every_step_equals_the_ladder_never_killed(
+        cluster: Cluster) -> None:
+    """Three steps; in each, the operator process is killed at its k-th API request after the pod died (k = 2, 4,
+    6: before, inside and after the step's record, depending on the step) and started again."""
+    max_steps = 3
+    deployment, service = deploy(cluster, NAME, {"remediation": {"maxSteps": max_steps}}, process=True,
+                                 timeout=TIMEOUT)
+    faults = cluster.faults
+    assert faults is not None
+    message = no_kv_crash(service)
+    for n, k in enumerate((2, 4, 6), start=1):
+        held = faults.add(watch=False, skip=k - 1, hold=TIMEOUT, status=503, name=f"kill-point-{n}")
+        cluster.crashed_pod(deployment, f"qwen-s{n}", message=message)
+        cluster.wait_for(lambda held=held: held.fired == 1, TIMEOUT, f"step {n}: the operator made {k} requests")
+        cluster.kill()
+        faults.clear()
+        cluster.start_operator(process=True)
+        cluster.wait_history(NAME, n, timeout=TIMEOUT)
+        before = plan_annotation(deployment)
+        deployment = cluster.wait_deployment(NAME, lambda d, before=before: plan_annotation(d) != before,
+                                             timeout=TIMEOUT, message=f"step {n} rolled out")
+    cluster.crashed_pod(deployment, "qwen-last", message=message)  # the ladder is at maxSteps: a verdict
+    cluster.wait_remediation(NAME, lambda r: bool(r.get("exhausted")), TIMEOUT, "the verdict")
+    cluster.wait_quiet(1.0, timeout=TIMEOUT)
+    steps = assert_ladder_invariants(cluster, NAME, max_steps=max_steps)
+    # the fault-free ladder of this failure (tests/handlers/test_ladder_under_faults.py runs it): utilization,
+    # then enforce-eager, then smaller batches
+    after = [h["flagsAfter"] for h in steps]
+    assert [a["gpu_memory_utilization"] for a in after] == [0.95, 0.95, 0.95]
+    assert [a.get("enforce_eager", False) for a in after] == [False, True, True]
+    assert after[2].get("max_num_batched_tokens") == 1024 and "max_num_batched_tokens" not in after[1]
+    assert len(cluster.events(NAME, "RemediatedNoKVCacheMemory")) == max_steps

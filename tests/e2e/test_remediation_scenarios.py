@@ -58,21 +58,26 @@ def _spec(model: str, product: str = L4, max_count: int = 1, **extra: Any) -> di
     return spec
 
 
+V023 = "vllm/vllm-openai:v0.23.0"
+
 CASES = [
     Case("kv-too-small", _spec(LLAMA), "Ready", HiddenFacts(extra_activation_gib=1.5),
          title="activation peak 1.5 GiB above the estimate: the planned 26624 tokens do not fit the KV cache"),
     Case("kv-too-small-v083", _spec(LLAMA, image="vllm/vllm-openai:v0.8.3"), "Ready",
          HiddenFacts(extra_activation_gib=1.5),
          title="the same on vLLM 0.8.3, whose message has no estimated length (only needed vs available GiB)"),
-    Case("kv-min-context", _spec(LLAMA, workload={"contextLength": 20000}), "Ready",
+    Case("kv-min-context", _spec(LLAMA, workload={"contextLength": 32768}), "Ready",  # L4 plans at 0.92 (issue 16)
          HiddenFacts(extra_activation_gib=1.5),
          title="vLLM's estimate is below workload.contextLength: the ladder raises utilization instead"),
     Case("free-gpu-memory", _spec(QWEN), "Ready", HiddenFacts(other_process_gib=3.0),
          title="a stale process holds 3 GiB of the GPU"),
-    Case("no-kv-memory", _spec(QWEN, flags={"maxModelLen": 4096}), "Ready", HiddenFacts(extra_activation_gib=4.8),
+    # the two no-kv-memory cases are tuned to the V1 model runner's budget with its CUDA-graph estimate inside it
+    # (0.21-0.23 for Qwen2.5; Model Runner V2 runs it from 0.25 and books differently), so they name such a release
+    Case("no-kv-memory", _spec(QWEN, image=V023, flags={"maxModelLen": 4096}), "Ready",
+         HiddenFacts(extra_activation_gib=4.8),
          title="activation peak 4.8 GiB above the estimate: nothing left for the KV cache at 0.9"),
-    Case("no-kv-memory-util-pinned", _spec(QWEN, flags={"maxModelLen": 4096, "gpuMemoryUtilization": 0.9}), "Ready",
-         HiddenFacts(extra_activation_gib=4.5),
+    Case("no-kv-memory-util-pinned", _spec(QWEN, image=V023, flags={"maxModelLen": 4096, "gpuMemoryUtilization": 0.9}),
+         "Ready", HiddenFacts(extra_activation_gib=4.5),
          title="the same with utilization pinned: the ladder's next rung (enforce-eager)"),
     Case("weights-tp2", _spec(QWEN, A10G, max_count=2), "Ready", HiddenFacts(total_delta_gib=8.0),
          title="the driver reports 8 GiB less than the catalog: the weights do not fit one GPU"),
@@ -227,7 +232,7 @@ def test_kv_cache_too_small_below_the_workload_context_raises_utilization(run: R
     _expect_remediated(o, classes)
     assert classes and set(classes) == {"KVCacheTooSmall"}
     assert o.flags["max_model_len"] >= 20000, o.flags
-    assert o.flags["gpu_memory_utilization"] > o.history[0]["flagsBefore"]["gpu_memory_utilization"]
+    assert o.flags["gpu_memory_utilization"] > o.history[0]["flagsBefore"]["gpu_memory_utilization"], o.history
     assert "workload.contextLength" in o.history[0]["message"]
 
 

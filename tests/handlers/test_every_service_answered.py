@@ -129,3 +129,37 @@ def test_a_reconcile_past_its_time_bound_does_not_hold_up_the_others(
         assert "took longer than 2 s" in condition(obj, "Degraded")["message"]  # type: ignore[index]
     finally:
         release.set()
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ({"model": {"name": QWEN}, "gpu": {"product": "no-such-gpu"}}, "InvalidSpec"),
+    ({"model": {"name": "no-such-org/no-such-model"}}, "ModelNotFound"),
+])
+def test_invalid_and_unplannable_services_fill_every_column(cluster: Cluster, spec: dict[str, Any],
+                                                            reason: str) -> None:
+    cluster.start_operator()
+    cluster.create_service("odd", spec)
+    obj = _wait_degraded(cluster, "odd", reason)
+    assert obj["status"]["state"] == reason  # the STATUS column
+    assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]  # the READY column
+    assert condition(obj, "Ready")["reason"] == reason  # type: ignore[index]  # the REASON column
+    assert len(cluster.wait_events("odd", reason)) == 1
+
+
+def test_a_new_service_whose_deployment_exists_already_is_patched_not_refused(cluster: Cluster) -> None:
+    """A new service's children are created without reading them first; one that exists (a previous operator got
+    that far, or a leftover of the same name) answers 409 and is read, compared and patched instead."""
+    cluster.server.create_object("deployments", {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "chat", "namespace": "default", "annotations": {"vllm-operator.dev/spec-hash": "old"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
+                 "template": {"metadata": {"labels": {"app": "x"}},
+                              "spec": {"containers": [{"name": "vllm", "image": "old"}]}}}}, namespace="default")
+    cluster.start_operator()
+    cluster.create_service("chat", {"model": {"name": QWEN}})
+    deployment = cluster.wait_deployment(
+        "chat", lambda d: d["metadata"]["annotations"].get("vllm-operator.dev/spec-hash") != "old")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith("vllm/vllm-openai:")
+    cluster.wait_for(lambda: cluster.k8s_service("chat"), message="the Service after it is applied too")
+    obj = _wait_until(cluster, "chat", "PlanFeasible", "status", "True")
+    assert obj["status"]["state"] == "RollingOut"

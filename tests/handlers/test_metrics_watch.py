@@ -20,9 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 
+from kit.faults import FaultProxy
 from kit.inprocess import (  # noqa: F401 (`harness`)
     CRD_PATH,
     Cluster,
@@ -270,3 +272,45 @@ def test_status_writes_are_rebuilt_when_someone_wrote_in_between(served: Any) ->
     svc = served.get_object("vllmservices", "svc", "default")
     assert svc["status"]["readyReplicas"] == 1                              # the other write survives
     assert condition(svc, watch.METRICS_AVAILABLE)["reason"] == watch.PROMETHEUS_UNREACHABLE
+
+
+@pytest.fixture
+def faulty(served: Any, tmp_path: Path) -> Iterator[FaultProxy]:
+    """`served`, with the operator's client behind the fault proxy."""
+    with FaultProxy(served.url) as proxy:
+        kube.configure(str(proxy.write_kubeconfig(tmp_path / "faulty-kubeconfig")))
+        try:
+            yield proxy
+        finally:
+            kube.configure(str(served.kubeconfig_path))
+
+
+def test_a_metrics_decision_whose_record_landed_but_answered_500_is_recorded_once(
+        served: Any, faulty: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = datetime.now(UTC)
+    monkeypatch.setattr(watch, "reader_for", lambda cfg=None: _CannedReader(_saturated(now)))
+    rule = faulty.add(method="PATCH", path=r"/status$", body="recommendedReplicas", land_then=500)
+    decision = watch.watch_service("default", "svc", now=now)
+    assert decision is not None and decision.action is MetricsAction.RECOMMEND_REPLICAS and rule.fired == 1
+    history = served.get_object("vllmservices", "svc", "default")["status"]["remediation"]["history"]
+    assert [h["flagsAfter"] for h in history] == [{"replicas": 1, "recommendedReplicas": 2}]
+
+
+def test_a_scale_up_is_recorded_first_and_completed_by_the_reconcile_when_the_scale_fails(
+        served: Any, faulty: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    served.patch_object("vllmservices", "svc", {"spec": {"maxReplicas": 2}}, "default")
+    now = datetime.now(UTC)
+    monkeypatch.setattr(watch, "reader_for", lambda cfg=None: _CannedReader(_saturated(now)))
+    rule = faulty.add(method="PATCH", path=r"/deployments/svc$", body='"replicas"', status=503, times=4)
+    with pytest.raises(kopf.TemporaryError):  # every immediate retry of the scale failed
+        watch.watch_service("default", "svc", now=now)
+    assert rule.fired == 4
+    svc = served.get_object("vllmservices", "svc", "default")
+    assert [h["flagsAfter"] for h in svc["status"]["remediation"]["history"]] == [{"replicas": 2}]  # recorded
+    assert svc["status"]["metrics"]["desiredReplicas"] == 2
+    assert served.get_object("deployments", "svc", "default")["spec"]["replicas"] == 1
+    # the next reconcile (the watchdog's) renders the recorded replicas: the scale is completed, not undone
+    reconcile_service("svc", "default", svc["metadata"]["uid"], int(svc["metadata"]["generation"]), svc["spec"],
+                      svc["status"], logging.getLogger("test"))
+    assert served.get_object("deployments", "svc", "default")["spec"]["replicas"] == 2
+    assert len(served.get_object("vllmservices", "svc", "default")["status"]["remediation"]["history"]) == 1

@@ -169,7 +169,7 @@ def _no_kv(c: Cluster, d: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
 
 
 def _no_kv_check(before: dict[str, Any], after: dict[str, Any], entry: dict[str, Any]) -> None:
-    assert flag(args_of(before), "--gpu-memory-utilization") == "0.9"
+    assert flag(args_of(before), "--gpu-memory-utilization") == "0.92"  # the L4's highest safe one (issue 16)
     assert flag(args_of(after), "--gpu-memory-utilization") == "0.95"
 
 

@@ -422,6 +422,12 @@ class Cluster:
 
     create = create_service
 
+    def create_unadmitted(self, name: str, spec: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Store a VLLMService the CRD's schema would refuse today (one stored before a CRD upgrade tightened it, or
+        on a server that does not validate): the operator must still answer it."""
+        namespace = namespace or self.namespace
+        return dict(self.server.create_object(PLURAL, vllmservice(name, spec, namespace), namespace))
+
     def patch_spec(self, name: str, spec_patch: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Merge-patch the spec over HTTP, as a user would."""
         patched: dict[str, Any] = self.custom.patch_namespaced_custom_object(

@@ -100,6 +100,7 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.flags.tensorParallelSize#maxCount": ("must not exceed gpu.maxCount",
                                                 {"flags": {"tensorParallelSize": 4}, "gpu": {"maxCount": 2}}),
     ".spec.maxReplicas": ("maxReplicas must be at least replicas", {"replicas": 3, "maxReplicas": 2}),
+    ".spec.nodeSelector": ("nodeSelector keys must be label keys", {"nodeSelector": {"bad key/with/slashes": "x"}}),
     ".spec.workload.contextLength": ("must not exceed the pinned flags.maxModelLen",
                                      {"workload": {"contextLength": 8192}, "flags": {"maxModelLen": 4096}}),
     ".spec.env[0].valueFrom": ("set either value or valueFrom", {"env": [
@@ -111,7 +112,6 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.modelCache": ("set exactly one of modelCache.claimName", {"modelCache": {"claimName": "c", "size": "1Gi"}}),
     ".spec.modelCache.storageClassName": ("applies only to a PVC the operator creates",
                                           {"modelCache": {"claimName": "c", "storageClassName": "fast"}}),
-    ".spec.nodeSelector": ("must be label keys", {"nodeSelector": {"bad key": "x"}}),
     ".spec.lora.adapters": ("names must be unique", {"lora": {"adapters": [{"name": "a", "source": "o/a"},
                                                                          {"name": "a", "source": "o/b"}]}}),
     ".spec.lora": ("set the rank in one place", {"lora": {"maxRank": 8}, "flags": {"enableLora": True,
@@ -283,9 +283,10 @@ def test_get_events_prints_kubectls_columns(api: EmulatedAPIServer, kubectl: Kub
 
 def test_get_vllms_prints_the_crds_printer_columns(with_crd: Kubectl) -> None:
     with_crd("apply", "-f", str(MINIMAL))
-    assert with_crd("get", "vllms").splitlines()[0].split() == ["NAME", "MODEL", "GPU", "TP", "MAXLEN", "READY",
-                                                                "AGE"]
-    assert "REASON" in with_crd("get", "vllms", "-o", "wide").splitlines()[0]
+    assert with_crd("get", "vllms").splitlines()[0].split() == ["NAME", "MODEL", "GPU", "TP", "MAXLEN", "STATUS",
+                                                                "READY", "AGE"]
+    wide = with_crd("get", "vllms", "-o", "wide").splitlines()[0]
+    assert "REASON" in wide and "MESSAGE" in wide
 
 
 def test_logs_previous_tail_and_limit(api: EmulatedAPIServer, kubectl: Kubectl) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +12,7 @@ from vllm_operator.planner.arch import arch_from_config
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.memory import EngineFlags, GPUFacts, activation_bytes, predict_startup
 from vllm_operator.planner.versions import profile_for
-from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
+from vllm_operator.remediation.classifier import Failure, classify_text
 from vllm_operator_sim.startup import (
     HiddenFacts,
     Phase,
@@ -24,7 +25,10 @@ from vllm_operator_sim.startup import (
 )
 
 START = datetime(2026, 5, 19, 12, 0, tzinfo=UTC)
+IMAGE_023 = "vllm/vllm-openai:v0.23.0"
+IMAGE_033 = "vllm/vllm-openai:v0.33.0"
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B-Instruct"
+QWEN25_7B = "Qwen/Qwen2.5-7B-Instruct"
 PLANNED_8B_L4 = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 13}
 
 
@@ -46,7 +50,9 @@ def test_a_planned_llama3_8b_on_l4_starts_and_logs_what_vllm_logs() -> None:
     outcome = run(**PLANNED_8B_L4)
     assert outcome.starts and outcome.phase is Phase.READY and outcome.exit_code == 0
     text = outcome.log_text(START)
-    assert "Model loading took 14.98" in text and "GiB memory and" in text
+    assert "Using V2 Model Runner" in text  # Llama-class models run MRV2 by default from 0.24
+    assert re.search(r"Model loading took 14\.98\d* GiB and", text)  # MRV2's wording up to 0.27.1
+    assert "Estimated CUDA graph memory" not in text  # MRV2 estimates 0 before 0.29
     assert f"Available KV cache memory: {outcome.available_kv_gib:.2f} GiB" in text
     assert f"GPU KV cache size: {outcome.kv_cache_tokens:,} tokens" in text
     assert f"Maximum concurrency for 8,192 tokens per request: {outcome.max_concurrency:.2f}x" in text
@@ -96,7 +102,7 @@ def test_kv_cache_too_small_with_each_releases_message(image: str, wording: str,
     assert needle in outcome.message
     assert "the estimated maximum model length is" in outcome.message
     failure = classified(outcome)
-    assert failure.kind is FailureClass.KVCacheTooSmall
+    assert failure.kind is FailureKind.KV_CACHE_TOO_SMALL
     assert failure.wording == wording
     assert failure.max_model_len == 8192
     assert failure.estimated_max_model_len is not None and failure.estimated_max_model_len < 8192
@@ -112,7 +118,7 @@ def test_free_memory_failure_with_a_hidden_other_process(image: str, device: str
     assert f"Free memory on {device}{free:.2f}/21.84 GiB) on startup is less than desired GPU memory utilization " \
            "(0.9, 19.66 GiB)" in outcome.message
     failure = classified(outcome)
-    assert failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
     assert failure.free_gib == pytest.approx(free, abs=0.01) and failure.requested_gib == pytest.approx(19.66)
 
 
@@ -124,14 +130,53 @@ def test_the_free_memory_check_passes_below_what_is_free() -> None:
     assert outcome.phase is not Phase.INIT
 
 
-def test_weights_that_do_not_fit_the_gpu() -> None:
-    outcome = run("meta-llama/Meta-Llama-3-70B-Instruct", gpu_name="RTX-4090", tensor_parallel_size=1,
+@pytest.mark.parametrize(("image", "wrapped"), [(IMAGE_023, True), (IMAGE_026, False), (IMAGE_033, False)])
+def test_weights_that_do_not_fit_the_gpu(image: str, wrapped: bool) -> None:
+    # the "Failed to load model" wrapper is the V1 runner's; Llama runs Model Runner V2 from 0.24
+    outcome = run("meta-llama/Meta-Llama-3-70B-Instruct", image=image, gpu_name="RTX-4090", tensor_parallel_size=1,
                   max_model_len=8192)
     assert not outcome.starts and outcome.phase is Phase.LOADING
     assert outcome.failure_kind is FailureKind.WEIGHTS_DO_NOT_FIT
-    assert outcome.message.startswith("ValueError: Failed to load model - not enough GPU memory.")
+    assert outcome.message.startswith("ValueError: Failed to load model - not enough GPU memory.") is wrapped
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in outcome.message
-    assert classified(outcome).kind is FailureClass.WeightsDoNotFit
+    assert classified(outcome).kind is FailureKind.WEIGHTS_DO_NOT_FIT
+    assert classified(outcome, whole_log=True).kind is FailureKind.WEIGHTS_DO_NOT_FIT
+
+
+def test_a_0_33_image_logs_as_0_33_does() -> None:
+    outcome = run(image=IMAGE_033, **PLANNED_8B_L4)
+    assert outcome.starts, outcome.message
+    text = outcome.log_text(START)
+    assert "vLLM API server version 0.33.0" in text and "Using V2 Model Runner" in text
+    assert re.search(r"Model loading took 14\.98\d* GiB memory and", text)  # the V1 wording again from 0.28
+    assert "Estimated CUDA graph memory" not in text and "Graph capturing finished" in text
+    # 0.28+: one line for the token count and the concurrency
+    assert (f"GPU KV cache size: {outcome.kv_cache_tokens:,} tokens, Maximum concurrency for 8,192 tokens per "
+            f"request: {outcome.max_concurrency:.2f}x") in text
+
+
+def test_the_simulator_and_the_planner_agree_on_0_33_bookkeeping() -> None:
+    files = model(LLAMA3_8B)
+    arch = arch_from_config(files.config, model_id=LLAMA3_8B, total_size=files.total_size)
+    outcome = run(image=IMAGE_033, **PLANNED_8B_L4)
+    flags = EngineFlags(max_model_len=8192, max_num_seqs=13, max_num_batched_tokens=2048, gpu_memory_utilization=0.9,
+                        kv_cache_memory_bytes=int(outcome.available_kv_gib * 2**30))
+    pred = predict_startup(arch, flags, GPUFacts(total_gib=gpu("L4").reported_gib), profile_for("0.33.0"))
+    assert outcome.kv_cache_tokens == pytest.approx(pred.kv_cache_tokens, rel=0.002)
+
+
+def test_yarn_length_follows_the_release() -> None:
+    # Qwen2.5-7B-Instruct with YaRN x4 in its config: 131072 until 0.29, 32768 from 0.30
+    files = model(QWEN25_7B)
+    config = {**files.config, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                               "original_max_position_embeddings": 32768}}
+    arch = arch_from_config(config, model_id=QWEN25_7B, total_size=files.total_size)
+    args = serve_args(QWEN25_7B, max_model_len=65536, tensor_parallel_size=1)
+    old = simulate_startup(args, "vllm/vllm-openai:v0.29.0", gpu("H100"), HiddenFacts(), arch)
+    new = simulate_startup(args, IMAGE_033, gpu("H100"), HiddenFacts(), arch)
+    assert old.failure_kind is not FailureKind.MAX_MODEL_LEN_TOO_LONG
+    assert new.failure_kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
+    assert classified(new).kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
 
 
 def test_weights_oom_before_0_13_is_pytorchs_own_text_placed_by_its_frames() -> None:
@@ -139,7 +184,7 @@ def test_weights_oom_before_0_13_is_pytorchs_own_text_placed_by_its_frames() -> 
                   tensor_parallel_size=1, max_model_len=8192)
     assert outcome.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
     # only the frames of the traceback say it was loading; they are in the log, beyond the message's 2 KB
-    assert classified(outcome, whole_log=True).kind is FailureClass.WeightsDoNotFit
+    assert classified(outcome, whole_log=True).kind is FailureKind.WEIGHTS_DO_NOT_FIT
 
 
 def test_host_memory_over_the_limit_is_an_oom_kill_while_loading() -> None:
@@ -149,7 +194,7 @@ def test_host_memory_over_the_limit_is_an_oom_kill_while_loading() -> None:
     assert (outcome.reason, outcome.exit_code) == ("OOMKilled", 137)
     assert outcome.failure_kind is FailureKind.HOST_OOM_KILLED
     assert "Loading safetensors checkpoint shards:" in outcome.log_text(START).splitlines()[-1]
-    assert classified(outcome).kind is FailureClass.HostOOMKilled
+    assert classified(outcome).kind is FailureKind.HOST_OOM_KILLED
     # the container's own limit counts too
     small = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), IMAGE_026, gpu("L4"),
                              HiddenFacts(extra_host_memory_gib=20.0), model(LLAMA3_8B), memory_limit_gib=24.0)
@@ -161,28 +206,28 @@ def test_cuda_graph_capture_out_of_memory() -> None:
     assert not outcome.starts and outcome.phase is Phase.CUDA_GRAPHS
     assert outcome.failure_kind is FailureKind.CUDA_OOM_STARTUP
     failure = classified(outcome, whole_log=True)
-    assert failure.kind is FailureClass.CUDAOOMStartup and failure.phase == "cudagraph"
-    assert classified(outcome).kind is FailureClass.CUDAOOMStartup
+    assert failure.kind is FailureKind.CUDA_OOM_STARTUP and failure.phase == "cudagraph"
+    assert classified(outcome).kind is FailureKind.CUDA_OOM_STARTUP
     assert run(hidden=HiddenFacts(extra_cudagraph_gib=2.5), enforce_eager=True, **PLANNED_8B_L4).starts
 
 
 def test_no_memory_left_for_the_kv_cache() -> None:
     outcome = run(hidden=HiddenFacts(extra_activation_gib=4.5), **PLANNED_8B_L4)
     assert outcome.failure_kind is FailureKind.NO_KV_CACHE_MEMORY
-    assert classified(outcome).kind is FailureClass.NoKVCacheMemory
+    assert classified(outcome).kind is FailureKind.NO_KV_CACHE_MEMORY
 
 
 def test_max_model_len_above_the_models_context() -> None:
     outcome = run(tensor_parallel_size=1, max_model_len=16384)
     assert outcome.failure_kind is FailureKind.MAX_MODEL_LEN_TOO_LONG and outcome.phase is Phase.CONFIG
-    assert classified(outcome).kind is FailureClass.MaxModelLenTooLong
+    assert classified(outcome).kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
 
 
 def test_parallelism_that_does_not_divide_the_model_or_exceeds_the_gpus() -> None:
     odd = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=3), IMAGE_026, gpu("L4"), None,
                            model(LLAMA3_8B), gpu_count=4)
     assert odd.failure_kind is FailureKind.INVALID_PARALLELISM
-    assert classified(odd).kind is FailureClass.InvalidParallelism
+    assert classified(odd).kind is FailureKind.INVALID_PARALLELISM
     wide = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=2), IMAGE_026, gpu("L4"), None,
                             model(LLAMA3_8B), gpu_count=1)
     assert wide.failure_kind is FailureKind.INVALID_PARALLELISM
@@ -193,7 +238,7 @@ def test_argument_errors_exit_2_as_argparse_does() -> None:
     outcome = run(no_such_flag=1)
     assert (outcome.exit_code, outcome.phase) == (2, Phase.ARGS)
     assert outcome.message == "vllm serve: error: unrecognized arguments: --no-such-flag 1"
-    assert classified(outcome).kind is FailureClass.InvalidArgument
+    assert classified(outcome).kind is FailureKind.INVALID_ARGUMENT
     # a flag the image's release does not have yet
     old = run(image="vllm/vllm-openai:v0.10.0", kv_cache_memory_bytes=2**30)
     assert old.exit_code == 2 and "--kv-cache-memory-bytes" in old.message
@@ -210,7 +255,7 @@ def test_parse_vllm_args_reads_both_command_styles() -> None:
 def test_an_unknown_model_fails_as_the_hub_says() -> None:
     outcome = simulate_startup(serve_args("acme/not-a-model"), IMAGE_026, gpu("L4"), None, None)
     assert outcome.failure_kind is FailureKind.MODEL_NOT_FOUND
-    assert classified(outcome).kind is FailureClass.ModelNotFound
+    assert classified(outcome).kind is FailureKind.MODEL_NOT_FOUND
 
 
 def test_every_failure_keeps_its_root_cause_in_the_termination_message() -> None:

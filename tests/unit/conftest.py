@@ -1,8 +1,8 @@
 """Shared fixtures for the planner's unit tests.
 
 Models come from the built-in catalog (``vllm_operator/catalog/models``) through ``sources.load_model_files``, so
-these tests need neither the network nor ``../shared``. Only the calibration tests read the real startup records in
-``../shared/data``; they skip cleanly when that directory is absent.
+these tests need neither the network nor anything outside the repository. The calibration tests read the public startup
+records copied into ``benchmarks/data`` (with their sources).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from vllm_operator.sources import load_model_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+CALIBRATION_DATA = REPO_ROOT / "benchmarks" / "data"
 
 
 @cache
@@ -55,10 +55,9 @@ def gpu() -> Callable[[str], GPUSpec]:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """../shared/data (real vLLM startup records and model repo files); skips the test when absent."""
-    if not (SHARED_DATA / "vllm-startup-logs.jsonl").is_file():
-        pytest.skip(f"{SHARED_DATA} is not available")
-    return SHARED_DATA
+    """benchmarks/data (real vLLM startup records and model repo files); part of the repository, never skipped."""
+    assert (CALIBRATION_DATA / "vllm-startup-logs.jsonl").is_file(), f"{CALIBRATION_DATA} is missing"
+    return CALIBRATION_DATA
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from vllm_operator.api.v1alpha1 import (
     API_VERSION,
     DEFAULT_IMAGE,
     QUANTIZATION_METHODS,
-    GPUSpec,
+    GPURequest,
     ModelCacheSpec,
     PinnedFlags,
     PlanStatus,
@@ -447,10 +448,10 @@ def test_rules_in_different_objects_are_reported_together_when_fields_are_valid(
 
 def test_gpu_and_model_cache_models_check_their_rules_on_construction() -> None:
     with pytest.raises(ValidationError):
-        GPUSpec(count=9)
+        GPURequest(count=9)
     with pytest.raises(ValidationError):
         ModelCacheSpec()
-    assert GPUSpec(count=8).count == 8
+    assert GPURequest(count=8).count == 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -711,6 +712,17 @@ def test_condition_types_and_reasons_are_camel_case_and_unique() -> None:
         assert getattr(c, name) in c.ALL_REASONS
 
 
+def test_every_reason_is_used_by_the_operator() -> None:
+    """A reason no module sets is vocabulary nobody speaks: it is removed, not kept "for later"."""
+    package = Path(c.__file__).resolve().parents[1]
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.resolve() != Path(c.__file__).resolve())
+    reasons = [name for name in dir(c) if name.isupper() and not name.startswith("STATE_")
+               and isinstance(getattr(c, name), str) and getattr(c, name) in c.ALL_REASONS]
+    assert len(reasons) == len(c.ALL_REASONS)
+    unused = [name for name in reasons if not re.search(rf"\b{name}\b", sources)]
+    assert unused == []
+
+
 def test_format_time() -> None:
     assert c.format_time(T0) == "2025-01-02T03:04:05Z"
     assert c.format_time(datetime(2025, 1, 2, 4, 4, 5, 999, tzinfo=UTC)) == "2025-01-02T04:04:05Z"
@@ -774,7 +786,7 @@ def test_set_condition_keeps_order_and_other_conditions() -> None:
 def test_long_messages_are_truncated() -> None:
     conds = c.set_condition(
         [],
-        c.ConditionUpdate(c.DEGRADED, "True", c.CUDA_OUT_OF_MEMORY, "x" * 40000),
+        c.ConditionUpdate(c.DEGRADED, "True", c.CONTAINER_CRASH_LOOP_BACK_OFF, "x" * 40000),
         observed_generation=1,
         now=T0,
     )
@@ -863,7 +875,7 @@ def _conditions(*updates: tuple[str, str, str]) -> list[Any]:
     (((c.DEGRADED, "True", c.MODEL_NOT_FOUND),), False, "ModelNotFound"),
     (((c.DEGRADED, "True", c.UNSCHEDULABLE), (c.READY, "False", c.SERVING_PREVIOUS_PROFILE)), False, "Unschedulable"),
     (((c.DEGRADED, "True", c.REMEDIATING),), False, "Remediating"),
-    (((c.DEGRADED, "True", c.CUDA_OUT_OF_MEMORY),), False, "CUDAOutOfMemory"),
+    (((c.DEGRADED, "True", c.CONTAINER_OOM_KILLED),), False, "ContainerOOMKilled"),
     # exhausted while an old pod still serves: never "Ready"
     (((c.READY, "True", c.AVAILABLE), (c.DEGRADED, "True", c.REMEDIATION_EXHAUSTED)), True, "RemediationExhausted"),
     (((c.READY, "True", c.AVAILABLE),), True, "RemediationExhausted"),

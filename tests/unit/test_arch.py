@@ -398,3 +398,72 @@ def test_arch_error_names_the_model() -> None:
 
 def test_arch_error_is_a_value_error() -> None:
     assert issubclass(ArchError, ValueError)
+
+
+# --- linear-attention / mamba layers (hybrids of 2025-2026) ------------------------------------------------------
+
+
+
+def test_layer_types_with_linear_attention() -> None:
+    types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 16
+    arch = config_arch({**llama(num_hidden_layers=64), "layer_types": types, "linear_num_value_heads": 48,
+                        "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                        "linear_conv_kernel_dim": 4})
+    assert arch.layer_kinds.count(LayerKind.FULL) == 16
+    assert arch.layer_kinds.count(LayerKind.LINEAR) == 48
+    assert arch.state_elements == 3 * (2 * 16 * 128 + 48 * 128) + 48 * 128 * 128
+    assert "hybrid-linear" in arch.family
+
+
+def test_full_attention_interval() -> None:
+    arch = config_arch({**llama(num_hidden_layers=8), "full_attention_interval": 4, "linear_num_value_heads": 32})
+    assert arch.layer_kinds == (LayerKind.LINEAR,) * 3 + (LayerKind.FULL,) + (LayerKind.LINEAR,) * 3 + (LayerKind.FULL,)
+
+
+def test_mamba2_layers_block_type_and_state() -> None:
+    arch = config_arch({**llama(num_hidden_layers=4, hidden_size=4096), "layers_block_type":
+                        ["mamba", "mamba", "mamba", "attention"], "mamba_d_state": 128, "mamba_d_conv": 4,
+                        "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_n_groups": 8})
+    assert arch.layer_kinds == (LayerKind.LINEAR,) * 3 + (LayerKind.FULL,)
+    # mamba2_state_shape: conv (4 − 1) × (128·64 + 2·8·128), ssm 128 heads × 64 × 128
+    assert arch.state_elements == 3 * (8192 + 2048) + 128 * 64 * 128
+
+
+def test_jamba_attention_period() -> None:
+    arch = config_arch({**llama(num_hidden_layers=8), "attn_layer_period": 8, "attn_layer_offset": 4,
+                        "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2})
+    assert [k is LayerKind.FULL for k in arch.layer_kinds] == [i == 4 for i in range(8)]
+    inner = 2 * 4096
+    assert arch.state_elements == 3 * inner + inner * 16  # mamba1_state_shape
+
+
+def test_models_without_state_layers_have_no_state() -> None:
+    assert config_arch(llama()).state_elements == 0
+    assert config_arch(llama()).yarn_unscaled_max_len is None
+
+
+def test_yarn_keeps_the_unscaled_length_for_0_30() -> None:
+    arch = config_arch({**llama(max_position_embeddings=32768),
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                         "original_max_position_embeddings": 32768}})
+    assert arch.derived_max_model_len == 131072
+    assert arch.yarn_unscaled_max_len == 32768
+
+
+@pytest.mark.parametrize("quantization", [
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+    {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4"}},
+    {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+     "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}}},
+])
+def test_nvfp4_checkpoints_are_4_5_bits(quantization: dict[str, Any]) -> None:
+    arch = config_arch({**llama(), "quantization_config": quantization})
+    assert arch.quantization is not None and arch.quantization.weight_bits == 4.5
+    body = arch.param_count - 2 * arch.vocab_size * arch.hidden_size
+    assert checkpoint_bytes(arch) == pytest.approx(body * (4.5 / 8 + 0.02) + 2 * 2 * arch.vocab_size
+                                                   * arch.hidden_size, rel=0.001)
+
+
+def test_modelopt_fp8_stays_8_bits() -> None:
+    arch = config_arch({**llama(), "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}})
+    assert arch.quantization is not None and arch.quantization.weight_bits == 8.0

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from vllm_operator.cli import main
+from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
 
 MEMORY_KEYS = {"gpu_total_gib", "requested_gib", "weights_gib", "activation_gib", "non_torch_gib", "cudagraph_gib",
                "kv_cache_gib"}
@@ -103,7 +104,7 @@ def test_exit_1_and_options_when_it_does_not_fit(capsys: pytest.CaptureFixture[s
     assert code == 1
     assert err == ""
     assert out.startswith("DOES NOT FIT")
-    assert "Options that would fit:" in out
+    assert "Options that would fit (GPUs from the GPU catalog):" in out
 
 
 def test_pinned_flags_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,9 +128,10 @@ def test_pinned_tp_widens_the_gpu_count(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_gpu_count_lets_the_planner_use_tensor_parallelism(capsys: pytest.CaptureFixture[str]) -> None:
-    code, doc = plan_json(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "--gpu-count", "8")
+    code, doc = plan_json(capsys, "--model", "llama-3.1-70b", "--gpu", "h100", "--gpu-count", "8",
+                          "--vllm-version", "0.26.0")
     assert code == 0
-    assert doc["flags"]["tensor_parallel_size"] == 2
+    assert doc["flags"]["tensor_parallel_size"] == 2  # 131 GiB of weights: 65.8 GiB per GPU at TP=2
 
 
 def test_gpu_accepts_a_gfd_label(capsys: pytest.CaptureFixture[str]) -> None:
@@ -200,8 +202,6 @@ def test_local_model_directory(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         ["--gpu", "h100", "--gpu-memory-utilization", "lots"],
         ["--gpu", "h100", "--max-model-len", "long"],
         ["--gpu", "h100", "--max-model-len", "0"],
-        ["--gpu", "h100", "--image", "vllm/vllm-openai:latest"],
-        ["--gpu", "h100", "--image", "vllm/vllm-openai"],
         ["--gpu", "h100", "--vllm-version", "banana"],
         ["--gpu", "h100", "--gpu-free-gib", "100"],
         ["--gpu", "h100", "--gpu-free-gib", "-1"],
@@ -220,11 +220,23 @@ def test_unknown_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no-such-gpu-9000" in err
 
 
-def test_image_without_version_says_pass_vllm_version(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--image",
-                         "vllm/vllm-openai:latest")
-    assert_one_line_error(code, out, err)
-    assert "--vllm-version" in err
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:latest", "vllm/vllm-openai", "registry.local/vllm:prod",
+                                   "vllm/vllm-openai@sha256:" + "ab" * 32])
+def test_image_without_version_plans_for_the_newest_and_says_so(capsys: pytest.CaptureFixture[str],
+                                                                image: str) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--image", image)
+    assert code == 0
+    assert doc["vllm_version"] == NEWEST_KNOWN_VERSION
+    assert any(r.startswith(f"vLLM {NEWEST_KNOWN_VERSION} assumed") and "--vllm-version" in r
+               for r in doc["reasons"])
+
+
+def test_vllm_version_names_the_release_of_a_digest_image(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--image",
+                          "vllm/vllm-openai@sha256:" + "ab" * 32, "--vllm-version", "0.10.1")
+    assert code == 0
+    assert doc["vllm_version"] == "0.10.1"
+    assert not any("assumed" in r for r in doc["reasons"])
 
 
 @pytest.mark.parametrize(
@@ -248,6 +260,23 @@ def test_malformed_config_directory(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, err = run(capsys, "plan", "--model", str(model), "--gpu", "h100")
     assert_one_line_error(code, out, err)
     assert expected in err
+
+
+def test_local_config_gets_the_operators_architecture_bounds(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    """A local config.json is bounded as a spec's is: 100,000 layers is refused before any arithmetic on them."""
+    from vllm_operator.planner.arch import ARCH_BOUNDS
+
+    layers = 100_000
+    assert layers > ARCH_BOUNDS["num_hidden_layers"]
+    model = tmp_path / "huge-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": layers,
+        "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}))
+    code, out, err = run(capsys, "plan", "--model", str(model), "--gpu", "h100")
+    assert_one_line_error(code, out, err)
+    assert "num_hidden_layers" in err and str(layers) in err and "outside" in err
 
 
 def test_missing_path_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -288,3 +317,92 @@ def test_console_script_prints_json(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1
     assert "Traceback" not in bad.stderr
+
+
+# --- issue 16: --as-is, check, -o manifest, JSON errors --------------------------------------------------------
+
+def test_as_is_predicts_vllm_defaults_instead_of_choosing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is")
+    assert code == 1  # vLLM's default max-model-len (131072) does not fit an L4's KV cache
+    from vllm_operator.planner.versions import profile_for
+
+    assert doc["flags"]["max_model_len"] == 131072
+    assert doc["flags"]["gpu_memory_utilization"] == profile_for(None).default_utilization  # vLLM's, not ours
+    assert doc["failure"]["kind"] == "KVCacheTooSmall"
+    assert doc["as_is"].startswith(f"vLLM {NEWEST_KNOWN_VERSION} would fail (KVCacheTooSmall); it would print: "
+                                   "ValueError:")
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is", "--max-model-len", "8192")
+    assert code == 0
+    assert doc["flags"]["max_num_seqs"] == 256  # vLLM's default for the API server on this GPU, not a choice
+    assert doc["as_is"] == (f"vLLM {NEWEST_KNOWN_VERSION} would start: GPU KV cache size: {doc['kv_cache_tokens']:,} tokens; "
+                            f"Maximum concurrency for 8,192 tokens per request: {doc['max_concurrency']:.2f}x")
+
+
+@pytest.mark.parametrize("command", [
+    ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", "--port", "8000"],
+    ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max_model_len=8192", "--trust-remote-code"],
+    ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+     "--max-model-len", "8192", "--host", "0.0.0.0"],
+])
+def test_check_a_pasted_command_line_is_plan_as_is(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    code, out, err = run(capsys, "check", "--gpu", "l4", "-o", "json", "--", *command)
+    assert code == 0, err
+    checked = json.loads(out)
+    _, planned = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is", "--max-model-len", "8192")
+    assert checked["kv_cache_tokens"] == planned["kv_cache_tokens"]
+    assert checked["as_is"] == planned["as_is"]
+
+
+def test_check_names_unknown_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "--gpu", "l4", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
+                         "--max-modle-len", "8192", "--speculative-config", "{}")
+    assert_one_line_error(code, out, err)
+    assert "--max-modle-len" in err and "--speculative-config" in err
+
+
+def test_check_says_which_flags_it_did_not_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--port", "9000", "--served-model-name", "llama")
+    assert code == 0
+    assert out.startswith("Not modelled (no effect on GPU memory at startup): --port, --served-model-name")
+    assert f"vLLM {NEWEST_KNOWN_VERSION} would start: GPU KV cache size:" in out
+
+
+def test_check_needs_a_vllm_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_line_error(*run(capsys, "check", "--gpu", "l4", "--", "docker", "run", "vllm"))
+
+
+def test_manifest_is_a_valid_vllmservice_with_the_plan_pinned(capsys: pytest.CaptureFixture[str]) -> None:
+    from vllm_operator.api.v1alpha1 import parse_spec, validate_spec
+
+    code, out, err = run(capsys, "plan", "--model", "qwen2.5-72b-instruct-awq", "--gpu", "l40s", "--gpu-count", "2",
+                         "-o", "manifest")
+    assert code == 0, err
+    manifest = yaml.safe_load(out)
+    assert manifest["kind"] == "VLLMService" and manifest["apiVersion"] == "vllm-operator.dev/v1alpha1"
+    assert validate_spec(manifest["spec"]) == []
+    spec = parse_spec(manifest["spec"])
+    _, planned = plan_json(capsys, "--model", "qwen2.5-72b-instruct-awq", "--gpu", "l40s", "--gpu-count", "2")
+    assert spec.flags.to_vllm() == planned["flags"]
+    assert spec.gpu.count == planned["gpu_count"] == 2
+    assert spec.image == f"vllm/vllm-openai:v{planned['vllm_version']}"
+
+
+def test_manifest_of_a_plan_that_does_not_fit_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-70b", "--gpu", "4090", "-o", "manifest")
+    assert code == 1 and out == ""
+    assert "does not fit" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--model", "llama-3.1-8b", "--gpu", "no-such-gpu-9000", "-o", "json"],
+    ["plan", "--model", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "long", "-o", "json"],
+    ["plan", "--model", "llama-3.1-8b", "--gpu", "MI300X", "--output=json"],
+    ["check", "--gpu", "l4", "-o", "json", "--", "vllm", "serve", "x/y", "--bogus"],
+])
+def test_errors_are_json_on_stderr_with_the_exit_code_for_json_output(capsys: pytest.CaptureFixture[str],
+                                                                      argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    error = json.loads(err)["error"]
+    assert error["exit_code"] == 2 and error["message"]

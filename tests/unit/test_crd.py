@@ -228,6 +228,9 @@ def test_camel_case_names_in_the_schema(schema: dict[str, Any]) -> None:
         "nonTorchGiB",
         "cudagraphGiB",
         "kvCacheGiB",
+        "headroomGiB",
+        "persistentGiB",
+        "estimated",
     }
 
 

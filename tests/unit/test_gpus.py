@@ -49,6 +49,7 @@ def test_catalog_has_the_required_skus(catalog: GPUCatalog) -> None:
         "A100-SXM4-40GB", "A100-PCIe-80GB", "A100-SXM4-80GB", "H100-PCIe-80GB", "H100-SXM-80GB",
         "H100-NVL-94GB", "H200-SXM-141GB", "GH200-96GB", "B200-180GB", "RTX-3090", "RTX-4090", "RTX-5090",
         "RTX-A5000", "RTX-A6000", "RTX-6000-Ada", "A30", "RTX-4080-16GB", "GB10",
+        "RTX-PRO-6000-Blackwell", "RTX-5080", "RTX-5070-Ti", "RTX-5060-Ti-16GB", "RTX-4090-D", "RTX-3090-Ti",
     ]  # fmt: skip
     assert set(required) <= set(catalog.names)
 
@@ -102,7 +103,7 @@ def test_every_lookup_key_names_exactly_one_sku() -> None:
 @pytest.mark.parametrize(
     ("reported", "name"),
     [(79.19, "H100-SXM-80GB"), (39.38, "A100-SXM4-40GB"), (44.42, "L40S"), (23.58, "RTX-3090"),
-     (14.56, "T4"), (15.99, "RTX-4080-16GB")],
+     (14.56, "T4"), (15.99, "RTX-4080-16GB"), (95.01, "RTX-PRO-6000-Blackwell")],
 )  # fmt: skip
 def test_measured_reported_totals(catalog: GPUCatalog, name: str, reported: float) -> None:
     spec = catalog.get(name)
@@ -138,6 +139,9 @@ def test_estimation_rule_errs_low_on_every_measured_card(catalog: GPUCatalog) ->
         ("GeForce RTX 4090", "RTX-4090"), ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("l4", "L4"),
         ("L40s", "L40S"), ("h200", "H200-SXM-141GB"), ("gh200", "GH200-96GB"), ("b200", "B200-180GB"),
         ("dgx spark", "GB10"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-Blackwell"),
+        ("rtx pro 6000", "RTX-PRO-6000-Blackwell"), ("NVIDIA GeForce RTX 5070 Ti", "RTX-5070-Ti"),
+        ("5060 ti", "RTX-5060-Ti-16GB"), ("RTX 4090 D", "RTX-4090-D"), ("3090 Ti", "RTX-3090-Ti"),
         ("v100", "V100-16GB"), ("tesla-v100-sxm2-32gb", "V100-32GB"), ("a6000", "RTX-A6000"),
         ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"), ("nvidiah100nvl", "H100-NVL-94GB"),
         ("A100-SXM4-40GB", "A100-SXM4-40GB"),  # GFD's older label spelling, without the NVIDIA- prefix

@@ -16,7 +16,7 @@ import pytest
 
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
-from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec, validate_spec
+from vllm_operator.api.v1alpha1 import LoRAAdapter, LoRASpec, SpecValidationError, parse_spec, validate_spec
 from vllm_operator.planner import PinnedFlags, PlanRequest, plan
 from vllm_operator.planner.arch import ModelArch
 from vllm_operator.planner.gpus import GPUSpec
@@ -117,10 +117,12 @@ def test_weights_include_the_slots(load_arch: Callable[[str], ModelArch]) -> Non
 def test_plan_with_lora_reports_less_kv_than_without(load_arch: Callable[[str], ModelArch],
                                                      gpu: Callable[[str], GPUSpec]) -> None:
     arch = load_arch(LLAMA_8B)
-    pinned = {"max_model_len": 8192, "gpu_memory_utilization": 0.9}
+    # max-num-seqs pinned: the planner sizes it from the KV capacity, and the activation peak and MRV2's sampler
+    # state grow with it, so both plans keep the same one and differ by the adapter slots alone
+    pinned = {"max_model_len": 8192, "gpu_memory_utilization": 0.9, "max_num_seqs": 128}
     without = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(**pinned)))
-    with_lora = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(
-        **pinned, enable_lora=True, max_loras=8, max_lora_rank=64, lora_modules=("sql=org/sql-lora",))))
+    with_lora = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(**pinned), lora=LoRASpec(
+        adapters=[LoRAAdapter(name="sql", source="org/sql-lora")], max_loras=8, max_rank=64)))
     assert without.fits and with_lora.fits
     reserved_gib = adapter_bytes_per_stage(arch, LoRASlots(max_loras=8, max_rank=64), 1, [32]).per_stage[0] / 2**30
     assert reserved_gib == pytest.approx(2.75, abs=0.01)  # 8 slots x rank 64 = 32 x 88.08 MiB

@@ -1,4 +1,4 @@
-"""planner.memory: vLLM's startup arithmetic (research notes §1, §2, §7) — exact figures and the failure order."""
+"""planner.memory: vLLM's startup arithmetic (docs/research/vllm-memory-model.md §1, §2, §7) — exact figures and the failure order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.arch import ModelArch, arch_from_config
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.memory import (
     EngineFlags,
@@ -16,6 +16,7 @@ from vllm_operator.planner.memory import (
     StartupPrediction,
     pp_layer_counts,
     predict_startup,
+    profile_for_model,
 )
 from vllm_operator.planner.versions import profile_for
 
@@ -428,3 +429,182 @@ def test_sliding_window_needs_less_for_one_long_request(load_arch: LoadArch) -> 
     every_layer_full = 10 * GiB // (62 * 8192)
     assert pred.estimated_max_model_len > 3 * every_layer_full
     assert pred.estimated_max_model_len < 10 * GiB // (10 * 8192)
+
+
+# --- 0.22-0.33: the model runner, the consumed-memory profiler, SWA in flight, the null block, YaRN ------------------
+
+GEMMA2_2B = "google/gemma-2-2b-it"
+
+
+def _budget_terms(pred: StartupPrediction) -> float:
+    m = pred.memory
+    return m.requested_gib - m.weights_gib - m.activation_gib - m.non_torch_gib - m.persistent_gib
+
+
+def test_v1_runner_subtracts_the_graph_estimate_in_0_23(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), "0.23.0")
+    assert pred.memory.cudagraph_gib > 0.5
+    assert pred.memory.kv_cache_gib == pytest.approx(_budget_terms(pred) - pred.memory.cudagraph_gib, abs=0.03)
+
+
+@pytest.mark.parametrize("version", ["0.24.0", "0.26.0", "0.28.0"])
+def test_v2_runner_subtracts_no_graph_estimate_before_0_29(load_arch: LoadArch, version: str) -> None:
+    # gpu/model_runner.py::profile_cudagraph_memory returns 0 on MRV2 up to 0.28
+    arch = load_arch(LLAMA_8B)
+    assert profile_for_model(profile_for(version), arch).runner == "V2"
+    pred = predict(arch, version)
+    assert pred.memory.kv_cache_gib == pytest.approx(_budget_terms(pred), abs=0.03)
+
+
+def test_v2_runner_subtracts_its_estimate_from_0_29(load_arch: LoadArch) -> None:
+    pred = predict(load_arch(LLAMA_8B), "0.29.0")
+    assert pred.memory.cudagraph_gib == pytest.approx(0.3 + 0.0165 * 32, abs=0.01)  # scale 1.0 (ESTIMATE)
+    assert pred.memory.kv_cache_gib == pytest.approx(_budget_terms(pred) - pred.memory.cudagraph_gib, abs=0.03)
+    assert "cudagraph_gib" in pred.memory.estimated and "kv_cache_gib" in pred.memory.estimated
+
+
+def test_0_27_counts_the_v2_sampler_state_and_allocator_leftovers(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)  # vocab 128256
+    before, after = predict(arch, "0.26.0", max_num_seqs=1024), predict(arch, "0.27.0", max_num_seqs=1024)
+    assert before.memory.persistent_gib == 0
+    state = 4.25 * 1024 * 128256 / GiB  # output_bin_counts + prompt_bin_mask + grammar bitmask
+    assert after.memory.persistent_gib == pytest.approx(state + 0.3, abs=0.01)
+    assert before.memory.kv_cache_gib - after.memory.kv_cache_gib == pytest.approx(state + 0.3, abs=0.02)
+    assert "persistent_gib" in after.memory.estimated
+    assert before.memory.estimated == ["activation_gib", "kv_cache_gib"]  # MRV2's sampler peak
+
+
+def test_v1_runner_has_no_sampler_state(load_arch: LoadArch) -> None:
+    arch = load_arch(QWEN3_235B)  # MoE, not listed: the V1 runner up to 0.28
+    assert profile_for_model(profile_for("0.28.0"), arch).runner == "V1"
+    pred = predict(arch, "0.28.0", tensor_parallel_size=4, total_gib=139.75)
+    assert pred.memory.persistent_gib == pytest.approx(0.3, abs=0.01)
+
+
+def test_sliding_window_keeps_two_batches_in_flight_from_0_26(load_arch: LoadArch) -> None:
+    # SlidingWindowSpec: cdiv(min(window − 1 + k × mnbt, len), block) + 1, k = 1 up to 0.25, 2 from 0.26
+    arch = load_arch(GEMMA2_2B)  # window 4096, 13 sliding + 13 full layers → two groups
+    old = predict(arch, "0.25.0", max_model_len=8192, max_num_batched_tokens=2048, max_num_seqs=256)
+    new = predict(arch, "0.26.0", max_model_len=8192, max_num_batched_tokens=2048, max_num_seqs=256)
+    full = 8192 // 16
+    assert old.num_blocks / old.max_concurrency == pytest.approx(full + -(-(4095 + 2048) // 16) + 1, rel=0.01)
+    assert new.num_blocks / new.max_concurrency == pytest.approx(full + -(-(4095 + 4096) // 16) + 1, rel=0.01)
+
+
+@pytest.mark.parametrize(("version", "fails"), [("0.28.0", False), ("0.29.0", True)])
+def test_kv_check_keeps_the_null_block_back_from_0_29(load_arch: LoadArch, version: str, fails: bool) -> None:
+    # Llama-3.1-8B: a block of 16 tokens over 32 layers is 32 × 65536 B; one request of 1024 tokens needs 64 blocks
+    needed = 64 * 32 * 65536
+    pred = predict(load_arch(LLAMA_8B), version, max_model_len=1024, kv_cache_memory_bytes=needed)
+    assert (pred.failure is not None and pred.failure.kind is FailureKind.KV_CACHE_TOO_SMALL) is fails
+
+
+def _qwen25_yarn() -> ModelArch:
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+              "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+              "intermediate_size": 18944, "max_position_embeddings": 32768, "torch_dtype": "bfloat16",
+              "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    return arch_from_config(config, model_id="test/qwen2.5-yarn")
+
+
+@pytest.mark.parametrize(("version", "fails"), [("0.29.0", False), ("0.30.0", True)])
+def test_yarn_factor_no_longer_extends_the_length_from_0_30(version: str, fails: bool) -> None:
+    arch = _qwen25_yarn()
+    assert arch.derived_max_model_len == 131072 and arch.yarn_unscaled_max_len == 32768
+    pred = predict(arch, version, max_model_len=65536, kv_cache_memory_bytes=20 * GiB)
+    assert (pred.failure is not None and pred.failure.kind is FailureKind.MAX_MODEL_LEN_TOO_LONG) is fails
+
+
+def _qwen3_next_like(**overrides: Any) -> ModelArch:
+    config = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+              "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+              "vocab_size": 151936, "intermediate_size": 5120, "max_position_embeddings": 262144,
+              "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+              "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+              "torch_dtype": "bfloat16", **overrides}
+    return arch_from_config(config, model_id="test/qwen3-next")
+
+
+def test_linear_attention_hybrid_gives_kv_to_full_attention_layers_only() -> None:
+    arch = _qwen3_next_like()
+    # GDN state: conv (4 − 1) × (2·16·128 + 32·128) + recurrent 32·128·128 elements, bf16 → 1,097,728 B per layer
+    assert arch.state_elements == 3 * 8192 + 524288
+    pred = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB, enable_prefix_caching=False)
+    assert pred.kv_bytes_per_token == 12 * 2 * 2 * 256 * 2  # 12 full-attention layers of 48
+    # the attention block grows to 16·⌈1,097,728 / (16·2048)⌉ = 544 tokens so that one page holds a state;
+    # 36 linear + 12 full layers → group size 12: 3 state groups (1 block per request) + 1 attention group
+    page = 544 * 2048
+    assert pred.num_blocks == 10 * GiB // (page * 12)
+    per_request = 3 + -(-4096 // 544)
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+    assert pred.kv_cache_tokens == int(pred.num_blocks / per_request * 4096)
+
+
+def test_linear_state_shards_over_tensor_parallel_ranks() -> None:
+    arch = _qwen3_next_like()
+    one = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB)
+    two = predict(arch, "0.33.0", max_model_len=4096, kv_cache_memory_bytes=10 * GiB, tensor_parallel_size=2)
+    assert two.kv_bytes_per_token == one.kv_bytes_per_token // 2
+    assert two.max_concurrency == pytest.approx(2 * one.max_concurrency, rel=0.05)
+
+
+def test_the_plan_text_names_the_estimates(load_arch: LoadArch) -> None:
+    from vllm_operator.planner import PlanRequest, plan
+    from vllm_operator.planner.gpus import load_gpu_catalog
+    from vllm_operator.planner.report import render_plan_text
+
+    l4 = load_gpu_catalog().get("L4")
+    old = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.21.0"))
+    new = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.33.0"))
+    assert old.memory.estimated == [] and "estimates" not in render_plan_text(old)
+    assert set(new.memory.estimated) == {"activation_gib", "cudagraph_gib", "persistent_gib", "kv_cache_gib"}
+    text = render_plan_text(new)
+    assert "CUDA graphs (Model Runner V2 estimate)" in text and "allocator leftovers" in text
+
+
+def test_a_resolved_profile_is_resolved_again_for_another_model(load_arch: LoadArch) -> None:
+    # 0.22-0.23: dense Qwen3 runs MRV2, a quantized one does not
+    dense = load_arch("Qwen/Qwen3-8B")
+    resolved = profile_for_model(profile_for("0.22.0"), dense)
+    assert resolved.runner == "V2" and not resolved.cudagraph_subtracted
+    quantized = dense.model_copy(update={"quantization": arch_from_config(
+        {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
+         "vocab_size": 8, "quantization_config": {"quant_method": "fp8"}}, model_id="q").quantization})
+    again = profile_for_model(resolved, quantized)
+    assert again.runner == "V1" and again.cudagraph_subtracted and again.sampler_bytes == 14.2
+
+
+@pytest.mark.parametrize(("version", "prefix_caching", "state_pages"), [
+    ("0.27.0", None, 1), ("0.28.0", None, 2), ("0.33.0", False, 1), ("0.27.0", True, 2),
+])
+def test_hybrid_prefix_caching_keeps_two_state_pages_per_request(version: str, prefix_caching: bool | None,
+                                                                 state_pages: int) -> None:
+    # 0.28+: prefix caching on by default for hybrids → mamba_cache_mode "align" → MambaSpec holds 2 pages
+    pred = predict(_qwen3_next_like(), version, max_model_len=4096, kv_cache_memory_bytes=10 * GiB,
+                   enable_prefix_caching=prefix_caching)
+    per_request = 3 * state_pages + -(-4096 // 544)
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+
+
+def test_vllm_s_estimate_keeps_the_null_block_back_from_0_29(load_arch: LoadArch) -> None:
+    # the estimated maximum length in the KV-too-small message is what one request can have in avail − one block
+    arch = load_arch(LLAMA_8B)
+    avail = 64 * 32 * 65536  # exactly 1024 tokens
+    old = predict(arch, "0.28.0", max_model_len=2048, kv_cache_memory_bytes=avail)
+    new = predict(arch, "0.29.0", max_model_len=2048, kv_cache_memory_bytes=avail)
+    assert old.estimated_max_model_len == 1024
+    assert new.estimated_max_model_len == 1008  # one block of 16 tokens fewer
+    assert new.failure is not None and "estimated maximum model length is 1008" in new.failure.message
+    fits = predict(arch, "0.29.0", max_model_len=new.estimated_max_model_len, kv_cache_memory_bytes=avail)
+    assert fits.failure is None
+
+
+def test_sliding_window_in_flight_batches_follow_pipeline_stages_on_mrv2(load_arch: LoadArch) -> None:
+    # 0.26+: max_concurrent_batches = pp + 1 on Model Runner V2 with pipeline parallelism
+    arch = load_arch(GEMMA2_2B)
+    pred = predict(arch, "0.26.0", max_model_len=16384, max_num_batched_tokens=2048, max_num_seqs=256,
+                   pipeline_parallel_size=2, kv_cache_memory_bytes=4 * GiB)
+    assert profile_for_model(profile_for("0.26.0"), arch).runner == "V2"
+    full = 16384 // 16
+    sliding = -(-(4095 + 3 * 2048) // 16) + 1
+    assert pred.num_blocks / pred.max_concurrency == pytest.approx(full + sliding, rel=0.01)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from vllm_operator.sources import find_in_catalog, list_catalog, load_model_files
+from vllm_operator.modelfiles import find_in_catalog, list_catalog
+from vllm_operator.sources import load_model_files
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_DIR = REPO / "operator" / "vllm_operator" / "catalog" / "models"
@@ -38,16 +39,9 @@ def _rows() -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in _files()]
 
 
-def _shared_models_dir() -> Path | None:
-    candidates = [
-        os.environ.get("VLLM_OPERATOR_SHARED_DATA", ""),
-        REPO / "shared" / "data",
-        REPO.parent / "shared" / "data",
-    ]
-    for c in candidates:
-        if c and (Path(c) / "models").is_dir():
-            return Path(c) / "models"
-    return None
+def _shared_models_dir() -> Path:
+    """The calibration records' model files, copied into the repository (benchmarks/data/models)."""
+    return REPO / "benchmarks" / "data" / "models"
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -182,6 +176,9 @@ def test_row_is_valid_json_with_the_required_fields(path: Path) -> None:
     assert isinstance(row["total_size"], int) and row["total_size"] > 0
     assert isinstance(row["total_size_estimated"], bool)
     assert isinstance(row["source"], str) and len(row["source"]) > 20
+    assert "shared/" not in row["source"], "cite the copy in the repository (benchmarks/data/models/)"
+    for cited in re.findall(r"benchmarks/data/models/([\w.\-]+)", row["source"]):
+        assert (_shared_models_dir() / cited / "config.json").is_file(), cited
     assert isinstance(row["aliases"], list) and row["aliases"]
     assert all(a == a.lower() and a.strip() == a and " " not in a for a in row["aliases"])
     config = row["config"]
@@ -259,8 +256,6 @@ def test_list_catalog_matches_the_files() -> None:
 
 def test_shared_data_set_models_are_in_the_catalog_with_identical_values() -> None:
     shared = _shared_models_dir()
-    if shared is None:
-        pytest.skip("shared/data/models not found (set VLLM_OPERATOR_SHARED_DATA)")
     dirs = sorted(d for d in shared.iterdir() if (d / "config.json").is_file())
     assert dirs
     for d in dirs:

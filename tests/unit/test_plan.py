@@ -127,7 +127,8 @@ def test_flags_from_constraints_and_workload_have_reasons(make: Make) -> None:
 
 
 def test_70b_on_h100s_gets_the_smallest_tp_that_fits(make: Make) -> None:
-    result = plan(make(LLAMA_70B, "h100", gpu_count=8))
+    # 0.26.0: from 0.29 MRV2's CUDA-graph estimate (an ESTIMATE, booked in full) tips the default context to TP=4
+    result = plan(make(LLAMA_70B, "h100", gpu_count=8, vllm_version="0.26.0"))
     assert result.fits
     assert result.flags["tensor_parallel_size"] == 2
     assert result.gpu_count == 2
@@ -135,7 +136,7 @@ def test_70b_on_h100s_gets_the_smallest_tp_that_fits(make: Make) -> None:
 
 
 def test_70b_on_one_h100_does_not_fit_and_offers_more_gpus(make: Make) -> None:
-    result = plan(make(LLAMA_70B, "h100", gpu_count=1))
+    result = plan(make(LLAMA_70B, "h100", gpu_count=1, vllm_version="0.26.0"))
     assert not result.fits
     assert result.failure is not None and result.failure.kind is FailureKind.WEIGHTS_DO_NOT_FIT
     more = [o for o in result.options if o.gpu == "H100-SXM-80GB" and o.gpu_count > 1]
@@ -203,7 +204,8 @@ def test_pinned_flags_are_never_changed_when_infeasible(make: Make) -> None:
 
 
 def test_pinned_tp_too_small_offers_changing_it(make: Make) -> None:
-    result = plan(make(LLAMA_70B, "h100", gpu_count=8, pinned=PinnedFlags(tensor_parallel_size=1)))
+    result = plan(make(LLAMA_70B, "h100", gpu_count=8, pinned=PinnedFlags(tensor_parallel_size=1),
+                       vllm_version="0.26.0"))
     assert not result.fits
     assert result.flags["tensor_parallel_size"] == 1
     assert "tensor_parallel_size" in result.pinned
@@ -288,10 +290,17 @@ def test_max_num_seqs_keeps_the_default_when_kv_holds_more(make: Make) -> None:
     assert any("max-num-seqs 1024: vLLM's default" in r for r in result.reasons)
 
 
-def test_max_num_seqs_follows_the_workload_context(make: Make) -> None:
+def test_max_num_seqs_is_sized_at_the_typical_request_not_the_p99_context(make: Make) -> None:
     result = plan(make(LLAMA_8B, "h100", workload=Workload(context_length=32768, concurrency=4)))
     assert result.fits
-    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 32768 + 1
+    assert result.flags["max_num_seqs"] >= 4
+    assert result.flags["max_num_seqs"] <= result.prediction.kv_cache_tokens // 2048 + 1
+    # issue 16: a workload of 32k and a pinned max-model-len of 32k give the same max-num-seqs for the same memory
+    for gpu_name in ("RTX-4090", "L4"):
+        by_workload = plan(make(LLAMA_8B, gpu_name, workload=Workload(context_length=32768, concurrency=1)))
+        by_pin = plan(make(LLAMA_8B, gpu_name, pinned=PinnedFlags(max_model_len=32768)))
+        if by_workload.flags["max_model_len"] == 32768:
+            assert by_workload.flags["max_num_seqs"] == by_pin.flags["max_num_seqs"]
 
 
 # --- fp8 KV cache and enforce-eager -------------------------------------------------------------------------
@@ -307,9 +316,9 @@ def test_neither_fp8_kv_nor_eager_when_auto_fits(make: Make) -> None:
         assert "--enforce-eager" not in result.args()
 
 
-def _longest_context(make: Make, **pins: Any) -> int:
-    """The max-model-len the planner reaches for Llama-3.1-8B on one L4 with these flags pinned."""
-    return int(plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(**pins))).flags["max_model_len"])
+def _longest_context(make: Make, gpu: str = "l4", **pins: Any) -> int:
+    """The max-model-len the planner reaches for Llama-3.1-8B on one GPU with these flags pinned."""
+    return int(plan(make(LLAMA_8B, gpu, pinned=PinnedFlags(**pins))).flags["max_model_len"])
 
 
 def test_fp8_kv_chosen_only_when_auto_falls_short(make: Make) -> None:
@@ -331,18 +340,31 @@ def test_fp8_kv_not_chosen_on_gpus_without_fp8(make: Make) -> None:
     assert not any("fp8" in o.flags.get("kv_cache_dtype", "") for o in result.options if o.gpu == "A10")
 
 
-def test_enforce_eager_chosen_only_when_graphs_decide(make: Make) -> None:
-    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
-    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+def test_enforce_eager_chosen_only_when_graphs_cannot_fit_at_any_setting(make: Make) -> None:
+    # A10 (Ampere) has no fp8 KV cache: between graphs and eager, only eager holds the context
+    auto = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, "a10", kv_cache_dtype="auto", enforce_eager=True)
     assert eager > auto  # from v0.21 the CUDA-graph estimate comes out of the KV budget
     context = (auto + eager) // 2
-    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    result = plan(make(LLAMA_8B, "a10", workload=Workload(context_length=context, concurrency=1)))
     assert result.fits
     assert result.flags.get("enforce_eager") is True
-    assert "kv_cache_dtype" not in result.flags  # eager alone was enough
+    assert "kv_cache_dtype" not in result.flags
     assert result.flags["max_model_len"] >= context
     assert any(r.startswith("enforce-eager:") for r in result.reasons)
     assert result.memory.cudagraph_gib == 0
+
+
+def test_cuda_graphs_kept_when_another_allowed_setting_fits(make: Make) -> None:
+    # on an L4 (fp8 KV) the same squeeze is met with CUDA graphs kept: fp8 KV is an allowed setting
+    auto = _longest_context(make, kv_cache_dtype="auto", enforce_eager=False)
+    eager = _longest_context(make, kv_cache_dtype="auto", enforce_eager=True)
+    context = (auto + eager) // 2
+    result = plan(make(LLAMA_8B, "l4", workload=Workload(context_length=context, concurrency=1)))
+    assert result.fits
+    assert "enforce_eager" not in result.flags
+    assert result.flags["kv_cache_dtype"] == "fp8"
+    assert result.flags["max_model_len"] >= context
 
 
 # --- other tenants and constraints --------------------------------------------------------------------------
@@ -402,8 +424,10 @@ def test_constraint_max_num_seqs(make: Make) -> None:
 
 
 def test_extra_activation_reduces_kv(make: Make) -> None:
-    base = plan(make(LLAMA_8B, "h100", constraints=Constraints(max_model_len=8192)))
-    more = plan(make(LLAMA_8B, "h100", constraints=Constraints(max_model_len=8192, extra_activation_gib=4.0)))
+    # 0.26.0: from 0.27 MRV2's sampler state (per max_num_seqs, which the planner fits to the KV cache) also moves
+    base = plan(make(LLAMA_8B, "h100", constraints=Constraints(max_model_len=8192), vllm_version="0.26.0"))
+    more = plan(make(LLAMA_8B, "h100", constraints=Constraints(max_model_len=8192, extra_activation_gib=4.0),
+                     vllm_version="0.26.0"))
     assert more.memory.kv_cache_gib == pytest.approx(base.memory.kv_cache_gib - 4.0, abs=0.02)
     assert more.prediction.kv_cache_tokens < base.prediction.kv_cache_tokens
 
@@ -432,7 +456,9 @@ def test_70b_on_one_rtx_4090_lists_options_with_figures(make: Make, gpu: Callabl
 def test_70b_on_one_h100_offers_a_quantized_variant(make: Make) -> None:
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     summaries = [o.summary for o in result.options]
-    assert any("4-bit AWQ/GPTQ" in s for s in summaries), summaries
+    # a named checkpoint from the catalog when it has one (issue 16), else "a 4-bit AWQ/GPTQ checkpoint of ..."
+    assert any(o.kind == "quantized-checkpoint" and "Meta-Llama-3.1-70B-Instruct-AWQ-INT4" in o.summary
+               for o in result.options), summaries
     assert any(s.startswith("Use a larger GPU") for s in summaries), summaries
 
 
@@ -441,7 +467,7 @@ def test_options_replan_to_a_fitting_startup(make: Make, load_arch: Callable[[st
     result = plan(make(LLAMA_70B, "h100", gpu_count=1))
     checked = 0
     for option in result.options:
-        if "AWQ/GPTQ" in option.summary:
+        if option.kind == "quantized-checkpoint":
             continue  # a different checkpoint
         pins = PinnedFlags(**{k: v for k, v in option.flags.items() if k in PinnedFlags.model_fields})
         again = plan(PlanRequest(arch=load_arch(LLAMA_70B), gpu=gpu(option.gpu), gpu_count=option.gpu_count,
@@ -495,7 +521,7 @@ def test_vllm_defaults_plan_does_not_search(make: Make) -> None:
     assert "models's max seq len (131072)" in result.failure.message
 
 
-# --- calibration: replay real vLLM startups (../shared/data) -------------------------------------------------
+# --- calibration: replay real vLLM startups (benchmarks/data) -----------------------------------------------------
 
 _RECORD_GPUS = {"H100": "h100", "L4": "l4", "L40S": "l40s", "A100 40GB": "a100-40gb", "A100": "a100-80gb"}
 

@@ -77,8 +77,9 @@ def test_infeasible_text_names_the_failure_and_lists_options(load_arch: Callable
     result = plan(PlanRequest(arch=load_arch("meta-llama/Llama-3.1-70B-Instruct"), gpu=gpu("4090")))
     text = render_plan_text(result)
     assert text.startswith("DOES NOT FIT: meta-llama/Llama-3.1-70B-Instruct on 1× RTX-4090")
-    assert "vLLM would fail with WeightsDoNotFit:" in text
-    assert "Options that would fit:" in text
+    assert "vLLM would fail (WeightsDoNotFit); what vLLM would print:" in text
+    assert "Options that would fit (GPUs from the GPU catalog):" in text
+    assert "Tried to allocate" not in text  # no pod ran: no invented PyTorch traceback
     assert result.options
     for option in result.options:
         assert option.summary in text
@@ -92,3 +93,22 @@ def test_fitting_text_has_no_options_section(load_arch: Callable[[str], ModelArc
     assert "DOES NOT FIT" not in text
     assert "Options that would fit" not in text
     assert "would fail" not in text
+
+
+def test_a_degenerate_plan_is_marked_and_options_say_what_they_change(load_arch: Callable[[str], ModelArch],
+                                                                      gpu: Callable[[str], GPUSpec]) -> None:
+    result = plan(PlanRequest(arch=load_arch("google/gemma-2-9b-it"), gpu=gpu("L4"), vllm_version="0.26.0"))
+    text = render_plan_text(result)
+    assert text.startswith("FITS, DEGENERATE (see Trade-off): google/gemma-2-9b-it on 1× L4")
+    assert "  - Trade-off: no configuration within the 1 GPU(s) allowed meets the default workload" in text
+    assert "Options that would meet the workload (GPUs from the GPU catalog):" in text
+    for option in result.options:
+        if option.flags.get("kv_cache_dtype") == "fp8":
+            assert "also changes: KV cache dtype fp8" in text
+
+
+def test_headline_says_how_many_gpus_were_allowed(load_arch: Callable[[str], ModelArch],
+                                                  gpu: Callable[[str], GPUSpec]) -> None:
+    result = plan(PlanRequest(arch=load_arch("meta-llama/Llama-3.1-8B-Instruct"), gpu=gpu("H100"), gpu_count=4))
+    assert render_plan_text(result).startswith("FITS: meta-llama/Llama-3.1-8B-Instruct on 1× H100-SXM-80GB (of 4 "
+                                               "allowed)")

@@ -64,11 +64,11 @@ CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FE
 # Planning (PlanFeasible, and Degraded when it fails)
 PLAN_FITS: Final = "PlanFits"
 PLAN_INFEASIBLE: Final = "PlanInfeasible"
-PLANNING: Final = "Planning"
+#: The plan fits, for the newest known vLLM release: the image reference names none (digest, mirror tag, latest).
+VERSION_ASSUMED: Final = "VersionAssumed"
 INVALID_SPEC: Final = "InvalidSpec"
 GPU_NOT_FOUND: Final = "GPUNotFound"
 MODEL_NOT_FOUND: Final = "ModelNotFound"
-MODEL_CONFIG_UNAVAILABLE: Final = "ModelConfigUnavailable"
 
 # Rollout (Ready, Progressing)
 DEPLOYING: Final = "Deploying"
@@ -86,17 +86,11 @@ ROLLING_WITHOUT_SURGE: Final = "RollingWithoutSurge"
 # Remediation (Progressing, Degraded)
 REMEDIATING: Final = "Remediating"
 REMEDIATION_EXHAUSTED: Final = "RemediationExhausted"
-REMEDIATION_DISABLED: Final = "RemediationDisabled"
-STEPPED_BACK: Final = "SteppedBack"
 
-# Failure classes read from vLLM pods (Degraded, Ready=False)
-KV_CACHE_TOO_SMALL: Final = "KVCacheTooSmall"
-NO_CACHE_BLOCKS: Final = "NoCacheBlocks"
-INSUFFICIENT_FREE_GPU_MEMORY: Final = "InsufficientFreeGPUMemory"
-CUDA_OUT_OF_MEMORY: Final = "CUDAOutOfMemory"
+# A vLLM pod failed (Degraded): the failure's own kind is in status.remediation and in the Event's reason,
+# `PodFailed<FailureKind>` (planner.failures)
 CONTAINER_OOM_KILLED: Final = "ContainerOOMKilled"
 CONTAINER_CRASH_LOOP_BACK_OFF: Final = "ContainerCrashLoopBackOff"
-STARTUP_TIMEOUT: Final = "StartupTimeout"
 IMAGE_PULL_FAILED: Final = "ImagePullFailed"
 UNSCHEDULABLE: Final = "Unschedulable"
 
@@ -110,11 +104,10 @@ AS_EXPECTED: Final = "AsExpected"
 ALL_REASONS: Final[tuple[str, ...]] = (
     PLAN_FITS,
     PLAN_INFEASIBLE,
-    PLANNING,
+    VERSION_ASSUMED,
     INVALID_SPEC,
     GPU_NOT_FOUND,
     MODEL_NOT_FOUND,
-    MODEL_CONFIG_UNAVAILABLE,
     DEPLOYING,
     AVAILABLE,
     PODS_NOT_READY,
@@ -125,15 +118,8 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     ROLLING_WITHOUT_SURGE,
     REMEDIATING,
     REMEDIATION_EXHAUSTED,
-    REMEDIATION_DISABLED,
-    STEPPED_BACK,
-    KV_CACHE_TOO_SMALL,
-    NO_CACHE_BLOCKS,
-    INSUFFICIENT_FREE_GPU_MEMORY,
-    CUDA_OUT_OF_MEMORY,
     CONTAINER_OOM_KILLED,
     CONTAINER_CRASH_LOOP_BACK_OFF,
-    STARTUP_TIMEOUT,
     IMAGE_PULL_FAILED,
     UNSCHEDULABLE,
     RECONCILE_ERROR,
@@ -294,8 +280,8 @@ _STATE_BY_DEGRADED: Final[dict[str, str]] = {
 
 def state_of(conditions: Sequence[Condition], *, exhausted: bool = False) -> str:
     """One word for the STATUS column, read like `kubectl get pods`: what is wrong when something is (the Degraded
-    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a failure class
-    such as CUDAOutOfMemory), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
+    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a pod
+    failure such as ContainerCrashLoopBackOff), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
     degraded = find_condition(conditions, DEGRADED)
     if exhausted:
         return REMEDIATION_EXHAUSTED

@@ -65,7 +65,7 @@ __all__ = [
     "EnvVar",
     "EnvVarSource",
     "FlagValue",
-    "GPUSpec",
+    "GPURequest",
     "GPUStatus",
     "HFTokenSecretRef",
     "MemoryBreakdown",
@@ -113,8 +113,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # Defaults (in code, not in the CRD: see the module docstring)
 # --------------------------------------------------------------------------------------------------
 
-#: The vLLM image used when `spec.image` is unset. The planner's memory model is calibrated for it.
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.26.0"  # keep in step with planner.versions.NEWEST_KNOWN_VERSION
+#: The vLLM image used when `spec.image` is unset: the newest release whose memory rules the planner knows.
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"  # its release is planner.versions.NEWEST_KNOWN_VERSION (one place)
 DEFAULT_GPU_MAX_COUNT = 8
 DEFAULT_HF_TOKEN_KEY = "HF_TOKEN"
 DEFAULT_MODEL_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
@@ -492,8 +492,11 @@ class ModelSpec(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
-class GPUSpec(_Model):
-    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset."""
+class GPURequest(_Model):
+    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset.
+
+    (`spec.gpu`, what the user asks for; the hardware itself, one catalog entry, is `planner.gpus.GPUSpec`.)
+    """
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
@@ -560,7 +563,7 @@ class GPUSpec(_Model):
         return []
 
     @model_validator(mode="after")
-    def _check_rules(self) -> GPUSpec:
+    def _check_rules(self) -> GPURequest:
         _raise_violations(self._violations())
         return self
 
@@ -1331,8 +1334,8 @@ class VLLMServiceSpec(_Model):
     )
 
     model: ModelSpec = Field(description="The model to serve.")
-    gpu: GPUSpec = Field(
-        default_factory=GPUSpec, description="GPUs per pod; discovered and planned when unset."
+    gpu: GPURequest = Field(
+        default_factory=GPURequest, description="GPUs per pod; discovered and planned when unset."
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -1340,6 +1343,17 @@ class VLLMServiceSpec(_Model):
         max_length=1024,
         pattern=IMAGE_PATTERN,
         description=f"vLLM OpenAI server image. Defaults to `{DEFAULT_IMAGE}`.",
+    )
+    vllm_version: str | None = Field(
+        default=None,
+        pattern=r"^(latest|v?\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?)$",
+        max_length=64,
+        description=(
+            "The vLLM release `image` runs (e.g. `0.11.0`), for images whose reference does not say it: pinned by "
+            "digest, a mirror tag such as `registry.local/vllm:prod`, or `latest`. Wins over the tag. Without it "
+            "such images are planned for the newest release the operator knows, and the PlanFeasible condition "
+            "says so."
+        ),
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="Image pull policy of the vLLM container. Defaults to Kubernetes' default."
@@ -1532,7 +1546,8 @@ class Condition(_StatusModel):
 
 
 class MemoryBreakdown(_StatusModel):
-    """Where the planned GPU memory goes, per GPU, in GiB."""
+    """Where the planned GPU memory goes, per GPU, in GiB, as vLLM's startup log reports it (the tightest worker or
+    pipeline stage). The planner computes it (`planner.memory.predict_startup`) and status shows it as computed."""
 
     gpu_total_gib: float = Field(alias="gpuTotalGiB", ge=0, description="Total memory of one GPU.")
     requested_gib: float = Field(
@@ -1549,6 +1564,19 @@ class MemoryBreakdown(_StatusModel):
         alias="cudagraphGiB", ge=0, description="CUDA graphs (0 with enforce-eager)."
     )
     kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="What is left for the KV cache.")
+    headroom_gib: float = Field(
+        default=0.0, alias="headroomGiB", ge=0,
+        description="Total minus requested: CUDA context, CUDA graphs (before vLLM 0.21), other processes.",
+    )
+    persistent_gib: float = Field(
+        default=0.0, alias="persistentGiB", ge=0,
+        description="Taken out of the KV cache budget besides the above (vLLM 0.27+): Model Runner V2's sampler "
+                    "state and allocator leftovers.",
+    )
+    estimated: list[str] = Field(
+        default_factory=list,
+        description="The figures above (field names) that rest on an estimate no vLLM log has calibrated yet.",
+    )
 
 
 class PlanFailure(_StatusModel):
@@ -1615,7 +1643,7 @@ class RemediationEvent(_StatusModel):
     time: str = Field(
         json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
     )
-    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOutOfMemory.")
+    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOOMStartup.")
     evidence: str = Field(
         default="", description="The log line or termination message the class was read from."
     )
@@ -1681,7 +1709,7 @@ class VLLMServiceStatus(_StatusModel):
         default=None,
         description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
                     "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
-                    "Unschedulable, Remediating, RemediationExhausted, a failure class such as CUDAOutOfMemory).",
+                    "Unschedulable, Remediating, RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."

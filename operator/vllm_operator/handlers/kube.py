@@ -35,6 +35,8 @@ def configure(kubeconfig: str | None = None) -> None:
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=kubeconfig, client_configuration=configuration)
+        # every reconcile thread and kopf's sync workers keep a connection: no connect per request under load
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
         _client = kubernetes.client.ApiClient(configuration)
 
 

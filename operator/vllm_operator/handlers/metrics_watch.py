@@ -342,7 +342,9 @@ def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: i
 
 def apply_replicas(service: Mapping[str, Any], observation: Observation, decision: MetricsDecision,
                    available: cond.ConditionUpdate, now: datetime) -> None:
-    """Scale the Deployment (SCALE_UP/SCALE_DOWN) or only advise (RECOMMEND_REPLICAS); record either."""
+    """Scale the Deployment (SCALE_UP/SCALE_DOWN) or only advise (RECOMMEND_REPLICAS). Record, then act: the entry
+    and `status.metrics.desiredReplicas` (which the reconcile renders the replicas from) are written first, once —
+    a rebuilt write that finds its entry recorded writes nothing — then the Deployment is scaled."""
     assert decision.replicas is not None
     meta = service.get("metadata") or {}
     name, namespace = meta["name"], meta["namespace"]
@@ -353,14 +355,17 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
             flags_after["replicas"] = before
         event_type, reason = "Warning", REPLICAS_RECOMMENDED
     else:
-        effects.scale_deployment(namespace, name, decision.replicas)
         flags_after = {"replicas": decision.replicas}
         up = decision.action is MetricsAction.SCALE_UP
         event_type, reason = ("Normal", SCALED_UP if up else SCALED_DOWN)
+    stamp = cond.format_time(now)
 
-    def build(status: dict[str, Any]) -> VLLMServiceStatus:
+    def build(status: dict[str, Any]) -> VLLMServiceStatus | None:
         remediation = RemediationStatus.model_validate(status.get("remediation") or {})
-        entry = RemediationEvent(step=remediation.step, time=cond.format_time(now),
+        if remediation.history and remediation.history[-1].time == stamp and \
+                remediation.history[-1].flags_after == flags_after:
+            return None  # this decision is recorded (an earlier write landed before its answer was lost)
+        entry = RemediationEvent(step=remediation.step, time=stamp,
                                  failure_class=str(decision.failure_class), evidence=decision.evidence[:500],
                                  flags_before={"replicas": before} if before is not None else {},
                                  flags_after=flags_after, message=decision.message,
@@ -375,6 +380,7 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
 
     update_status(namespace, name, build)
     if decision.action is not MetricsAction.RECOMMEND_REPLICAS:
+        effects.scale_deployment(namespace, name, decision.replicas)
         metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
     _event(service, event_type, reason, decision.message)
     log.info("%s/%s: %s", namespace, name, decision.message)

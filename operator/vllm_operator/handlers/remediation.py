@@ -58,25 +58,31 @@ def classify_pod(pod: Mapping[str, Any]) -> list[tuple[ContainerEvidence, Failur
     """The failures a pod's vLLM container shows; fetches a bounded log tail when the message is empty."""
     found = []
     for evidence in evidence_from_pod(pod, container="vllm"):
-        if not _failing(evidence):
-            continue
-        failure = classify(evidence)
-        if failure is None:
-            continue
-        vague = failure.kind == "Unknown" or (failure.kind.startswith("CUDAOOM") and failure.phase is None)
-        if (vague or not evidence.termination_message.strip()) and evidence.terminated_reason != "OOMKilled":
-            # the termination message is the last 2 KB: the log tail has the traceback that tells load from profile
-            tail = read_log_tail(evidence.namespace, evidence.pod_name)
-            if tail and tail.strip() != evidence.termination_message.strip():
-                refined = classify_text(tail, terminated_reason=evidence.terminated_reason,
-                                        exit_code=evidence.exit_code, was_ready_before=evidence.was_ready_before,
-                                        waiting_reason=evidence.waiting_reason)
-                # the tail may only refine what the message said (e.g. the phase of an OOM), never discard it
-                if refined.kind != "Unknown" or failure.kind == "Unknown":
-                    evidence = evidence.model_copy(update={"log_tail": tail})
-                    failure = refined
-        found.append((evidence, failure))
+        classified = _classify(evidence)
+        if classified is not None:
+            found.append(classified)
     return found
+
+
+def _classify(evidence: ContainerEvidence) -> tuple[ContainerEvidence, Failure] | None:
+    if not _failing(evidence):
+        return None
+    failure = classify(evidence)
+    if failure is None:
+        return None
+    vague = failure.kind == "Unknown" or (failure.kind.startswith("CUDAOOM") and failure.phase is None)
+    if (vague or not evidence.termination_message.strip()) and evidence.terminated_reason != "OOMKilled":
+        # the termination message is the last 2 KB: the log tail has the traceback that tells load from profile
+        tail = read_log_tail(evidence.namespace, evidence.pod_name)
+        if tail and tail.strip() != evidence.termination_message.strip():
+            refined = classify_text(tail, terminated_reason=evidence.terminated_reason,
+                                    exit_code=evidence.exit_code, was_ready_before=evidence.was_ready_before,
+                                    waiting_reason=evidence.waiting_reason)
+            # the tail may only refine what the message said (e.g. the phase of an OOM), never discard it
+            if refined.kind != "Unknown" or failure.kind == "Unknown":
+                evidence = evidence.model_copy(update={"log_tail": tail})
+                failure = refined
+    return evidence, failure
 
 
 def death_index(pod: Mapping[str, Any], evidence: ContainerEvidence) -> int:
@@ -127,17 +133,23 @@ def _node_memory_gib() -> float | None:
     return max(known) if known else None
 
 
-def pod_failures(pods: list[dict[str, Any]], deployment: Mapping[str, Any] | None) -> list[PodFailure]:
-    """The classified failures of the pods of the Deployment's current template (older pods were answered)."""
+def pod_failures(pods: list[dict[str, Any]], deployment: Mapping[str, Any] | None,
+                 known: frozenset[str] = frozenset()) -> list[PodFailure]:
+    """The classified failures of the pods of the Deployment's current template (older pods were answered), but
+    for the failures whose keys are `known` (recorded: not classified again, no log read)."""
     current = _template_hash(deployment)
     found = []
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         if current and annotations.get(ANNOTATION_PLAN) not in (None, current):
             continue
-        for evidence, failure in classify_pod(pod):
-            found.append(PodFailure(evidence, failure, failure_key(evidence.pod_uid, death_index(pod, evidence)),
-                                    annotations.get(ANNOTATION_PLAN)))
+        for evidence in evidence_from_pod(pod, container="vllm"):
+            key = failure_key(evidence.pod_uid, death_index(pod, evidence))
+            if key in known:
+                continue
+            classified = _classify(evidence)
+            if classified is not None:
+                found.append(PodFailure(classified[0], classified[1], key, annotations.get(ANNOTATION_PLAN)))
     return found
 
 
@@ -191,9 +203,9 @@ def _step(namespace: str, name: str, logger: logging.Logger | kopf.Logger, *, fa
             with kube.api_errors("read the Deployment and pods"):
                 deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
                 pods = kube.list_objects(kube.PODS, namespace, label_selector=f"{LABEL_SERVICE}={name}")
-            seen = pod_failures(pods, deployment)
             keys = ladder.recorded_keys(ladder.remediation_of(service.get("status") or {}))
-            if not [f for f in seen if f.key not in keys]:
+            seen = pod_failures(pods, deployment, keys)
+            if not seen:
                 _announce(service, now)
                 return None  # nothing new: the common case, without reading the model or the nodes
         elif change is None and step_up_target(spec, service.get("status") or {}, now) is None:

@@ -25,7 +25,7 @@ from urllib3.exceptions import HTTPError
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, effects, kube, rollouts
 from .effects import apply_children
@@ -66,13 +66,14 @@ def _involved(name: str, namespace: str, uid: str | None) -> dict[str, Any]:
             "uid": uid}
 
 
-def write_status(namespace: str, name: str, old: Mapping[str, Any], new: Any) -> bool:
-    patch = cond.status_patch(dict(old), new)
-    if not patch:
-        return False
-    with kube.api_errors(f"write status of {name}"):
-        kube.patch(kube.VLLMSERVICES, namespace, name, {"status": patch}, subresource="status")
-    return True
+def write_status(namespace: str, name: str, stored: Mapping[str, Any], new: Any) -> bool:
+    """The reconcile's status, through the one status writer (`effects.patch_status`): with the resourceVersion of
+    `stored` (the VLLMService as read) as a precondition. Changed meanwhile (409), or a write whose answer was lost:
+    kopf runs the reconcile again in a second, on what is stored then."""
+    written = effects.patch_status(namespace, name, stored, new)
+    if written is None:
+        raise kopf.TemporaryError(f"the status of {name} changed while it was reconciled; again", delay=1)
+    return written
 
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
@@ -85,13 +86,15 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
     children yet, so neither is read first (a burst of creations costs half the requests).
     `node_max_age`: a list of the GPU nodes this recent (seconds) will do (0: list them now)."""
     with kube.service_lock(namespace, name):
+        stored: Mapping[str, Any] = {"status": dict(status)}  # a new service: written without a precondition
         if not new:
             with kube.api_errors(f"read {name}"):
                 fresh = kube.get(kube.VLLMSERVICES, namespace, name)
             if fresh is not None:
-                status = dict(fresh.get("status") or {})
+                stored, status = fresh, dict(fresh.get("status") or {})
         return _reconcile_locked(name, namespace, uid, generation, spec, status, logger, new=new,
-                                 node_max_age=max(node_max_age, NODE_CACHE_SECONDS if new else 0.0))
+                                 node_max_age=max(node_max_age, NODE_CACHE_SECONDS if new else 0.0),
+                                 stored=stored)
 
 
 #: How long a list of GPU nodes serves the creation of other services (a burst of creations lists the nodes once a
@@ -137,7 +140,8 @@ def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]
 
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
-                      new: bool = False, node_max_age: float = 0.0) -> reconcile.Desired:
+                      new: bool = False, node_max_age: float = 0.0,
+                      stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
     spec_dict = dict(spec)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(),
@@ -148,6 +152,13 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   cache_settings=config.CONFIG.model_cache,
                                   default_storage_class=default_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
+    if cond.find_condition(desired.status.conditions, cond.READY) is None:
+        # every service has a Ready condition (the READY column), invalid and unplannable ones included
+        degraded = cond.find_condition(desired.status.conditions, cond.DEGRADED)
+        reason = degraded.reason if degraded is not None and degraded.status == cond.TRUE else cond.PODS_NOT_READY
+        desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
+            cond.READY, cond.FALSE, reason, "nothing of this spec serves")], observed_generation=generation,
+            now=observed.now)
     if answered_failure(desired.status.model_dump(by_alias=True), generation=None):
         # the last attempt failed (ReconcileError, ChildRejected); this one got through: the answer no longer holds
         desired.status = cond.fold_status(desired.status, conditions=[cond.ConditionUpdate(
@@ -167,7 +178,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                     desired.status, conditions=rollout.started_conditions(
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
-    write_status(namespace, name, status, desired.status)
+    write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         with kube.api_errors("post an event"):
@@ -182,15 +193,20 @@ def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> b
 
 
 def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest."""
+    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest
+    (through the one status writer, on the status stored now)."""
+
+    def build(service: dict[str, Any]) -> Any:
+        stored = service.get("status") or {}
+        remediation = RemediationStatus.model_validate(stored.get("remediation") or {})
+        generation = stored.get("observedGeneration")
+        return cond.fold_status(stored, observed_generation=generation if isinstance(generation, int) else None,
+                                now=_now(), remediation=remediation.model_copy(
+                                    update={"profile": {}, "step": 0, "exhausted": False}))
+
+    effects.update_status(namespace, name, build)
     new = dict(status)
-    remediation = dict(status.get("remediation") or {})
-    remediation.update({"profile": {}, "step": 0, "exhausted": False})
-    new["remediation"] = remediation
-    with kube.api_errors(f"reset remediation of {name}"):
-        kube.patch(kube.VLLMSERVICES, namespace, name,
-                   {"status": {"remediation": {"profile": None, "step": 0, "exhausted": False}}},
-                   subresource="status")
+    new["remediation"] = {**dict(status.get("remediation") or {}), "profile": {}, "step": 0, "exhausted": False}
     return new
 
 

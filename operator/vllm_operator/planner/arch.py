@@ -23,6 +23,7 @@ class LayerKind(StrEnum):
     FULL = "full"
     SLIDING = "sliding"
     CHUNKED = "chunked"
+    LINEAR = "linear"  # linear attention (Gated DeltaNet) or mamba/SSM: a fixed state per sequence, no KV per token
 
 
 # Fields transformers fills in from its config class when config.json omits them (the Gemma-3 multimodal
@@ -48,6 +49,7 @@ _MAX_LEN_KEYS = (
     "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
 )
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+_FP4_BITS = 4.5  # NVFP4 (ModelOpt, compressed-tensors nvfp4-pack-quantized): E2M1 values + one E4M3 scale per 16
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
 
 
@@ -90,6 +92,10 @@ class ModelArch(BaseModel):
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     multimodal: bool = False
+    # linear-attention / mamba layers: elements of one layer's per-sequence state (conv + recurrent), before TP
+    state_elements: int = Field(0, description="per-sequence state elements of one linear/mamba layer (all ranks)")
+    yarn_unscaled_max_len: int | None = Field(
+        None, description="the derived max_model_len without the YaRN factor (vLLM 0.30+); None without YaRN")
     quantization: Quantization | None = None
     total_size: int | None = Field(None, description="checkpoint bytes (model.safetensors.index.json)")
     total_size_estimated: bool = False
@@ -112,7 +118,9 @@ class ModelArch(BaseModel):
     def family(self) -> str:
         """A label for reports: attention family plus MoE/quantization."""
         parts = ["MLA" if self.is_mla else _attention_family(self.num_heads, self.num_kv_heads)]
-        if self.is_hybrid:
+        if LayerKind.LINEAR in self.layer_kinds:
+            parts.append("hybrid-linear")
+        elif self.is_hybrid:
             parts.append("hybrid-SWA")
         elif self.layer_kinds and self.layer_kinds[0] is LayerKind.SLIDING:
             parts.append("SWA")
@@ -168,17 +176,32 @@ def _kv_heads(cfg: Mapping[str, Any], heads: int, model_id: str) -> int:
     return heads
 
 
+def _kind_of(layer_type: object) -> LayerKind:
+    """One entry of `layer_types` / `layers_block_type`: 'full_attention', 'sliding_attention', 'linear_attention',
+    'mamba', 'attention', …"""
+    text = str(layer_type).lower()
+    if "linear" in text or "mamba" in text or "ssm" in text or "deltanet" in text:
+        return LayerKind.LINEAR
+    if "sliding" in text:
+        return LayerKind.SLIDING
+    return LayerKind.CHUNKED if "chunk" in text else LayerKind.FULL
+
+
 def _layer_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[tuple[LayerKind, ...], int | None]:
-    """Which layers use sliding-window attention, as vLLM builds them."""
+    """Which layers use sliding-window attention or hold a linear-attention/mamba state, as vLLM builds them."""
     window = cfg.get("sliding_window")
     window = int(window) if isinstance(window, int) and window > 0 else None
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and len(layer_types) == layers:
-        kinds = tuple(
-            LayerKind.SLIDING if "sliding" in str(t) else LayerKind.CHUNKED if "chunk" in str(t) else LayerKind.FULL
-            for t in layer_types
-        )
-        return kinds, window if LayerKind.SLIDING in kinds else None
+    for key in ("layer_types", "layers_block_type"):  # Qwen3-Next/3.5, Gemma-3, gpt-oss; Bamba/Granite-4
+        layer_types = cfg.get(key)
+        if isinstance(layer_types, list) and len(layer_types) == layers:
+            kinds = tuple(_kind_of(t) for t in layer_types)
+            return kinds, window if LayerKind.SLIDING in kinds else None
+    interval = cfg.get("full_attention_interval")  # Qwen3-Next: every interval-th layer is full attention
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 1:
+        return tuple(LayerKind.FULL if (i + 1) % interval == 0 else LayerKind.LINEAR for i in range(layers)), None
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")  # Jamba
+    if isinstance(period, int) and isinstance(offset, int) and period > 0 and not isinstance(period, bool):
+        return tuple(LayerKind.FULL if i % period == offset else LayerKind.LINEAR for i in range(layers)), None
     if window is None:
         return (LayerKind.FULL,) * layers, None
     if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl") and not cfg.get(
@@ -195,8 +218,49 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[
     return (LayerKind.SLIDING,) * layers, window  # e.g. Mistral-7B-v0.1: every layer windowed
 
 
+def _state_elements(cfg: Mapping[str, Any], hidden: int) -> int:
+    """Elements of one linear-attention/mamba layer's per-sequence state (vLLM's MambaStateShapeCalculator), all TP
+    ranks together: conv state (kernel − 1) × conv channels plus the recurrent state."""
+    def num(*keys: str, default: int = 0) -> int:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    if num("linear_num_value_heads"):  # Gated DeltaNet (gated_delta_net_state_shape)
+        nk, nv = num("linear_num_key_heads", default=num("linear_num_value_heads")), num("linear_num_value_heads")
+        dk, dv = num("linear_key_head_dim", default=128), num("linear_value_head_dim", default=128)
+        kernel = num("linear_conv_kernel_dim", default=4)
+        return (kernel - 1) * (2 * nk * dk + nv * dv) + nv * dk * dv
+    d_state = num("mamba_d_state", "ssm_state_size", "state_size", "d_state")
+    if not d_state:
+        return 0
+    kernel = num("mamba_d_conv", "conv_kernel", "d_conv", default=4)
+    inner = num("mamba_expand", "expand", default=2) * hidden
+    heads = num("mamba_n_heads", "mamba_num_heads")
+    if heads:  # mamba2_state_shape: conv over inner + 2·groups·d_state, state heads × head_dim × d_state
+        head_dim = num("mamba_d_head", "mamba_head_dim", default=inner // heads)
+        inner = heads * head_dim
+        groups = num("mamba_n_groups", "n_groups", default=1)
+        return (kernel - 1) * (inner + 2 * groups * d_state) + heads * head_dim * d_state
+    return (kernel - 1) * inner + inner * d_state  # mamba1_state_shape
+
+
+def _yarn_unscaled(cfg: Mapping[str, Any]) -> int | None:
+    """The derived length vLLM 0.30+ uses for YaRN models (config/model.py::_get_and_verify_max_len no longer applies
+    the factor): the smallest length key; None when the config has no YaRN scaling."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rope, Mapping):
+        return None
+    if str(rope.get("rope_type", rope.get("type", ""))) not in ("yarn", "deepseek_yarn", "deepseek_llama_scaling"):
+        return None
+    lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
+    return min(lengths) if lengths else 2048
+
+
 def _derived_max_len(cfg: Mapping[str, Any], model_type: str) -> int:
-    """vLLM's derived max_model_len: the smallest length key, scaled by the rope factor where vLLM does."""
+    """vLLM's derived max_model_len: the smallest length key, scaled by the rope factor where vLLM does (≤ 0.29)."""
     lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float)) and cfg[k] > 0]
     length = min(lengths) if lengths else 2048
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
@@ -225,6 +289,10 @@ def _quantization(config: Mapping[str, Any]) -> Quantization | None:
         return Quantization(method=method, weight_bits=float(q.get("bits", q.get("w_bit", 4))),
                             group_size=q.get("group_size", q.get("q_group_size")), kv_cache_fp8=kv_fp8)
     if method in ("fp8", "fbgemm_fp8", "modelopt"):
+        nested = q.get("quantization")
+        algo = str(q.get("quant_algo") or (nested.get("quant_algo") if isinstance(nested, Mapping) else "") or "")
+        if "FP4" in algo.upper():  # ModelOpt NVFP4: 4-bit values + an FP8 (E4M3) scale per 16 → 4.5 bits
+            return Quantization(method="modelopt_fp4", weight_bits=_FP4_BITS, group_size=16, kv_cache_fp8=kv_fp8)
         return Quantization(method=method, weight_bits=8.0, kv_cache_fp8=kv_fp8)
     if method == "mxfp4":
         return Quantization(method=method, weight_bits=4.25)
@@ -238,6 +306,8 @@ def _quantization(config: Mapping[str, Any]) -> Quantization | None:
             weights = group_cfg.get("weights") or {}
             bits = float(weights.get("num_bits", bits))
             group = weights.get("group_size", group)
+            if bits == 4 and weights.get("type") == "float":  # compressed-tensors nvfp4: FP8 scale per 16
+                bits = _FP4_BITS
         return Quantization(method=method, weight_bits=bits, group_size=group, kv_cache_fp8=kv_fp8)
     bits = q.get("bits") or q.get("weight_bits") or 8
     return Quantization(method=method, weight_bits=float(bits), group_size=q.get("group_size"), kv_cache_fp8=kv_fp8)
@@ -339,6 +409,8 @@ def arch_from_config(
         kv_lora_rank=kv_lora if is_mla else None,
         qk_rope_head_dim=rope_dim if is_mla else None,
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
+        state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
+        yarn_unscaled_max_len=_yarn_unscaled(cfg),
         quantization=_quantization(config) or _quantization(cfg),
         total_size=total_size,
         total_size_estimated=total_size_estimated,

@@ -52,6 +52,10 @@ _MIG_RE = re.compile(
     r"^(?P<parent>.+?)[-_ ]MIG[-_ ](?P<profile>(?P<compute>\d+)g\.(?P<gb>\d+)gb(?:[+.-]me(?:[+.-]all)?)?)$",
     re.IGNORECASE,
 )
+#: AMD and Intel accelerators (out of scope: vLLM's ROCm/XPU builds account memory differently).
+_OTHER_VENDOR_RE = re.compile(
+    r"(?i)(\bamd\b|radeon|instinct|\bmi\s?[123]\d{2}[a-z]*\b|\bintel\b|gaudi|\barc[\s_-]?[ab]\d{3}|"
+    r"data\s?center\s?gpu\s?max|\bmax[\s_-]?1[15]\d0\b|ponte\s?vecchio|\bflex[\s_-]?1[47]0\b|\brx[\s_-]?[5-9]\d{3})")
 _MIXED_MIG_LABEL_RE = re.compile(r"^nvidia\.com/mig-(?P<profile>[^/]+)\.product$")
 _SIZE_RE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>gib|gb|gi|g|mib|mb)$", re.IGNORECASE)
 _FAMILY_ARCH: dict[str, Arch] = {
@@ -90,6 +94,8 @@ class GPUSpec(BaseModel):
     uma: bool = False
     nvlink: bool = False
     default_utilization: float = Field(gt=0.0, le=1.0)
+    utilization_set: bool = Field(False, description="default_utilization was set by an operator override "
+                                                     "(--gpu-catalog): planned as given, not derived from the GPU")
     mig_profile: str | None = None
     parent: str | None = None
 
@@ -161,6 +167,46 @@ def default_utilization_for(tier: Tier, memory_gib: float, uma: bool = False) ->
     if uma or memory_gib < DATACENTER_MIN_GIB:
         return 0.90
     return 0.92
+
+
+#: GiB other processes hold on a GPU that also drives a desktop (compositor, browser) before vLLM starts. Evidence:
+#: an RTX 4080 with a desktop had 1.30 GiB in use at vLLM's start (15.99 total, 14.69 free), of which ~0.5 GiB is
+#: vLLM's own context: ~0.8 GiB (benchmarks/data/vllm-startup-logs.jsonl); the catalog header's 0.3-1.5 GiB for compositors.
+DESKTOP_RESERVE_GIB: dict[str, float] = {"consumer": 0.8, "workstation": 0.75, "datacenter": 0.0}
+#: What must stay free after vLLM's budget for what grows after its memory profile (allocator fragmentation,
+#: cuBLAS/NCCL workspaces, sampler spikes): a fixed part plus a share of the GPU. Evidence: the RTX 4080 record
+#: started with ~0.3 GiB left after its budget (v0.26) and a gpt-oss-20b start at 0.95 on an H100 ran out during
+#: graph capture (v0.19); 1 GiB + 1 % keeps a margin over both, and 50+ H100 starts at 0.95 kept ~3.5 GiB.
+SLACK_GIB = 1.0
+SLACK_SHARE = 0.01
+#: The highest utilization the evidence supports at scale (H100 starts at 0.95 in benchmarks/data/vllm-startup-logs.jsonl); never planned above.
+MAX_SAFE_UTILIZATION = 0.95
+
+
+def safe_utilization(gpu: GPUSpec, context_gib: float) -> tuple[float, str]:
+    """The highest --gpu-memory-utilization that keeps this GPU's real needs outside vLLM's budget covered, and why.
+
+    Outside the budget live vLLM's own CUDA context (and NCCL buffers at TP>1: ``context_gib``), what a desktop
+    holds on consumer and workstation cards, and slack for what grows after the profile. UMA GPUs (GH200, GB10) keep
+    the catalog's policy: vLLM compares against host-available memory there, which the OS also draws on.
+    """
+    if gpu.utilization_set:
+        return gpu.default_utilization, "set for this GPU by the operator's GPU catalog override"
+    if gpu.uma:
+        return gpu.default_utilization, f"the catalog's {gpu.default_utilization:.2f} for unified-memory GPUs"
+    total = gpu.reported_gib
+    desktop = DESKTOP_RESERVE_GIB.get(gpu.tier, 0.0)
+    slack = SLACK_GIB + SLACK_SHARE * total
+    util = math.floor((total - context_gib - desktop - slack) / total * 100 + 1e-9) / 100
+    needs = (f"the CUDA context/NCCL ({context_gib:.2f} GiB)"
+             + (f", a desktop ({desktop:.2f} GiB on a {gpu.tier} card)" if desktop else "")
+             + f" and {slack:.2f} GiB of slack for fragmentation and workspaces")
+    why = f"the highest that leaves {needs} outside vLLM's budget on this {total:.2f} GiB GPU"
+    if util > MAX_SAFE_UTILIZATION:
+        util = MAX_SAFE_UTILIZATION
+        why = (f"the highest the evidence supports (H100 starts at {MAX_SAFE_UTILIZATION:.2f}); {needs} would "
+               "allow more")
+    return max(util, 0.05), why
 
 
 def normalize_gpu_key(text: str) -> str:
@@ -308,23 +354,37 @@ class GPUCatalog:
         raise UnknownGPUError(self._unknown_message(text))
 
     def _unknown_message(self, text: str) -> str:
-        """One-line error for an unresolvable input, naming up to three close catalog matches."""
+        """One-line error for an unresolvable input, naming up to three *matching* catalog GPUs: the same series
+        (the letters before the model number: RTX, A, H, L…) and, when the text names a size, the same memory.
+        AMD and Intel GPUs are said to be out of scope rather than matched to an NVIDIA neighbour."""
         if not text:
             return "empty GPU name: give a catalog name (e.g. H100-SXM-80GB), an alias, a label or a size (24GiB)"
+        usage = "(use a catalog name, an alias, a nvidia.com/gpu.product value or a size such as 24GiB)"
+        if _OTHER_VENDOR_RE.search(text):
+            return (f"unknown GPU {text!r}: AMD and Intel GPUs are not in scope - vllm-operator plans with the "
+                    "memory arithmetic of vLLM's CUDA build and knows NVIDIA GPUs only " + usage)
         mig = _MIG_RE.match(text)
         key = normalize_gpu_key(mig["parent"] if mig else text)
-        suggestions: list[str] = []
-        for match in difflib.get_close_matches(key, list(self._index), n=10, cutoff=0.6):
-            name = self._index[match].name
-            if name not in suggestions:
-                suggestions.append(name)
-        hint = (
-            f"did you mean {', '.join(suggestions[:3])}?" if suggestions else "no close match in the catalog"
-        )
-        return (
-            f"unknown GPU {text!r}: {hint} (use a catalog name, an alias, a nvidia.com/gpu.product value "
-            f"or a size such as 24GiB)"
-        )
+        suggestions = self._matching(key, text)
+        hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "no matching GPU in the catalog"
+        return f"unknown GPU {text!r}: {hint} {usage}"
+
+    def _matching(self, key: str, text: str) -> list[str]:
+        """Catalog names of the same series (and memory, when given), closest spelling first; at most three."""
+        series = re.match(r"[a-z]*", key)
+        prefix = series.group(0) if series else ""
+        size = re.search(r"(\d+)\s*(?:gb|gib|g)\b", text.lower())
+        scored: dict[str, float] = {}
+        for candidate, spec in self._index.items():
+            other = re.match(r"[a-z]*", candidate)
+            if not prefix or (other.group(0) if other else "") != prefix:
+                continue
+            if size and abs(spec.memory_gib - float(size.group(1))) > max(2.0, 0.06 * spec.memory_gib):
+                continue
+            ratio = difflib.SequenceMatcher(None, key, candidate).ratio()
+            if ratio >= 0.5:
+                scored[spec.name] = max(scored.get(spec.name, 0.0), ratio)
+        return [name for name, _ in sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:3]]
 
 
 def _validation_summary(exc: ValidationError) -> str:
@@ -388,9 +448,10 @@ def _apply_override(specs: list[GPUSpec], number: int, row: object) -> list[GPUS
         raise ValueError(f"GPU override #{number}: field 'name' must be a non-empty string")
     existing = GPUCatalog(specs).find(name)
     try:
+        chosen = {"utilization_set": True} if "default_utilization" in row else {}
         if existing is None:
-            return [*specs, GPUSpec.model_validate(_new_sku_defaults(row))]
-        merged = GPUSpec.model_validate({**existing.model_dump(), **row, "name": existing.name})
+            return [*specs, GPUSpec.model_validate({**_new_sku_defaults(row), **chosen})]
+        merged = GPUSpec.model_validate({**existing.model_dump(), **row, "name": existing.name, **chosen})
     except ValidationError as exc:
         raise ValueError(f"GPU override #{number} ({name!r}): {_validation_summary(exc)}") from exc
     return [merged if spec.name == existing.name else spec for spec in specs]

@@ -4,11 +4,14 @@
 (weights, activation peak, non-torch memory, CUDA-graph estimate, available KV memory, "GPU KV cache size: N
 tokens", maximum concurrency) and does vLLM start — and if not, which error does it raise, with which numbers?
 
-The budget follows `vllm/v1/worker/gpu_worker.py` (research notes §1): requested = ceil(total × util);
-available KV = requested − weights − activation peak − non-torch growth − (CUDA-graph estimate from v0.21).
+The budget follows `vllm/v1/worker/gpu_worker.py` (docs/research/vllm-memory-model.md §1; 0.22+ in
+docs/research/vllm-0.27-0.33.md): requested = ceil(total × util); available KV = requested − weights − activation
+peak − non-torch growth − (CUDA-graph estimate from v0.21, on the V1 runner; Model Runner V2 from 0.29) − (from 0.27:
+MRV2 sampler state and allocator leftovers). Which model runner a release picks is decided per model
+(`profile_for_model`).
 The KV layout follows `kv_cache_interface.py`/`kv_cache_utils.py` (§2). The terms vLLM measures at run time
 (activation, non-torch, CUDA graphs) are modelled from the architecture with per-release constants calibrated on
-the startup logs in ../shared/data (benchmarks/planner_accuracy.py reports the fit).
+the startup logs in benchmarks/data (benchmarks/planner_accuracy.py reports the fit per era).
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import MemoryBreakdown
 from . import messages
 from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
-from .versions import VersionProfile
+from .versions import VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
 _FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
@@ -38,6 +42,12 @@ _MULTIMODAL_GIB = 0.2         # encoder profiling of one maximal multimodal item
 # Fragmentation during CUDA-graph warm-up of MXFP4 MoE kernels, as a share of the activation peak
 # (gpt-oss at util 0.95 on H100 fails graph capture in v0.19 at TP1 and TP2; at 0.90 it starts).
 _MXFP4_WARMUP_SHARE = 1.0
+# Model Runner V2's persistent sampler state (vllm/v1/worker/gpu/model_runner.py::load_model, 0.22+): output_bin_counts
+# int32 [max_num_seqs × vocab] + prompt_bin_mask and the grammar bitmask, int32 [max_num_seqs × vocab/32] each.
+_V2_SAMPLER_STATE_BYTES = 4 + 4 / 32 + 4 / 32
+# Attention kernels want block sizes in multiples of 16 when a hybrid model's attention block grows to hold a mamba
+# state page (model_executor/models/config.py::HybridAttentionMambaModelConfig.verify_and_update_config).
+_KERNEL_BLOCK_ALIGNMENT = 16
 
 
 class EngineFlags(BaseModel):
@@ -76,19 +86,6 @@ class GPUFacts(BaseModel):
     nvlink: bool = True
 
 
-class MemoryBreakdown(BaseModel):
-    """Per-GPU memory, in GiB, as the startup log reports it (the tightest worker/stage)."""
-
-    gpu_total_gib: float
-    requested_gib: float
-    weights_gib: float
-    activation_gib: float
-    non_torch_gib: float
-    cudagraph_gib: float
-    kv_cache_gib: float
-    headroom_gib: float = Field(description="total minus requested: CUDA context, graphs (before v0.21), others")
-
-
 class PredictedFailure(BaseModel):
     kind: FailureKind
     message: str
@@ -114,6 +111,56 @@ class _KVLayout:
     group_size: int          # layers sharing one block id
     groups: tuple[LayerKind, ...]  # one entry per KV-cache group
     layer_kinds: tuple[LayerKind, ...]  # the stage's layers
+    block_size: int = 16     # tokens per attention block (grown for linear/mamba hybrids)
+    inflight_batches: int = 1  # sliding-window layers keep window − 1 + this × max_num_batched_tokens tokens
+    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode: prefix caching)
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.page_bytes * self.group_size
+
+
+def profile_for_model(profile: VersionProfile, arch: ModelArch) -> VersionProfile:
+    """The release's rules for this model: which model runner vLLM picks (config/vllm.py::use_v2_model_runner), and
+    with it whether the CUDA-graph estimate is subtracted and which sampler/graph constants apply.
+
+    A profile already resolved (for this or another model, e.g. a quantized variant) is resolved again from its era.
+    """
+    if profile.runner:
+        era = profile_for(profile.version or profile.since)
+        if era.since != profile.since:
+            return profile
+        profile = era
+    v2 = uses_v2_runner(profile, architectures=arch.architectures, is_moe=arch.is_moe,
+                        quantized=arch.quantization is not None, state_layers=LayerKind.LINEAR in arch.layer_kinds)
+    if not v2:
+        return profile.model_copy(update={"runner": "V1"})
+    return profile.model_copy(update={
+        "runner": "V2",
+        # gpu/model_runner.py::profile_cudagraph_memory returns 0 before 0.29: graphs go into the 1 − util headroom
+        "cudagraph_subtracted": profile.v2_cudagraph_estimate,
+        "cudagraph_scale": profile.v2_cudagraph_scale,
+        "sampler_bytes": profile.v2_sampler_bytes,
+    })
+
+
+def arch_for_release(arch: ModelArch, profile: VersionProfile) -> ModelArch:
+    """The model as this release reads its config: from 0.30 the YaRN factor no longer scales the derived length."""
+    if profile.yarn_factor_applied or arch.yarn_unscaled_max_len is None:
+        return arch
+    return arch.model_copy(update={"derived_max_model_len": arch.yarn_unscaled_max_len})
+
+
+def v2_sampler_state_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> int:
+    """Model Runner V2's persistent sampler buffers on the last pipeline stage (0 on the V1 runner)."""
+    if profile.runner != "V2":
+        return 0
+    return int(_V2_SAMPLER_STATE_BYTES * flags.max_num_seqs * arch.vocab_size)
+
+
+def state_page_bytes(arch: ModelArch, flags: EngineFlags) -> int:
+    """One linear-attention/mamba layer's per-sequence state on one TP rank, in the model dtype."""
+    return ceil_div(arch.state_elements, flags.tensor_parallel_size) * _model_dtype_bytes(arch, flags)
 
 
 def kv_dtype_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> int:
@@ -150,44 +197,71 @@ def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds:
     kv_bytes = kv_dtype_bytes(arch, flags, profile)
     block = flags.block_size
     if arch.is_mla:
-        page = block * arch.head_dim * kv_bytes
+        per_token = arch.head_dim * kv_bytes
     else:
         kv_heads = max(1, arch.num_kv_heads // flags.tensor_parallel_size)
-        page = 2 * block * kv_heads * arch.head_dim * kv_bytes
+        per_token = 2 * kv_heads * arch.head_dim * kv_bytes
+    page = block * per_token
+    inflight = profile.swa_inflight_batches
+    if inflight > 1 and profile.runner == "V2" and flags.pipeline_parallel_size > 1:
+        inflight = flags.pipeline_parallel_size + 1  # MRV2 with PP keeps pp + 1 batches in flight (0.26+)
+    if LayerKind.LINEAR in kinds:
+        # HybridAttentionMambaModelConfig.verify_and_update_config: the attention block grows (in multiples of 16
+        # tokens) until one attention page holds a state page; state pages are padded to the attention page.
+        state = state_page_bytes(arch, flags)
+        if all(k is LayerKind.LINEAR for k in kinds):
+            page = state
+        else:
+            needed_block = _KERNEL_BLOCK_ALIGNMENT * ceil_div(state, _KERNEL_BLOCK_ALIGNMENT * per_token)
+            block = max(block, needed_block)
+            page = max(block * per_token, state)
+        counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+        smallest, largest = min(counts.values()), max(counts.values())
+        group_size = largest if largest < 1.5 * smallest else smallest
+        state_groups = tuple(kind for kind, count in counts.items() for _ in range(ceil_div(count, group_size)))
+        prefix_caching = flags.enable_prefix_caching
+        align = profile.hybrid_prefix_caching if prefix_caching is None else prefix_caching
+        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, 2 if align else 1)
     hybrid_manager = profile.tokens_definition != "blocks"
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
     if len(counts) <= 1 or not hybrid_manager:
         kind = kinds[0] if len(counts) == 1 else LayerKind.FULL
         stage_kinds = kinds if hybrid_manager else tuple(LayerKind.FULL if k is not LayerKind.FULL and len(counts) > 1
                                                          else k for k in kinds)
-        return _KVLayout(page, len(kinds), (kind,), stage_kinds)
+        return _KVLayout(page, len(kinds), (kind,), stage_kinds, block, inflight)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = largest if largest < 1.5 * smallest else smallest
     groups: list[LayerKind] = []
     for kind, count in counts.items():
         groups.extend([kind] * ceil_div(count, group_size))
-    return _KVLayout(page, group_size, tuple(groups), kinds)
+    return _KVLayout(page, group_size, tuple(groups), kinds, block, inflight)
 
 
 def _blocks_per_request(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
     """Blocks one request of `length` tokens holds across all KV-cache groups."""
     total = 0
     for kind in layout.groups:
-        total += _blocks_for(kind, arch, flags, length)
+        total += _blocks_for(kind, layout, arch, flags, length)
     return total
 
 
-def _blocks_for(kind: LayerKind, arch: ModelArch, flags: EngineFlags, length: int) -> int:
-    block = flags.block_size
+def _blocks_for(kind: LayerKind, layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
+    block = layout.block_size
+    if kind is LayerKind.LINEAR:
+        return layout.state_blocks  # MambaSpec: state pages per sequence, whatever its length
     if kind is LayerKind.FULL or arch.sliding_window is None:
         return ceil_div(length, block)
     window = arch.sliding_window
-    return ceil_div(min(window - 1 + flags.max_num_batched_tokens, length), block) + 1
+    # SlidingWindowSpec.max_memory_usage_bytes; 0.26+: 2 batches in flight under async scheduling
+    in_flight = layout.inflight_batches * flags.max_num_batched_tokens
+    return ceil_div(min(window - 1 + in_flight, length), block) + 1
 
 
 def _needed_bytes(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, length: int) -> int:
     """Σ over layers of max_memory_usage_bytes(length): what one full-length request needs."""
-    return sum(_blocks_for(kind, arch, flags, length) * layout.page_bytes for kind in layout.layer_kinds)
+    counts = {kind: layout.layer_kinds.count(kind) for kind in set(layout.layer_kinds)}
+    return sum(count * _blocks_for(kind, layout, arch, flags, length) * layout.page_bytes
+               for kind, count in counts.items())
 
 
 def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
@@ -312,6 +386,8 @@ def _check_parallelism(arch: ModelArch, flags: EngineFlags) -> PredictedFailure 
 
 def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: VersionProfile) -> StartupPrediction:
     """What vLLM's startup will log and whether it starts (the tightest GPU decides, as vLLM takes the minimum)."""
+    profile = profile_for_model(profile, arch)
+    arch = arch_for_release(arch, profile)
     total = int(gpu.total_gib * GiB)
     util = flags.gpu_memory_utilization
     requested = math.ceil(total * util)
@@ -321,37 +397,46 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     weights = weights_bytes_per_gpu(arch, flags)
     non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
 
-    best: tuple[int, int, _KVLayout, int, int, int, int] | None = None
+    # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
+    slack = int(profile.allocator_slack_gib * GiB) if profile.profiler == "consumed" else 0
+    best: tuple[int, int, _KVLayout, int, int, int, int, int] | None = None
     for stage, kinds in enumerate(stage_kinds):
         layout = _layout(arch, flags, profile, kinds)
         act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
         graph = cudagraph_bytes(arch, flags, profile, len(kinds))
-        avail = requested - weights[stage] - act - non_torch
+        # MRV2's sampler state is inside the measured drop in free memory from 0.27 (last stage only)
+        sampler_state = v2_sampler_state_bytes(arch, flags, profile) if stage == pp - 1 else 0
+        persistent = slack + (sampler_state if profile.v2_sampler_state_counted else 0)
+        avail = requested - weights[stage] - act - non_torch - persistent
         if profile.cudagraph_subtracted:
             avail -= graph
         if profile.others_memory_counted:
             avail -= int(gpu.other_used_gib * GiB)
         if flags.kv_cache_memory_bytes is not None:
             avail = flags.kv_cache_memory_bytes
-        blocks = max(avail, 0) // (layout.page_bytes * layout.group_size)
+        blocks = max(avail, 0) // layout.bytes_per_block
         if best is None or blocks < best[1]:
-            best = (avail, blocks, layout, weights[stage], act, graph, stage)
+            best = (avail, blocks, layout, weights[stage], act, graph, persistent, stage)
     assert best is not None
-    avail, num_blocks, layout, w, act, graph, _stage = best
+    avail, num_blocks, layout, w, act, graph, persistent, _stage = best
     mml = flags.max_model_len
+    block_size = layout.block_size
 
     per_request = _blocks_per_request(layout, arch, flags, mml)
     concurrency = num_blocks / per_request if per_request else 0.0
     if profile.engine == "V0":
-        concurrency = num_blocks * flags.block_size / mml
+        concurrency = num_blocks * block_size / mml
     if profile.tokens_definition == "blocks":
-        tokens = num_blocks * flags.block_size
+        tokens = num_blocks * block_size
     elif profile.tokens_definition == "blocks_per_group":
-        tokens = num_blocks // len(layout.groups) * flags.block_size
+        tokens = num_blocks // len(layout.groups) * block_size
     else:
         tokens = int(concurrency * mml)
-    estimated = _estimate_max_len(layout, arch, flags, max(avail, 0), arch.derived_max_model_len)
-    per_token = sum(layout.page_bytes for _ in layout.layer_kinds) // flags.block_size
+    # 0.29+: vLLM plans one request against avail − one block (the null block), its estimate included
+    reserve = layout.bytes_per_block if profile.kv_check_reserves_block else 0
+    estimated = _estimate_max_len(layout, arch, flags, max(avail - reserve, 0), arch.derived_max_model_len)
+    attention_layers = len(layout.layer_kinds) - layout.layer_kinds.count(LayerKind.LINEAR)
+    per_token = attention_layers * layout.page_bytes // block_size
     breakdown = MemoryBreakdown(
         gpu_total_gib=round(gpu.total_gib, 2),
         requested_gib=_round2(requested),
@@ -361,6 +446,8 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         cudagraph_gib=_round2(graph),
         kv_cache_gib=_round2(max(avail, 0)),
         headroom_gib=_round2(total - requested),
+        persistent_gib=_round2(persistent),
+        estimated=list(_estimated_figures(arch, flags, profile)),
     )
     prediction = StartupPrediction(
         memory=breakdown,
@@ -372,6 +459,21 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     )
     failure = _first_failure(arch, flags, gpu, profile, prediction, requested, free, w, act, avail, layout)
     return prediction.model_copy(update={"failure": failure})
+
+
+def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> tuple[str, ...]:
+    """Which breakdown figures rest on a constant no vLLM log has calibrated (ESTIMATE in catalog/vllm_versions.yaml)."""
+    out: list[str] = []
+    if profile.runner == "V2" and "v2_sampler_bytes" in profile.estimates:
+        out.append("activation_gib")  # MRV2's sampler peak with full sampling parameters (0.33+)
+    if (profile.runner == "V2" and profile.cudagraph_subtracted and not flags.enforce_eager
+            and "v2_cudagraph_scale" in profile.estimates):
+        out.append("cudagraph_gib")  # MRV2's trial-capture estimate (0.29+)
+    if profile.profiler == "consumed" and profile.allocator_slack_gib and "allocator_slack_gib" in profile.estimates:
+        out.append("persistent_gib")  # allocator leftovers (0.27+)
+    if out:
+        out.append("kv_cache_gib")  # what is left after them
+    return tuple(out)
 
 
 def _estimate_max_len(layout: _KVLayout, arch: ModelArch, flags: EngineFlags, avail: int, limit: int) -> int:
@@ -435,21 +537,25 @@ def _first_failure(
     if avail <= 0:
         return PredictedFailure(kind=FailureKind.NO_KV_CACHE_MEMORY, message=messages.no_kv_memory_message(profile))
     needed = _needed_bytes(layout, arch, flags, flags.max_model_len)
+    # 0.29+: get_kv_cache_configs / check_enough_kv_cache_memory plan against avail − one block (the null block)
+    usable = avail - layout.bytes_per_block if profile.kv_check_reserves_block else avail
     too_small = (
-        flags.max_model_len > pred.num_blocks * flags.block_size if profile.engine == "V0" else needed > avail
+        flags.max_model_len > pred.num_blocks * flags.block_size if profile.engine == "V0" else needed > usable
     )
     if too_small:
         return PredictedFailure(
             kind=FailureKind.KV_CACHE_TOO_SMALL,
             message=messages.kv_too_small_message(
-                profile, max_model_len=flags.max_model_len, needed_gib=gib(needed), available_gib=gib(avail),
-                estimated_max_len=pred.estimated_max_model_len, kv_tokens=pred.num_blocks * flags.block_size),
+                profile, max_model_len=flags.max_model_len, needed_gib=gib(needed), available_gib=gib(usable),
+                estimated_max_len=pred.estimated_max_model_len, kv_tokens=pred.num_blocks * layout.block_size),
         )
     # After the KV cache is allocated, CUDA-graph capture and warm-up run in what is left of the GPU.
     headroom = total - requested - int(gpu.other_used_gib * GiB)
     if profile.others_memory_counted:
         headroom = total - requested
     need = tp_init
+    if not profile.v2_sampler_state_counted:  # MRV2 before 0.27: its sampler state sits in the headroom
+        need += v2_sampler_state_bytes(arch, flags, profile)
     if not flags.enforce_eager:
         if not profile.cudagraph_subtracted:
             need += pred.memory.cudagraph_gib * GiB

@@ -1,4 +1,4 @@
-"""The exact texts vLLM prints when startup fails, release by release (research notes §3).
+"""The exact texts vLLM prints when startup fails, release by release (docs/research/vllm-memory-model.md §3, docs/research/vllm-0.27-0.33.md).
 
 The planner uses these to say what vLLM *would* print; the simulated cluster prints them; the classifier must read
 them back. One place, so the three agree.
@@ -106,8 +106,9 @@ def cuda_oom_message(
 
 
 def weights_oom_message(profile: VersionProfile, oom: str) -> str:
-    """Weight loading OOM; releases since Dec 2025 wrap PyTorch's text in their own advice."""
-    if profile.version_tuple >= (0, 13, 0):
+    """Weight loading OOM; releases since Dec 2025 wrap PyTorch's text in their own advice — on the V1 model runner
+    only: Model Runner V2's `load_model` (vllm/v1/worker/gpu/model_runner.py) raises PyTorch's error bare."""
+    if profile.version_tuple >= (0, 13, 0) and profile.runner != "V2":
         return (
             "ValueError: Failed to load model - not enough GPU memory. Try lowering --gpu-memory-utilization to "
             "free memory for weights, increasing --tensor-parallel-size, or using --quantization. See "

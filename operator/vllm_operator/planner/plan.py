@@ -7,25 +7,31 @@ with `memory.predict_startup`, and, when nothing fits, lists concrete options th
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from importlib import resources
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .arch import ModelArch, dtype_bytes
+from ..api.v1alpha1 import LoRASpec, MemoryBreakdown, PinnedFlags
+from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
-from .gpus import GPUSpec
-from .lora import MAX_LORA_VOCAB, LoRASlots, adapter_bytes_per_stage, vocab_too_large
+from .gpus import GPUSpec, safe_utilization
+from .lora import DEFAULT_MAX_LORA_RANK, MAX_LORA_VOCAB, LoRASlots, adapter_bytes_per_stage, vocab_too_large
 from .memory import (
     EngineFlags,
     GPUFacts,
-    MemoryBreakdown,
     PredictedFailure,
     StartupPrediction,
+    arch_for_release,
     cudagraph_bytes,
     init_nontorch_gib,
     pp_layer_counts,
     predict_startup,
+    profile_for_model,
 )
 from .versions import VersionProfile, batch_defaults, profile_for
 
@@ -33,38 +39,12 @@ _TP_CHOICES = (1, 2, 4, 8, 16)
 _FP8_KV_GPUS_MIN_CC = 8.9
 _MARGIN_GIB = 0.25          # slack kept below what other tenants leave free
 _MIN_USEFUL_LEN = 1024
+#: The default workload (README, "What a good plan is"): a plan is *usable* when it offers this context (or the
+#: model's maximum if shorter), admits this many concurrent requests and keeps CUDA graphs.
+DEFAULT_CONTEXT_CAP = 8192
+DEFAULT_CONCURRENCY = 4
 _UNPINNABLE = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
                "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "block_size")
-
-
-class PinnedFlags(BaseModel):
-    """vLLM flags the user fixed (snake_case, as vLLM names them). None = the planner chooses."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    kv_cache_dtype: str | None = None
-    quantization: str | None = None
-    dtype: str | None = None
-    enforce_eager: bool | None = None
-    block_size: int | None = Field(None, ge=1)
-    cpu_offload_gb: float | None = Field(None, ge=0)
-    kv_cache_memory_bytes: int | None = Field(None, ge=1)
-    enable_prefix_caching: bool | None = None
-    enable_chunked_prefill: bool | None = None
-    # LoRA (spec.lora or flags.enableLora/maxLoraRank): sizes the adapter slots vLLM reserves (planner/lora.py)
-    enable_lora: bool | None = None
-    max_lora_rank: int | None = Field(None, ge=1)
-    max_loras: int | None = Field(None, ge=1)
-    lora_modules: tuple[str, ...] | None = None
-
-    def pinned_names(self) -> list[str]:
-        return [name for name, value in self.model_dump().items() if value is not None]
 
 
 class Workload(BaseModel):
@@ -104,16 +84,22 @@ class PlanRequest(BaseModel):
     gpu: GPUSpec
     gpu_count: int = Field(1, ge=1, description="GPUs one replica may use (TP x PP at most this)")
     pinned: PinnedFlags = PinnedFlags()
+    lora: LoRASpec | None = Field(None, description="spec.lora: the adapters vLLM serves (pinned like a flag)")
     workload: Workload = Workload()
     constraints: Constraints = Constraints()
     vllm_version: str | None = None
     gpu_free_gib: float | None = Field(None, ge=0, description="free memory per GPU when vLLM starts, if others hold some")
+    version_note: str = Field("", description="why this vLLM release was assumed (a digest, mirror tag or latest)")
 
 
 class Option(BaseModel):
     """An alternative that would fit, with its figures."""
 
     summary: str
+    kind: str = Field("gpus", description="gpus | flags | context | quantized-checkpoint | larger-gpu | pool")
+    changes: list[str] = Field(default_factory=list,
+                               description="what the option changes beyond the GPUs (KV dtype, quantization, eager)")
+    source: str = Field("catalog", description="where the GPUs come from: 'catalog' (CLI) or 'cluster' (node pools)")
     flags: dict[str, Any]
     gpu: str
     gpu_count: int
@@ -126,8 +112,13 @@ class Plan(BaseModel):
     model_id: str
     gpu: str
     gpu_count: int
+    gpu_count_allowed: int = 1
     vllm_version: str
     fits: bool
+    usable: bool = Field(True, description="fits and meets the default (or stated) workload with CUDA graphs")
+    kv_fraction: float | None = Field(None, description="planned KV cache memory / the physical limit: what vLLM "
+                                      "could use at the GPU's highest safe utilization minus weights, activation "
+                                      "and overhead (same flags)")
     flags: dict[str, Any] = Field(description="vLLM flags, snake_case, the ones we pass explicitly")
     pinned: list[str]
     prediction: StartupPrediction
@@ -201,10 +192,10 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
         reasons.append(f"gpu-memory-utilization {pinned} is pinned.")
         return pinned
     gpu = request.gpu
-    util = gpu.default_utilization
-    why = f"gpu-memory-utilization {util:.2f}: the headroom we keep on {gpu.tier} GPUs like the {gpu.name}"
     total = gpu.reported_gib
     init = init_nontorch_gib(tp, gpu.nvlink)
+    util, basis = safe_utilization(gpu, init)
+    why = f"gpu-memory-utilization {util:.2f}: {basis}"
     if not profile.cudagraph_subtracted and not eager:
         # before v0.21 CUDA graphs are captured in the headroom outside the budget
         probe = EngineFlags(tensor_parallel_size=tp, max_model_len=1, max_num_seqs=1, max_num_batched_tokens=1,
@@ -236,10 +227,24 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
     return util
 
 
+def lora_flags(request: PlanRequest) -> dict[str, Any]:
+    """The vLLM flags spec.lora asks for (--enable-lora, --max-loras, --max-lora-rank, --lora-modules), snake_case;
+    empty without spec.lora. They are pinned like spec.flags: the plan keeps them and accounts for their memory."""
+    return request.lora.to_vllm(request.pinned.max_lora_rank) if request.lora else {}
+
+
+def pinned_flags(request: PlanRequest) -> dict[str, Any]:
+    """Every flag the user fixed: spec.flags, then what spec.lora adds."""
+    pinned = request.pinned.to_vllm()
+    return {**pinned, **{k: v for k, v in lora_flags(request).items() if k not in pinned}}
+
+
 def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, util: float, kv_dtype: str,
                  eager: bool, max_model_len: int, max_num_seqs: int | None) -> EngineFlags:
     pinned = request.pinned
+    lora = lora_flags(request)
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=max_model_len,
                               chunked_prefill=pinned.enable_chunked_prefill is not False)
     seqs = pinned.max_num_seqs or max_num_seqs or defaults.max_num_seqs
@@ -264,8 +269,8 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         enable_prefix_caching=pinned.enable_prefix_caching,
         enable_chunked_prefill=pinned.enable_chunked_prefill,
-        max_loras=(pinned.max_loras or 1) if pinned.enable_lora else 0,
-        max_lora_rank=pinned.max_lora_rank or 16,
+        max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
+        max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
     )
 
 
@@ -366,10 +371,11 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
 def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags,
                        notes: list[str]) -> int:
     """As many sequences as the KV cache holds at the typical request length, not vLLM's 256/1024."""
-    typical = request.workload.context_length or min(flags.max_model_len,
-                                                     request.workload.typical_request_tokens or 2048)
+    # sized at the typical request, not the p99 context: most requests are shorter, and vLLM preempts (never
+    # crashes) when long ones fill the cache; the workload's concurrency at its p99 length is checked separately
+    typical = min(flags.max_model_len, request.workload.typical_request_tokens or 2048)
     capacity = int(prediction.max_concurrency * flags.max_model_len / typical) if typical else flags.max_num_seqs
-    seqs = max(1, min(flags.max_num_seqs, capacity))
+    seqs = max(1, min(flags.max_num_seqs, max(capacity, request.workload.concurrency or 1)))
     if request.constraints.max_num_seqs:
         seqs = min(seqs, request.constraints.max_num_seqs)
     if seqs < flags.max_num_seqs:
@@ -388,6 +394,8 @@ def _tp_candidates(request: PlanRequest) -> list[int]:
         return [pinned]
     pp = request.pinned.pipeline_parallel_size or 1
     low = request.constraints.min_tensor_parallel_size or 1
+    if request.gpu.is_mig:
+        return [1]  # a process sees one MIG slice: no tensor parallelism across slices
     return [tp for tp in _TP_CHOICES if low <= tp and tp * pp <= request.gpu_count and _valid_tp(request.arch, tp)]
 
 
@@ -427,44 +435,157 @@ def _search(request: PlanRequest, profile: VersionProfile) -> Iterator[_Candidat
                 yield _candidate(request, profile, tp, pp, kv, eager)
 
 
+def default_context(arch: ModelArch) -> int:
+    """The context a plan must offer when no workload is given: the model's maximum, capped at a sensible length."""
+    return min(arch.derived_max_model_len, DEFAULT_CONTEXT_CAP)
+
+
+def _wanted_context(request: PlanRequest) -> int:
+    wanted = request.workload.context_length or default_context(request.arch)
+    return min(wanted, request.arch.derived_max_model_len)
+
+
+def shortfalls(request: PlanRequest, flags: EngineFlags) -> list[str]:
+    """How a plan that starts falls short of *usable* (README, "What a good plan is"); empty = not degenerate.
+
+    Only what the planner chose counts: a pinned flag or a limit the remediation ladder learned is the user's or
+    the cluster's word, not a degenerate choice.
+    """
+    out: list[str] = []
+    pinned, limits, wl = request.pinned, request.constraints, request.workload
+    context = _wanted_context(request)
+    if pinned.max_model_len is None and limits.max_model_len is None and flags.max_model_len < context:
+        out.append(f"max-model-len {flags.max_model_len} (below {context})")
+    seqs = min(wl.concurrency or DEFAULT_CONCURRENCY, DEFAULT_CONCURRENCY)
+    if pinned.max_num_seqs is None and limits.max_num_seqs is None and flags.max_num_seqs < seqs:
+        out.append(f"max-num-seqs {flags.max_num_seqs} (below {seqs})")
+    if flags.enforce_eager and pinned.enforce_eager is None and not limits.force_enforce_eager:
+        out.append("--enforce-eager (no CUDA graphs)")
+    return out
+
+
+def _objective_text(request: PlanRequest) -> str:
+    wl = request.workload
+    context = _wanted_context(request)
+    if wl.context_length or wl.concurrency:
+        return (f"the stated workload ({wl.concurrency or 1} concurrent request(s) of {context} tokens) with "
+                "CUDA graphs")
+    return (f"the default workload (context {context} tokens, {DEFAULT_CONCURRENCY} concurrent requests, "
+            "CUDA graphs on)")
+
+
+def _gpus(candidate: _Candidate) -> int:
+    return candidate.flags.tensor_parallel_size * candidate.flags.pipeline_parallel_size
+
+
+def _starts(request: PlanRequest, candidate: _Candidate) -> bool:
+    return candidate.prediction.failure is None and _workload_ok(request, candidate.prediction, candidate.flags)
+
+
+def _rank(request: PlanRequest, index: int, candidate: _Candidate) -> tuple[float, ...]:
+    """The objective as a sort key (smaller is better).
+
+    1. It starts and meets the stated workload. 2. It is usable (not degenerate). Among usable plans: 16-bit KV
+    (no quality change) if any allowed configuration has it, then fewer GPUs, then more KV cache. Among degenerate
+    plans: CUDA graphs kept if any allowed setting keeps them, then the fewest shortfalls, then fewer GPUs, 16-bit
+    KV, more KV. Plans that do not start are shown for the most GPUs allowed (the GPUs asked for).
+    """
+    flags = candidate.flags
+    fp8 = float(flags.kv_cache_dtype.startswith("fp8") and not request.pinned.kv_cache_dtype)
+    if not _starts(request, candidate):
+        return (2.0, -_gpus(candidate), fp8, float(flags.enforce_eager), float(index))
+    short = shortfalls(request, flags)
+    eager = float(flags.enforce_eager and request.pinned.enforce_eager is None)
+    if not short:  # usable: 16-bit KV (no quality change) before fewer GPUs, then fewer GPUs, then more KV
+        return (0.0, fp8, float(_gpus(candidate)), -float(candidate.prediction.kv_cache_tokens), float(index))
+    return (1.0, eager, float(len(short)), float(_gpus(candidate)), fp8, -float(candidate.prediction.kv_cache_tokens),
+            float(index))
+
+
+def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, bool, list[_Candidate]]:
+    """The best candidate by the objective, whether it starts, and every candidate tried (search order)."""
+    candidates: list[_Candidate] = []
+    for candidate in _search(request, profile):  # tensor-parallel sizes ascending
+        candidates.append(candidate)
+        fp8 = candidate.flags.kv_cache_dtype.startswith("fp8") and not request.pinned.kv_cache_dtype
+        if not fp8 and _starts(request, candidate) and not shortfalls(request, candidate.flags):
+            break  # usable with 16-bit KV on the fewest GPUs so far: no later candidate ranks higher
+    ranked = sorted(enumerate(candidates), key=lambda pair: _rank(request, *pair))
+    best = ranked[0][1]
+    return best, _starts(request, best), candidates
+
+
 def plan(request: PlanRequest) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons."""
-    profile = profile_for(request.vllm_version)
-    first: _Candidate | None = None
-    chosen: _Candidate | None = None
-    for candidate in _search(request, profile):
-        first = first or candidate
-        if candidate.prediction.failure is None and _workload_ok(request, candidate.prediction, candidate.flags):
-            chosen = candidate
-            break
-    result = chosen or first
-    assert result is not None
-    reasons = _reasons(request, profile, result, chosen is not None)
+    profile = profile_for_model(profile_for(request.vllm_version), request.arch)
+    request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
+    result, fits, tried = _choose(request, profile)
+    reasons = _reasons(request, profile, result, fits, tried)
     flags = _explicit_flags(request, result.flags, profile)
-    failure = result.prediction.failure
+    failure = _plain_failure(result.prediction.failure)
     wanted = request.workload.context_length
-    if chosen is None and wanted and wanted > request.arch.derived_max_model_len:
+    if not fits and wanted and wanted > request.arch.derived_max_model_len:
         failure = PredictedFailure(
             kind=FailureKind.MAX_MODEL_LEN_TOO_LONG,
             message=f"The workload's context length ({wanted}) is longer than the model's own maximum "
                     f"({request.arch.derived_max_model_len}, from config.json); lower it or pick a model with a "
                     "longer context.")
-    if chosen is None and failure is None:
+    if not fits and failure is None:
         failure = PredictedFailure(kind=FailureKind.KV_CACHE_TOO_SMALL, message=_workload_message(request, result))
-    options = [] if chosen is not None else list(_options(request, profile))
+    degenerate = fits and bool(shortfalls(request, result.flags))
+    options = [] if fits and not degenerate else list(_options(request, profile, usable_only=degenerate))
+    prediction = result.prediction
+    if prediction.failure is not None:
+        prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
     return Plan(
+        kv_fraction=kv_fraction(request, profile, result.flags, result.prediction),
         model_id=request.arch.model_id,
         gpu=request.gpu.name,
-        gpu_count=result.flags.tensor_parallel_size * result.flags.pipeline_parallel_size,
+        gpu_count=_gpus(result),
+        gpu_count_allowed=request.gpu_count,
         vllm_version=profile.version,
-        fits=chosen is not None,
+        fits=fits,
+        usable=fits and not degenerate,
         flags=flags,
-        pinned=request.pinned.pinned_names(),
-        prediction=result.prediction,
+        pinned=list(pinned_flags(request)),
+        prediction=prediction,
         failure=failure,
         reasons=reasons,
         options=options,
     )
+
+
+def kv_fraction(request: PlanRequest, profile: VersionProfile, flags: EngineFlags,
+                prediction: StartupPrediction) -> float | None:
+    """The planned KV cache as a fraction of the physical limit: the memory vLLM could use at this GPU's highest
+    safe utilization, minus the same weights, activation and overhead. None when nothing is left for KV at all."""
+    mem = prediction.memory
+    if prediction.failure is not None:
+        return None
+    safe, _ = safe_utilization(request.gpu, init_nontorch_gib(flags.tensor_parallel_size, request.gpu.nvlink))
+    free = _free_gib(request)
+    if free is not None:  # memory others hold is not physically available
+        safe = min(safe, max(free - _MARGIN_GIB, 0.0) / request.gpu.reported_gib)
+    graphs = mem.cudagraph_gib if profile.cudagraph_subtracted else 0.0
+    physical = (safe * mem.gpu_total_gib - mem.weights_gib - mem.activation_gib - mem.non_torch_gib - graphs
+                - mem.persistent_gib)
+    if physical <= 0:
+        return None
+    return round(min(mem.kv_cache_gib / physical, 9.99), 3)
+
+
+_INVENTED = re.compile(r"\s*\(original error: .*\)\s*$", re.DOTALL)
+
+
+def _plain_failure(failure: PredictedFailure | None) -> PredictedFailure | None:
+    """vLLM's own words for a failure, without the PyTorch traceback a real run would append: no pod ran, so the
+    allocation sizes in such a traceback would be invented."""
+    if failure is None:
+        return None
+    message = _INVENTED.sub("", failure.message)
+    if message.lstrip().startswith("torch.OutOfMemoryError"):
+        message = "torch.OutOfMemoryError: CUDA out of memory."
+    return failure if message == failure.message else failure.model_copy(update={"message": message})
 
 
 def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
@@ -476,7 +597,8 @@ def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
 
 
 def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionProfile) -> dict[str, Any]:
-    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order."""
+    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order. Pinned flags
+    the planner does not model (LoRA, swap space, ...) reach vLLM as written, so no pin is silently dropped."""
     out: dict[str, Any] = {
         "tensor_parallel_size": flags.tensor_parallel_size,
         "gpu_memory_utilization": flags.gpu_memory_utilization,
@@ -486,6 +608,7 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     if flags.pipeline_parallel_size > 1 or request.pinned.pipeline_parallel_size:
         out["pipeline_parallel_size"] = flags.pipeline_parallel_size
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens or flags.max_num_batched_tokens != defaults.max_num_batched_tokens:
         out["max_num_batched_tokens"] = flags.max_num_batched_tokens
@@ -493,8 +616,8 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
         out["kv_cache_dtype"] = flags.kv_cache_dtype
     if flags.enforce_eager or request.pinned.enforce_eager is not None:
         out["enforce_eager"] = flags.enforce_eager
-    for name, value in request.pinned.model_dump().items():
-        if value is not None and name not in out:
+    for name, value in pinned_flags(request).items():
+        if name not in out:
             out[name] = value
     if request.workload.prefix_caching is not None and "enable_prefix_caching" not in out:
         out["enable_prefix_caching"] = request.workload.prefix_caching
@@ -516,7 +639,8 @@ def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
     return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
-def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool) -> list[str]:
+def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
+             tried: list[_Candidate]) -> list[str]:
     arch, gpu, flags, pred = request.arch, request.gpu, candidate.flags, candidate.prediction
     mem = pred.memory
     reasons = [
@@ -525,26 +649,52 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         f"GPU {gpu.name}: vLLM sees {gpu.reported_gib:.2f} GiB. vLLM {profile.version} ({profile.engine} engine) "
         f"sizes memory by the rules of releases since {profile.since}: {profile.note}.",
     ]
+    if request.version_note:
+        reasons.append(request.version_note)
     tp = flags.tensor_parallel_size
+    short = shortfalls(request, flags) if fits else []
+    objective = _objective_text(request)
     if request.pinned.tensor_parallel_size:
         reasons.append(f"tensor-parallel-size {tp} is pinned.")
     elif not fits:
-        reasons.append(f"tensor-parallel-size {tp}: no size up to the {request.gpu_count} GPU(s) allowed fits.")
-    elif tp == 1:
-        reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
+        reasons.append(f"tensor-parallel-size {tp}: the most of the {request.gpu_count} GPU(s) allowed; no valid "
+                       f"size up to that starts{' with the stated workload' if request.workload.concurrency else ''}.")
     else:
-        smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t)]
+        fewer = [c for c in tried if _gpus(c) < _gpus(candidate) and _starts(request, c)]
+        if fewer and not short:
+            best_fewer = min(fewer, key=lambda c: _rank(request, 0, c))
+            falls = shortfalls(request, best_fewer.flags)
+            if falls:
+                reasons.append(
+                    f"tensor-parallel-size {tp}: on {_gpus(best_fewer)} GPU(s) vLLM would start only with "
+                    f"{', '.join(falls)}; {_gpus(candidate)} GPUs meet {objective}. "
+                    "Trade-off: more GPUs for a usable plan.")
+            else:
+                reasons.append(
+                    f"tensor-parallel-size {tp}: {_gpus(best_fewer)} GPU(s) would meet {objective} only with an fp8 "
+                    f"KV cache (a quality change); {_gpus(candidate)} GPUs keep 16-bit KV. Trade-off: more GPUs "
+                    "for unchanged quality (pin --kv-cache-dtype fp8 to use fewer).")
+        elif tp == 1:
+            reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
+        else:
+            smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t)]
+            reasons.append(
+                f"tensor-parallel-size {tp}: the smallest valid size that fits "
+                f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} "
+                f"attention heads and {arch.num_kv_heads} KV heads).")
+    if short:
         reasons.append(
-            f"tensor-parallel-size {tp}: the smallest valid size that fits "
-            f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} attention "
-            f"heads and {arch.num_kv_heads} KV heads).")
+            f"Trade-off: no configuration within the {request.gpu_count} GPU(s) allowed meets {objective}; this "
+            f"plan starts with {', '.join(short)}"
+            + (" (CUDA graphs do not fit at any allowed setting)" if flags.enforce_eager else "")
+            + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
-    if flags.max_loras:
-        reasons.append(lora_reason(arch, flags))
+    reasons.extend([lora_reason(arch, flags)] if flags.max_loras else [])
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
-        reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit; fp8 halves KV bytes per token "
-                       "(small quality cost).")
+        reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
+                       f"{objective}; fp8 halves KV bytes per token (small quality cost).")
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens:
         reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens} is pinned.")
@@ -559,103 +709,249 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     if flags.enforce_eager and request.pinned.enforce_eager is None:
         reasons.append("enforce-eager: CUDA graphs would not fit; eager mode gives their memory to the KV cache "
                        "at some decode speed.")
-    reasons.append(
-        f"Budget per GPU: {mem.requested_gib:.2f} GiB requested = {mem.weights_gib:.2f} weights + "
-        f"{mem.activation_gib:.2f} activation + {mem.non_torch_gib:.2f} non-torch"
-        + (f" + {mem.cudagraph_gib:.2f} CUDA graphs" if profile.cudagraph_subtracted and mem.cudagraph_gib else "")
-        + f" + {mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, "
-          f"{pred.max_concurrency:.2f} concurrent requests of {flags.max_model_len}.")
+    if pred.failure is None:  # when vLLM would fail, "Does not fit" below carries the arithmetic instead
+        graphs = f" + {mem.cudagraph_gib:.2f} CUDA graphs" if profile.cudagraph_subtracted and mem.cudagraph_gib else ""
+        persistent = f" + {mem.persistent_gib:.2f} sampler state/allocator" if mem.persistent_gib else ""
+        reasons.append(
+            f"Budget per GPU: {mem.requested_gib:.2f} GiB requested = {mem.weights_gib:.2f} weights + "
+            f"{mem.activation_gib:.2f} activation + {mem.non_torch_gib:.2f} non-torch{graphs}{persistent} + "
+            f"{mem.kv_cache_gib:.2f} KV cache → {pred.kv_cache_tokens} tokens, {pred.max_concurrency:.2f} "
+            f"concurrent requests of {flags.max_model_len}.")
     if not fits:
-        reasons.append("Does not fit: " + (pred.failure.message if pred.failure else _workload_message(request,
-                                                                                                     candidate)))
+        reasons.append("Does not fit: " + does_not_fit(request, profile, candidate.flags, pred))
     return reasons
 
 
-def _options(request: PlanRequest, profile: VersionProfile) -> Iterable[Option]:  # noqa: C901 - a case per way out
-    """Concrete alternatives that would fit, each planned for real."""
+def does_not_fit(request: PlanRequest, profile: VersionProfile, flags: EngineFlags, pred: StartupPrediction) -> str:
+    """Why a plan does not start, as arithmetic that adds up (the figures of the memory bar), then vLLM's words."""
+    failure = _plain_failure(pred.failure)
+    mem = pred.memory
+    gpus = flags.tensor_parallel_size * flags.pipeline_parallel_size
+    if failure is None:
+        wl = request.workload
+        return (f"the KV cache holds {pred.kv_cache_tokens} tokens per replica; the workload asks for "
+                f"{wl.concurrency or 1} concurrent requests of {min(wl.context_length or flags.max_model_len, flags.max_model_len)} "
+                "tokens.")
+    arithmetic = ""
+    if failure.kind in (FailureKind.WEIGHTS_DO_NOT_FIT, FailureKind.CUDA_OOM_STARTUP, FailureKind.NO_KV_CACHE_MEMORY,
+                        FailureKind.KV_CACHE_TOO_SMALL):
+        overhead = round(mem.non_torch_gib + (mem.cudagraph_gib if profile.cudagraph_subtracted else 0.0)
+                         + mem.persistent_gib, 2)
+        one = round(pred.kv_bytes_per_token * flags.max_model_len / 2**30, 2)
+        need = round(mem.weights_gib + mem.activation_gib + overhead + one, 2)
+        if need > mem.requested_gib:
+            arithmetic = (f"weights {mem.weights_gib:.2f} GiB + activation {mem.activation_gib:.2f} + overhead "
+                          f"{overhead:.2f} + KV cache for one request of {flags.max_model_len} tokens {one:.2f} = "
+                          f"{need:.2f} GiB > budget {mem.requested_gib:.2f} GiB (gpu-memory-utilization "
+                          f"{flags.gpu_memory_utilization} × {mem.gpu_total_gib:.2f} GiB) on each of {gpus} GPU(s).")
+        elif failure.kind == FailureKind.CUDA_OOM_STARTUP:
+            context = round(mem.headroom_gib, 2)
+            arithmetic = (f"the budget {mem.requested_gib:.2f} GiB fits, but CUDA graphs ({mem.cudagraph_gib:.2f} GiB) "
+                          f"and the CUDA context are captured outside it, in the {context:.2f} GiB left of "
+                          f"{mem.gpu_total_gib:.2f} GiB on each of {gpus} GPU(s), and do not fit there.")
+    if failure.kind == FailureKind.CUDA_OOM_STARTUP:
+        return arithmetic or "a CUDA allocation would fail during startup (torch.OutOfMemoryError)."
+    said = f"vLLM would print: {failure.message}"
+    return f"{arithmetic} {said}" if arithmetic else said
+
+
+class _Attempt(Protocol):
+    """Plans a changed request; the Option when it starts (and is usable, if asked), else None. Each summary once."""
+
+    def __call__(self, summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None: ...
+
+
+def _attempter(request: PlanRequest, profile: VersionProfile, usable_only: bool) -> _Attempt:
     seen: set[str] = set()
 
-    def attempt(summary: str, changed: PlanRequest) -> Option | None:
-        first = None
-        for candidate in _search(changed, profile):
-            first = first or candidate
-            if candidate.prediction.failure is None and _workload_ok(changed, candidate.prediction, candidate.flags):
-                if summary in seen:
-                    return None
-                seen.add(summary)
-                flags = _explicit_flags(changed, candidate.flags, profile)
-                return Option(summary=summary, flags=flags, gpu=changed.gpu.name,
-                              gpu_count=candidate.flags.tensor_parallel_size * candidate.flags.pipeline_parallel_size,
-                              kv_cache_tokens=candidate.prediction.kv_cache_tokens,
-                              max_model_len=candidate.flags.max_model_len,
-                              max_concurrency=candidate.prediction.max_concurrency)
-        return None
+    def attempt(summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None:
+        best, starts, _ = _choose(changed, profile)
+        if not starts or (usable_only and shortfalls(changed, best.flags)) or summary in seen:
+            return None
+        seen.add(summary)
+        flags = _explicit_flags(changed, best.flags, profile)
+        return Option(summary=summary, kind=kind, changes=_changes(request, changed, best.flags), flags=flags,
+                      gpu=changed.gpu.name, gpu_count=_gpus(best), kv_cache_tokens=best.prediction.kv_cache_tokens,
+                      max_model_len=best.flags.max_model_len, max_concurrency=best.prediction.max_concurrency)
 
-    arch = request.arch
+    return attempt
+
+
+def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = False) -> Iterable[Option]:
+    """Concrete alternatives from the GPU catalog that would fit (and be usable, when the plan itself only starts
+    degenerate), each planned for real and saying what it changes beyond the GPUs. One step per kind of change, in
+    the order they are offered."""
+    attempt = _attempter(request, profile, usable_only)
     found: list[Option] = []
-    # a pinned flag that cannot work: what the planner would choose instead, one flag at a time
+    found.extend(_unpinned_options(request, attempt))
+    found.extend(_more_gpus_option(request, attempt))
+    found.extend(_shorter_context_option(request, attempt))
+    found.extend(_fp8_kv_option(request, attempt))
+    found.extend(_quantized_options(request, attempt))
+    found.extend(_one(_larger_gpu(request, attempt)))
+    return found
+
+
+def _one(option: Option | None) -> list[Option]:
+    return [option] if option else []
+
+
+def _unpinned_options(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """A pinned flag that cannot work: what the planner would choose instead, one flag at a time."""
+    found: list[Option] = []
     for name in _UNPINNABLE:
         value = getattr(request.pinned, name)
         if value is None:
             continue
         relaxed_pins = request.pinned.model_copy(update={name: None})
         option = attempt(f"unpin {name.replace('_', '-')} (pinned {value})",
-                         request.model_copy(update={"pinned": relaxed_pins}))
+                         request.model_copy(update={"pinned": relaxed_pins}), kind="flags")
         if option:
             option.summary = (f"Change the pinned {name.replace('_', '-')} from {value} to "
                               f"{option.flags.get(name, 'vLLM default')}")
             found.append(option)
-    # more GPUs of the same kind
-    if not request.pinned.tensor_parallel_size:
-        for count in (2, 4, 8):
-            if count > request.gpu_count:
-                option = attempt(f"Use {count}× {request.gpu.name} with tensor parallelism",
-                                 request.model_copy(update={"gpu_count": count}))
-                if option:
-                    found.append(option)
-                    break
-    # a shorter context, if the pinned length is what breaks it
-    if request.pinned.max_model_len or request.workload.context_length:
-        relaxed = request.model_copy(update={
-            "pinned": request.pinned.model_copy(update={"max_model_len": None}),
-            "workload": Workload(prefix_caching=request.workload.prefix_caching)})
-        option = attempt("Unpin max-model-len and let the planner size the context", relaxed)
-        wanted = request.pinned.max_model_len or request.workload.context_length or 0
-        if option and option.max_model_len < wanted:
-            option.summary = f"Shorter context: max-model-len {option.max_model_len}"
-            found.append(option)
-        elif option and request.workload.concurrency and request.workload.context_length:
-            per_request = min(request.workload.context_length, option.max_model_len)
-            holds = int(option.max_concurrency * option.max_model_len / per_request)
-            if holds >= 1:
-                option.summary = (f"Fewer concurrent requests: the KV cache holds about {holds} requests of "
-                                  f"{per_request} tokens (the workload asks for {request.workload.concurrency})")
-                found.append(option)
-    # fp8 KV cache
-    if request.pinned.kv_cache_dtype in (None, "auto") and _supports_fp8_kv(request.gpu):
-        option = attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={
-            "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}))
-        if option:
-            found.append(option)
-    # quantized weights
-    if arch.quantization is None and request.pinned.quantization is None:
-        if request.gpu.fp8:
-            option = attempt("Quantize weights to FP8 online (--quantization fp8) or use an FP8 checkpoint",
-                             request.model_copy(update={"pinned": request.pinned.model_copy(
-                                 update={"quantization": "fp8"})}))
-            if option:
-                found.append(option)
-        option = _quantized_variant(request, attempt)
-        if option:
-            found.append(option)
-    # a larger GPU
-    option = _larger_gpu(request, attempt)
-    if option:
-        found.append(option)
     return found
 
 
-def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
+def _more_gpus_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """More GPUs of the same kind: the smallest count (2, 4, 8) above the request's that fits."""
+    if request.pinned.tensor_parallel_size or request.gpu.is_mig:  # a process sees one MIG slice
+        return []
+    for count in (2, 4, 8):
+        if count > request.gpu_count:
+            option = attempt(f"Use {count}× {request.gpu.name} with tensor parallelism",
+                             request.model_copy(update={"gpu_count": count}))
+            if option:
+                return [option]
+    return []
+
+
+def _shorter_context_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """A shorter context, if the pinned length (or the workload's) is what breaks it; else fewer concurrent
+    requests of the workload's length."""
+    if not (request.pinned.max_model_len or request.workload.context_length):
+        return []
+    relaxed = request.model_copy(update={
+        "pinned": request.pinned.model_copy(update={"max_model_len": None}),
+        "workload": Workload(prefix_caching=request.workload.prefix_caching)})
+    option = attempt("Unpin max-model-len and let the planner size the context", relaxed, kind="context")
+    if option is None:
+        return []
+    wanted = request.pinned.max_model_len or request.workload.context_length or 0
+    if option.max_model_len < wanted:
+        option.summary = f"Shorter context: max-model-len {option.max_model_len}"
+        return [option]
+    if request.workload.concurrency and request.workload.context_length:
+        per_request = min(request.workload.context_length, option.max_model_len)
+        holds = int(option.max_concurrency * option.max_model_len / per_request)
+        if holds >= 1:
+            option.summary = (f"Fewer concurrent requests: the KV cache holds about {holds} requests of "
+                              f"{per_request} tokens (the workload asks for {request.workload.concurrency})")
+            return [option]
+    return []
+
+
+def _fp8_kv_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    if request.pinned.kv_cache_dtype not in (None, "auto") or not _supports_fp8_kv(request.gpu):
+        return []
+    return _one(attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={
+        "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}), kind="flags"))
+
+
+def _quantized_options(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """Quantized weights: FP8 online where the GPU has it, the catalog's quantized checkpoints of this model (or,
+    when it has none, a generic quantized variant)."""
+    arch = request.arch
+    if arch.quantization is not None or request.pinned.quantization is not None:
+        return []
+    found: list[Option] = []
+    if request.gpu.fp8:
+        found.extend(_one(attempt("Quantize weights to FP8 online (--quantization fp8) or use an FP8 checkpoint",
+                                  request.model_copy(update={"pinned": request.pinned.model_copy(
+                                      update={"quantization": "fp8"})}), kind="flags")))
+    named: list[Option] = []
+    for variant in catalog_quantized_variants(arch):
+        if not _kernels_for(variant, request.gpu):
+            continue
+        method = variant.quantization.method if variant.quantization else "quantized"
+        named.extend(_one(attempt(f"Use the quantized checkpoint {variant.model_id} ({method}, "
+                                  f"{checkpoint_bytes(variant) / 2**30:.1f} GiB of weights; a separate model from "
+                                  "the catalog)", request.model_copy(update={"arch": variant}),
+                                  "quantized-checkpoint")))
+    found.extend(named)
+    if not named:
+        found.extend(_one(_quantized_variant(request, attempt)))
+    return found
+
+
+def _changes(request: PlanRequest, changed: PlanRequest, flags: EngineFlags) -> list[str]:
+    """What an option changes beyond the GPUs: everything a user would notice in quality, speed or checkpoint."""
+    out: list[str] = []
+    if flags.kv_cache_dtype != "auto" and flags.kv_cache_dtype != (request.pinned.kv_cache_dtype or "auto"):
+        out.append(f"KV cache dtype {flags.kv_cache_dtype} (small quality cost)")
+    if changed.pinned.quantization != request.pinned.quantization:
+        out.append(f"weights quantized online (--quantization {changed.pinned.quantization})")
+    if changed.arch is not request.arch and changed.arch.quantization != request.arch.quantization:
+        out.append("a different (quantized) checkpoint")
+    if flags.enforce_eager and not request.pinned.enforce_eager:
+        out.append("--enforce-eager (no CUDA graphs: slower decode)")
+    for name in _UNPINNABLE:
+        before, after = getattr(request.pinned, name), getattr(changed.pinned, name)
+        if before is not None and after is None:
+            out.append(f"unpins {name.replace('_', '-')}")
+    return out
+
+
+_SHAPE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size", "derived_max_model_len")
+
+
+def catalog_quantized_variants(arch: ModelArch) -> list[ModelArch]:
+    """Quantized checkpoints of this model in the built-in model catalog: the same architecture (layers, widths,
+    heads, vocabulary, context; the MLP width within 1 %) and the same numbered words in the name (version and size:
+    Llama-3.3 is not Llama-3.1), with a quantization_config."""
+    if arch.quantization is not None:
+        return []
+    numbers = set(_name_numbers(arch.model_id))
+    return [variant for variant in _catalog_archs() if variant.quantization is not None
+            and all(getattr(variant, f) == getattr(arch, f) for f in _SHAPE)
+            and abs((variant.intermediate_size or 0) - (arch.intermediate_size or 0))
+            <= 0.01 * (arch.intermediate_size or 0)  # AWQ pads the MLP width (Qwen2.5-72B: 29568 → 29696)
+            and numbers <= set(_name_numbers(variant.model_id))]
+
+
+def _kernels_for(variant: ModelArch, gpu: GPUSpec) -> bool:
+    """Whether vLLM has kernels for this checkpoint's weights on the GPU: FP8 weights need Ampere or newer (Marlin
+    FP8 on 8.0-8.6, native from 8.9); 4-bit AWQ/GPTQ and int8 run from Turing (7.5)."""
+    cc = gpu.compute_capability_tuple
+    if cc is None:
+        return True
+    fp8 = "fp8" in variant.model_id.lower() or (variant.quantization is not None and "fp8" in variant.quantization.method)
+    return cc >= ((8, 0) if fp8 else (7, 5))
+
+
+def _name_numbers(model_id: str) -> list[str]:
+    return [token for token in re.split(r"[-_\s]+", model_id.rsplit("/", 1)[-1].lower()) if re.search(r"\d", token)]
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_archs() -> tuple[ModelArch, ...]:
+    """Every model of the built-in catalog (package data, read like the GPU catalog: no network)."""
+    from .arch import arch_from_config
+
+    archs = []
+    for path in sorted(resources.files("vllm_operator.catalog").joinpath("models").iterdir(), key=lambda p: p.name):
+        if not path.name.endswith(".json"):
+            continue
+        row = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            archs.append(arch_from_config(row["config"], model_id=row["model_id"], total_size=row.get("total_size"),
+                                          total_size_estimated=bool(row.get("total_size_estimated"))))
+        except (ArchError, KeyError, TypeError, ValueError):
+            continue  # a row the planner cannot read is not offered
+    return tuple(archs)
+
+
+def _quantized_variant(request: PlanRequest, attempt: _Attempt) -> Option | None:
     """A 4-bit (AWQ/GPTQ) checkpoint of the same model: weights ≈ 0.52 B/param outside embeddings."""
     from .arch import Quantization, checkpoint_bytes
 
@@ -669,19 +965,25 @@ def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
         "quantization": Quantization(method="awq", weight_bits=4, group_size=128), "total_size": size,
         "total_size_estimated": True, "dtype": "float16"})
     option: Option | None = attempt(f"Use a 4-bit AWQ/GPTQ checkpoint of {arch.model_id} (about "
-                                    f"{size / 2**30:.1f} GiB of weights)", request.model_copy(update={"arch": variant}))
+                                    f"{size / 2**30:.1f} GiB of weights)", request.model_copy(update={"arch": variant}),
+                                    "quantized-checkpoint")
     return option
 
 
-def _larger_gpu(request: PlanRequest, attempt: Any) -> Option | None:
+def _larger_gpu(request: PlanRequest, attempt: _Attempt) -> Option | None:
     from .gpus import load_gpu_catalog
 
     catalog = load_gpu_catalog()
-    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma),
+    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma and not g.is_mig),
                     key=lambda g: g.reported_gib)
+    weights_gib = checkpoint_bytes(request.arch) / 2**30 / max(request.gpu_count, 1)
+    tried: list[float] = []
     for gpu in bigger:
+        if gpu.reported_gib < weights_gib or any(abs(gpu.reported_gib - size) < 1.0 for size in tried):
+            continue  # the weights alone exceed it, or a GPU of the same size did not fit
+        tried.append(gpu.reported_gib)
         option: Option | None = attempt(f"Use a larger GPU: {gpu.name} ({gpu.reported_gib:.0f} GiB)",
-                                        request.model_copy(update={"gpu": gpu}))
+                                        request.model_copy(update={"gpu": gpu}), "larger-gpu")
         if option:
             return option
     return None
@@ -695,8 +997,9 @@ def with_vllm_defaults(request: PlanRequest) -> PlanRequest:
     """
     profile = profile_for(request.vllm_version)
     pinned = request.pinned
-    length = pinned.max_model_len or request.arch.derived_max_model_len
+    length = pinned.max_model_len or arch_for_release(request.arch, profile).derived_max_model_len
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
+                              compute_capability=request.gpu.compute_capability,
                               max_model_len=length, chunked_prefill=pinned.enable_chunked_prefill is not False)
     filled = pinned.model_copy(update={
         "tensor_parallel_size": pinned.tensor_parallel_size or 1,

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..planner import Constraints
-from .classifier import MEMORY_FAILURES, Failure, FailureClass
+from ..planner.failures import FailureKind
+from .classifier import MEMORY_FAILURES, Failure
 
 _MAX_UTILIZATION = 0.95
 _UTIL_STEP = 0.03
@@ -74,7 +75,7 @@ def decide(failure: Failure, key: str, current: Current, now: datetime) -> Decis
     kind = failure.kind
     if key in current.history_keys:
         return Decision(action=Action.IGNORE, failure_class=kind, message=f"failure {key} was already handled")
-    if kind not in MEMORY_FAILURES and kind not in (FailureClass.InvalidParallelism, FailureClass.MaxModelLenTooLong):
+    if kind not in MEMORY_FAILURES and kind not in (FailureKind.INVALID_PARALLELISM, FailureKind.MAX_MODEL_LEN_TOO_LONG):
         return Decision(action=Action.SURFACE, failure_class=kind,
                         message=f"{kind}: {failure.summary} (not a memory failure: flags unchanged)")
     if not current.enabled:
@@ -131,7 +132,7 @@ def _kv_too_small(failure: Failure, current: Current) -> _Step:
         return ({"max_model_len": target},
                 f"vLLM's KV cache holds at most {fits} tokens per request; max-model-len {length} → {target}")
     util = float(_flag(current, "gpu_memory_utilization", 0.9))
-    if not _pinned(current, "gpu_memory_utilization") and util + _UTIL_STEP <= _MAX_UTILIZATION:
+    if not _pinned(current, "gpu_memory_utilization") and round(util + _UTIL_STEP, 2) <= _MAX_UTILIZATION:
         raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
         # more memory must not buy a longer context than the one that just failed
         cap = {"max_model_len": int(length)} if length and not _pinned(current, "max_model_len") else {}
@@ -174,7 +175,7 @@ def _no_kv_memory(failure: Failure, current: Current) -> _Step:
     util = float(_flag(current, "gpu_memory_utilization", 0.9))
     c = current.constraints
     if not _pinned(current, "gpu_memory_utilization") and c.gpu_free_gib is None and \
-            util + _UTIL_STEP <= _MAX_UTILIZATION:
+            round(util + _UTIL_STEP, 2) <= _MAX_UTILIZATION:
         raised = round(min(util + 2 * _UTIL_STEP, _MAX_UTILIZATION), 2)
         return {"min_utilization": raised}, f"no memory left for the KV cache; gpu-memory-utilization {util} → {raised}"
     if not _pinned(current, "enforce_eager") and not c.force_enforce_eager and not _flag(current, "enforce_eager"):
@@ -269,15 +270,15 @@ def _too_long(failure: Failure, current: Current) -> _Step:
 
 
 _STEPS: dict[str, Any] = {
-    FailureClass.KVCacheTooSmall: _kv_too_small,
-    FailureClass.InsufficientFreeGPUMemory: _insufficient_free,
-    FailureClass.NoKVCacheMemory: _no_kv_memory,
-    FailureClass.WeightsDoNotFit: _weights,
-    FailureClass.CUDAOOMStartup: _oom_startup,
-    FailureClass.CUDAOOMServing: _oom_serving,
-    FailureClass.HostOOMKilled: _host_oom,
-    FailureClass.InvalidParallelism: _invalid_parallelism,
-    FailureClass.MaxModelLenTooLong: _too_long,
+    FailureKind.KV_CACHE_TOO_SMALL: _kv_too_small,
+    FailureKind.INSUFFICIENT_FREE_GPU_MEMORY: _insufficient_free,
+    FailureKind.NO_KV_CACHE_MEMORY: _no_kv_memory,
+    FailureKind.WEIGHTS_DO_NOT_FIT: _weights,
+    FailureKind.CUDA_OOM_STARTUP: _oom_startup,
+    FailureKind.CUDA_OOM_SERVING: _oom_serving,
+    FailureKind.HOST_OOM_KILLED: _host_oom,
+    FailureKind.INVALID_PARALLELISM: _invalid_parallelism,
+    FailureKind.MAX_MODEL_LEN_TOO_LONG: _too_long,
 }
 
 
