@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check operator tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/install_doc.py --check
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 contracts: $(STAMP)
 	$(BIN)/lint-imports

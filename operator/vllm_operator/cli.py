@@ -38,6 +38,7 @@ from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
+from .render.cache import CacheSettings
 
 if TYPE_CHECKING:
     from .planner.multinode import MultiNodePlan
@@ -200,6 +201,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),
                    help="YAML list of GPU catalog overrides: extra SKUs or per-GPU fields such as "
                         "default_utilization (env VLLM_OPERATOR_GPU_CATALOG)")
+    r.add_argument("--model-cache-mode", choices=("auto", "persistent", "ephemeral"),
+                   default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_MODE", "auto"),
+                   help="model cache of services without spec.modelCache: a PersistentVolumeClaim when the cluster "
+                        "has a default StorageClass (auto), always (persistent) or an emptyDir (ephemeral)")
+    r.add_argument("--model-cache-storage-class", default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_STORAGE_CLASS"),
+                   help="StorageClass of the default cache claims (default: the cluster's default class)")
+    r.add_argument("--model-cache-access-mode", choices=("ReadWriteOnce", "ReadWriteMany"),
+                   default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_ACCESS_MODE", "ReadWriteOnce"),
+                   help="ReadWriteMany: one claim per model and namespace, shared by its services and their pods; "
+                        "ReadWriteOnce: one claim per single-pod service")
+    r.add_argument("--model-cache-size", default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_SIZE"),
+                   help="size of the default cache claims (default: 1.5 x the checkpoint + 10Gi)")
     r.add_argument("--verbose", "-v", action="store_true")
     r.set_defaults(func=cmd_run)
 
@@ -524,7 +537,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         default_image=args.default_image,
         metrics_interval=args.metrics_interval,
         prometheus_selector=args.prometheus_selector,
+        model_cache=_cache_settings(args),
     ))
+
+
+def _cache_settings(args: argparse.Namespace) -> CacheSettings:
+    return CacheSettings(mode=args.model_cache_mode, storage_class=args.model_cache_storage_class or None,
+                         access_mode=args.model_cache_access_mode, size=args.model_cache_size or None)
 
 
 #: The simulator and the modules of its extra's dependencies (kmock, aiohttp, jsonschema, cel-python,

@@ -45,10 +45,14 @@ from .planner.multinode import MultiNodePlan
 from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
+from .render.autoscaling import pod_matchers
+from .render.cache import MODEL_CACHE, CachePlan, CacheSettings, plan_cache, startup_failure_threshold
+from .render.ecosystem import ecosystem_children
 from .render.manifests import (
     OwnerRef,
     RenderInput,
     child_names,
+    labels_for,
     render_args,
     selector_for,
     spec_hash,
@@ -120,6 +124,9 @@ class Observed:
     resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
     list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
     lws_installed: Callable[[], bool] | None = None  # the shell's LeaderWorkerSet API check (multi-node plans only)
+    cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
+    default_storage_class: str | None = None        # the cluster's default StorageClass, if any
+    served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
 
 
 @dataclass
@@ -131,6 +138,7 @@ class Desired:
     events: list[Event] = field(default_factory=list)
     plan: Plan | None = None
     retry_after: float | None = None                # re-run later (e.g. no GPU nodes yet)
+    stale: list[tuple[str, str]] = field(default_factory=list)  # optional children (kind, name) to delete if present
 
 
 def _status(observed: Observed, updates: list[cond.ConditionUpdate], **changes: Any) -> VLLMServiceStatus:
@@ -325,6 +333,11 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def lora_flags(spec: VLLMServiceSpec) -> dict[str, Any]:
+    """The vLLM flags spec.lora asks for (empty without spec.lora)."""
+    return spec.lora.to_vllm(spec.flags.max_lora_rank) if spec.lora else {}
+
+
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
     # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
@@ -346,7 +359,8 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
         wanted = max(spec.gpu.count // (pinned.pipeline_parallel_size or 1), 1)
         constraints = constraints.model_copy(update={
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
-    return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
+    return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, lora=spec.lora,
+                       workload=workload,
                        constraints=constraints, vllm_version=version.version, version_note=version.note)
 
 
@@ -448,6 +462,15 @@ def desired_state(observed: Observed) -> Desired:
             return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
 
 
+def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
+    """Pinned flags and spec.lora's flags the image's vLLM release lacks."""
+    errors = [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
+              for name, why in unsupported_pinned(spec.flags.to_vllm(), version)]
+    errors += [SpecError("spec.lora", f"{why}; remove spec.lora or use another image")
+               for _name, why in unsupported_pinned(lora_flags(spec), version)]
+    return errors
+
+
 @dataclass(frozen=True)
 class _Planned:
     """What the plan step leaves for the status step: the spec, the plan and what status shows of them."""
@@ -520,10 +543,9 @@ def _resolve_image_version(observed: Observed, spec: VLLMServiceSpec) -> ImageVe
         resolved = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
     except VersionError as exc:
         return _invalid(observed, [SpecError("spec.vllmVersion", str(exc))])
-    unsupported = unsupported_pinned(spec.flags.to_vllm(), resolved.version)
+    unsupported = _unsupported_flags(spec, resolved.version)
     if unsupported:
-        return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
-                                   for name, why in unsupported])
+        return _invalid(observed, unsupported)
     return resolved
 
 
@@ -630,8 +652,21 @@ def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
     return Desired(status=status, children=None, events=events, plan=result)
 
 
-def _render_input(observed: Observed, planned: _Planned) -> RenderInput:
-    """What the renderer needs of the spec and the plan."""
+def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
+    """Where the weights live: spec.modelCache, else the operator-wide default (a claim that survives restarts and
+    remediation steps when the cluster can provide one, an emptyDir otherwise)."""
+    spec = planned.spec
+    return plan_cache(service=observed.name, namespace=observed.namespace, model=spec.model.name,
+                      revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
+                      default_storage_class=observed.default_storage_class,
+                      checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
+                      max_pods=max_pods(spec) * planned.nodes_per_replica,  # a multi-node replica is several pods
+                      labels=labels_for(observed.name),
+                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s())
+
+
+def _render_input(observed: Observed, planned: _Planned, cache: CachePlan) -> RenderInput:
+    """What the renderer needs of the spec, the plan and the model cache."""
     spec, result, constraints = planned.spec, planned.result, planned.constraints
     return RenderInput(
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
@@ -646,11 +681,9 @@ def _render_input(observed: Observed, planned: _Planned) -> RenderInput:
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_claim=_cache_claim(observed.name, spec), cache_create=bool(spec.model_cache and not
-                                                                          spec.model_cache.claim_name
-                                                                          and spec.model_cache.size),
-        cache_size=str(spec.model_cache.size) if spec.model_cache and spec.model_cache.size else "100Gi",
-        cache_storage_class=spec.model_cache.storage_class_name if spec.model_cache else None,
+        cache_volume=cache.volume, roll_without_surge=cache.exclusive,
+        startup_failure_threshold=startup_failure_threshold(
+            checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -662,18 +695,42 @@ def _render_input(observed: Observed, planned: _Planned) -> RenderInput:
     )
 
 
-def _render_children(observed: Observed, planned: _Planned) -> tuple[RenderInput, list[dict[str, Any]]]:
-    """Step 7, when the plan fits: the children rendered as data (PVC, Service and a Deployment, or a
-    LeaderWorkerSet when one replica spans nodes)."""
-    render = _render_input(observed, planned)
-    return render, multinode.children_for(render, planned.nodes_per_replica)
+@dataclass(frozen=True)
+class _Rendered:
+    """What the render step leaves for the status step: the children, their conditions, the optional children to
+    delete (an autoscaler or InferencePool no longer asked for)."""
+
+    render: RenderInput
+    children: list[dict[str, Any]]
+    updates: list[cond.ConditionUpdate]
+    stale: list[tuple[str, str]]
 
 
-def _deployable_status(observed: Observed, planned: _Planned,
-                       rendered: tuple[RenderInput, list[dict[str, Any]]]) -> Desired:
+def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
+    """Step 7, when the plan fits: the children rendered as data — the model cache claim, Service and Deployment
+    (a LeaderWorkerSet when one replica spans nodes),
+    then the ecosystem objects (HPA or KEDA ScaledObject, InferencePool) — and the conditions they report."""
+    spec = planned.spec
+    cache = _model_cache(observed, planned)
+    render = _render_input(observed, planned, cache)
+    # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13)
+    children = ([cache.claim] if cache.claim else []) + multinode.children_for(render, planned.nodes_per_replica)
+    deployment = child_names(observed.name).deployment
+    extras = ecosystem_children(
+        name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
+        prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
+        conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
+        persistent_cache=cache.persistent)
+    updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
+                                    cache.message), *extras.updates]
+    return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale)
+
+
+def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendered) -> Desired:
     """Step 7, when the plan fits: PlanFeasible with the args and KV tokens, rollout progress, the children."""
     spec, result, gpu, resolved = planned.spec, planned.result, planned.gpu, planned.resolved
-    render, children = rendered
+    render, children = rendered.render, rendered.children
     ready = (observed.status.get("readyReplicas") or 0)
     message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(planned.args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
@@ -685,6 +742,7 @@ def _deployable_status(observed: Observed, planned: _Planned,
     updates = [
         cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.TRUE,
                              cond.VERSION_ASSUMED if resolved.note else cond.PLAN_FITS, message),
+        *rendered.updates,
     ]
     degraded = cond.find_condition(_status(observed, []).conditions, cond.DEGRADED)
     if degraded is None or degraded.reason in (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND,
@@ -707,7 +765,7 @@ def _deployable_status(observed: Observed, planned: _Planned,
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi)
-    return Desired(status=status, children=children, events=events, plan=result)
+    return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 
 
 def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest, node_count: int | None, result: Plan,
@@ -753,19 +811,17 @@ def _lws_installed(observed: Observed) -> bool | None:
 
 def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
     """spec.replicas, or what the metrics watch scaled to when the user allowed a range (spec.maxReplicas)."""
+    if spec.autoscaling is not None:  # an autoscaler writes spec.replicas: follow it, never override it
+        return spec.replicas
     scaled = ((status.get("metrics") or {}).get("desiredReplicas"))
     if spec.max_replicas is None or not isinstance(scaled, int) or not (spec.prometheus and spec.prometheus.enabled):
         return spec.replicas
     return max(spec.replicas, min(scaled, spec.max_replicas))
 
 
-def _cache_claim(name: str, spec: VLLMServiceSpec) -> str | None:
-    cache = spec.model_cache
-    if cache is None:
-        return None
-    if cache.claim_name:
-        return cache.claim_name
-    return f"{name}-model-cache" if cache.size else None
+def max_pods(spec: VLLMServiceSpec) -> int:
+    """The most pods this service may run (spec.replicas, spec.maxReplicas, spec.autoscaling.maxReplicas)."""
+    return max(spec.replicas, spec.max_replicas or 0, spec.autoscaling.max_replicas if spec.autoscaling else 0, 1)
 
 
 def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,

@@ -119,8 +119,11 @@ class SimulatedCluster:
     def __init__(self, pools: Iterable[NodePool | Sequence[Any]] = DEFAULT_POOLS, scenarios: ScenarioSet | None = None,
                  *, speed: float = DEFAULT_SPEED, clock: SimClock | None = None, workdir: str | Path | None = None,
                  image_pull_s: float = 30.0, tick_s: float = 0.02,
-                 on_event: Callable[[SimEvent], None] | None = None, leaderworkerset: bool = True) -> None:
+                 on_event: Callable[[SimEvent], None] | None = None,
+                 default_storage_class: str | None = "standard", leaderworkerset: bool = True) -> None:
         self.pools = [_pool(p) for p in pools]
+        #: a StorageClass marked default, as most clusters have: the operator's default model cache is then a claim
+        self.default_storage_class = default_storage_class
         self.leaderworkerset = leaderworkerset
         self.scenarios = scenarios if scenarios is not None else load_scenarios()
         self.clock = clock or SimClock(speed)
@@ -151,6 +154,12 @@ class SimulatedCluster:
         try:
             self.server.write_kubeconfig(self.kubeconfig_path)
             self.api.create_object("customresourcedefinitions", build_crd())
+            if self.default_storage_class:
+                self.api.create_object("storageclasses", {
+                    "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": self.default_storage_class,
+                                 "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                    "provisioner": "sim.vllm-operator.dev/local", "volumeBindingMode": "WaitForFirstConsumer"})
             if self.leaderworkerset:  # the engine multi-node services run on (vllm_operator_sim.lws)
                 self.api.create_object("customresourcedefinitions", slim_crd())
             catalog = load_gpu_catalog()

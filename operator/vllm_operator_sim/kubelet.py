@@ -148,6 +148,16 @@ class _Pod:
     config_error: str = ""
     log_lines_shown: int = -1
     written: dict[str, Any] | None = None
+    cache_volume: str = ""   # where the weights are cached: "pvc:<claim>" (outlives the pod) or "pod:<uid>" (emptyDir)
+
+
+def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
+    """The pod's `model-cache` volume as a cache key: a claim is shared by every pod that mounts it, an emptyDir
+    lives as long as the pod (container restarts keep it)."""
+    for volume in spec.get("volumes") or []:
+        if volume.get("name") == "model-cache" and volume.get("persistentVolumeClaim"):
+            return f"pvc:{volume['persistentVolumeClaim'].get('claimName', '')}"
+    return f"pod:{uid}"
 
 
 @dataclass
@@ -202,6 +212,7 @@ class Kubelet:
         self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
+        self._cached: set[tuple[str, str, str]] = set()  # (namespace, cache volume, model) already downloaded
         self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -363,6 +374,7 @@ class Kubelet:
                    tolerations=list(spec.get("tolerations") or []), vllm=_is_vllm(main), secrets=_secret_refs(main),
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
+        pod.cache_volume = _cache_volume(spec, pod.uid)
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.pods_created += 1
         if stats.first_pod_at is None:
@@ -519,6 +531,7 @@ class Kubelet:
             pod.due = t + GENERIC_READY_S
             self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
             return
+        self._fetch_weights(pod, t)
         outcome = self._simulate(pod)
         pod.outcome = outcome
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
@@ -533,6 +546,25 @@ class Kubelet:
         what = f"restart {pod.restart_count}" if pod.restart_count else "first start"
         self._event(pod, t, "started", f"Started container vllm ({what}) on {pod.node}", "Started",
                     restart=pod.restart_count, flags=_flag_summary(outcome.flags))
+
+    def _fetch_weights(self, pod: _Pod, t: float) -> None:
+        """The Hugging Face download a starting vLLM container makes, unless its cache volume holds the model:
+        a `download` event the first time on a volume, `cache-hit` after (no second download)."""
+        model_id = _model_arg(pod.args)
+        if not model_id:
+            return
+        key = (pod.namespace, pod.cache_volume, model_id)
+        kind, where = pod.cache_volume.split(":", 1)
+        place = f"claim {where}" if kind == "pvc" else "the pod's emptyDir"
+        files = self._model(model_id, pod)
+        size = f" ({files.total_size / 2**30:.1f} GiB)" if files is not None and files.total_size else ""
+        if key in self._cached:
+            self._event(pod, t, "cache-hit", f"{model_id}: weights found in {place}, not downloaded again",
+                        volume=pod.cache_volume)
+            return
+        self._cached.add(key)
+        self._event(pod, t, "download", f"{model_id}: downloading the weights{size} into {place}",
+                    volume=pod.cache_volume)
 
     def _simulate(self, pod: _Pod) -> StartupOutcome:
         gpu = self._node_gpu(pod.node or "")

@@ -287,7 +287,7 @@ def test_namespaced_rbac(chart: Any) -> None:
                 if {"configmaps", "secrets"} & set(rule["resources"])]
     operator_role = chart.one(objects, "ClusterRole", chart.release)
     assert {(res, verb) for rule in operator_role["rules"] for res in rule["resources"] for verb in rule["verbs"]} == {
-        ("nodes", "list"), ("namespaces", "list"), ("namespaces", "watch"),
+        ("nodes", "list"), ("namespaces", "list"), ("namespaces", "watch"), ("storageclasses", "list"),
         ("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
     pod_monitor_namespaces = chart.objects("namespaced.yaml", sets=["monitoring.podMonitor.enabled=true"])
     assert chart.one(pod_monitor_namespaces, "PodMonitor")["spec"]["namespaceSelector"] == {

@@ -43,12 +43,17 @@ CATALOG_MODEL = ROOT / "operator" / "vllm_operator" / "catalog" / "models" / "Qw
 WAIT = 30.0
 
 #: (group, resource, verb) the chart grants although no scenario calls it, and why. Keep it short.
+_ECOSYSTEM = ("only for services with spec.autoscaling / spec.routing.inferencePool (the scenario has none; "
+              "tests/handlers/test_autoscalers_and_pools.py runs them against the emulator)")
 ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
-    # multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_lws_handlers.py
-    # runs them against the emulator with the LWS CRD installed.
-    ("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
-    for verb in ("get", "create", "patch")
-}
+    (group, resource, verb): _ECOSYSTEM
+    for group, resource in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects"),
+                            ("inference.networking.k8s.io", "inferencepools"))
+    for verb in ("get", "create", "patch", "delete")}
+# multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_lws_handlers.py
+# runs them against the emulator with the LWS CRD installed.
+ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
+                       for verb in ("get", "create", "patch")})
 
 #: vLLM's startup failure when other processes hold GPU memory (remediation lowers --gpu-memory-utilization).
 FREE_MEMORY_ERROR = ("ValueError: Free memory on device cuda:0 (17.40/21.84 GiB) on startup is less than desired "
@@ -180,6 +185,12 @@ def full_scenario(run: Run, main: str, other: str) -> None:
     run.wait(lambda: (a := run.args_of(main, "qwen")) not in (first, remediated) and a, "the update")
     run.wait(lambda: run.get("services", "qwen", main)["spec"]["ports"][0]["port"] == 8080,  # type: ignore[index]
              "the Service's new port")
+    # An update of the service with a model-cache claim: its children are read before they are applied.
+    # (its second spec change: the generation is read back, not assumed)
+    run.server.patch_object("vllmservices", "tiny", {"spec": {"workload": {"contextLength": 2048}}}, namespace=other)
+    tiny_generation = (run.get("vllmservices", "tiny", other) or {})["metadata"]["generation"]
+    run.wait(lambda: ((run.get("vllmservices", "tiny", other) or {}).get("status") or {}).get(
+        "observedGeneration") == tiny_generation, "the update of tiny")
 
     # The new profile's pod cannot be scheduled (the crash-looping pod is gone): the operator reports the scheduler's
     # message, never a finished rollout.

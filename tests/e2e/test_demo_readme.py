@@ -37,6 +37,15 @@ def readme_demo_commands() -> tuple[str, list[str]]:
     return demo, [line for line in lines if line.startswith("kubectl ")]
 
 
+def readme_deploy_commands() -> list[str]:
+    """The kubectl command lines of README's "Deploy a model" section."""
+    section = README.read_text().split("### Deploy a model", 1)[1].split("\n### ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "README's Deploy a model section has no ```sh block"
+    lines = [line.split("#", 1)[0].strip() for line in block[1].splitlines()]
+    return [line for line in lines if line.startswith("kubectl ")]
+
+
 def test_the_readme_lists_kubectl_commands_for_the_demo() -> None:
     demo, commands = readme_demo_commands()
     assert demo == "vllm-operator demo --keep-running"
@@ -81,6 +90,26 @@ def test_readmes_kubectl_commands_work_against_the_demo(tmp_path: Path) -> None:
         out = {c: kubectl.run(*shlex.split(c)[1:]).stdout for c in commands if c.startswith("kubectl get")}
         assert "READY" in out["kubectl get pods -o wide"] and "RESTARTS" in out["kubectl get pods -o wide"]
         assert "REASON" in out["kubectl get events"] and "OBJECT" in out["kubectl get events"]
+        # README's "Deploy a model" commands, as written, in a namespace of their own (the examples name none)
+        # (typed `kubectl create <kind>` sends protobuf, which the emulator refuses (415): the namespace comes from a
+        # manifest, and `create secret` runs as written with --dry-run=client, its object then applied as JSON)
+        namespace = tmp_path / "namespace.yaml"
+        namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: readme}\n")
+        assert kubectl.run("create", "-f", str(namespace)).returncode == 0
+        deploy = readme_deploy_commands()
+        assert [c.split()[1] for c in deploy] == ["create", "apply", "get"], deploy
+        for command in deploy:
+            args = [*shlex.split(command)[1:], "--namespace", "readme"]
+            if args[0] == "create":
+                rendered = kubectl.run(*args, "--dry-run=client", "-o", "yaml")
+                assert rendered.returncode == 0, rendered.stderr
+                (tmp_path / "created.yaml").write_text(rendered.stdout)
+                args = ["apply", "-f", str(tmp_path / "created.yaml"), "--namespace", "readme"]
+            result = kubectl.run(*args)
+            assert result.returncode == 0 and result.stdout.strip(), f"{command}:\n{result.stdout}{result.stderr}"
+        header, *rows = kubectl("get", "vllms", "--namespace", "readme").strip().splitlines()
+        assert header.split()[:5] == ["NAME", "MODEL", "GPU", "TP", "MAXLEN"], header
+        assert rows and rows[0].split()[:2] == ["llama", "meta-llama/Llama-3.1-8B-Instruct"], rows
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -389,7 +389,7 @@ def test_namespaces_and_discovery(emulator: EmulatedAPIServer, api: kubernetes.c
     assert _http(emulator, '/api')[1]['versions'] == ['v1']
     groups = {g['name']: g['preferredVersion']['version'] for g in _http(emulator, '/apis')[1]['groups']}
     assert groups == {'apps': 'v1', 'events.k8s.io': 'v1', 'coordination.k8s.io': 'v1',
-                      'apiextensions.k8s.io': 'v1', 'kopf.dev': 'v1'}
+                      'apiextensions.k8s.io': 'v1', 'kopf.dev': 'v1', 'storage.k8s.io': 'v1', 'autoscaling': 'v2'}
     core_resources = {r['name']: r for r in _http(emulator, '/api/v1')[1]['resources']}
     assert {'namespaces', 'pods', 'pods/log', 'pods/status', 'services', 'events', 'configmaps', 'secrets', 'nodes',
             'serviceaccounts', 'persistentvolumeclaims'} <= set(core_resources)

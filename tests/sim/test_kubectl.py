@@ -112,6 +112,21 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.modelCache": ("set exactly one of modelCache.claimName", {"modelCache": {"claimName": "c", "size": "1Gi"}}),
     ".spec.modelCache.storageClassName": ("applies only to a PVC the operator creates",
                                           {"modelCache": {"claimName": "c", "storageClassName": "fast"}}),
+    ".spec.lora.adapters": ("names must be unique", {"lora": {"adapters": [{"name": "a", "source": "o/a"},
+                                                                         {"name": "a", "source": "o/b"}]}}),
+    ".spec.lora": ("set the rank in one place", {"lora": {"maxRank": 8}, "flags": {"enableLora": True,
+                                                                                   "maxLoraRank": 16}}),
+    ".spec.maxReplicas#autoscaling": ("exclude each other", {"autoscaling": {"maxReplicas": 2}, "maxReplicas": 2}),
+    ".spec.autoscaling.minReplicas": ("must not exceed autoscaling.maxReplicas",
+                                      {"autoscaling": {"minReplicas": 3, "maxReplicas": 2}}),
+    ".spec.autoscaling.minReplicas#zero": ("needs engine KEDA and an activationQuery",
+                                           {"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
+    ".spec.autoscaling.prometheusAddress": ("set autoscaling.prometheusAddress",
+                                            {"autoscaling": {"engine": "KEDA", "maxReplicas": 2}}),
+    ".spec.autoscaling.activationQuery": ("applies to engine KEDA only",
+                                          {"autoscaling": {"maxReplicas": 2, "activationQuery": "up"}}),
+    ".spec.autoscaling.metrics[0].target": ("a fraction of the KV cache", {"autoscaling": {
+        "maxReplicas": 2, "metrics": [{"type": "KVCacheUsage", "target": 2}]}}),
 }
 
 

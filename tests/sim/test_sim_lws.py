@@ -123,7 +123,7 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
     from vllm_operator_sim.scenarios import Scenario, ScenarioSet
     from vllm_operator_sim.startup import HiddenFacts
 
-    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(extra_activation_gib=18.0))})
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(extra_activation_gib=20.0))})
     with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
                           workdir=tmp_path) as cluster:
         cluster.start_operator()
@@ -151,4 +151,4 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
         assert lws is not None
         for role in ("leaderTemplate", "workerTemplate"):
             args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
-            assert args[args.index("--max-model-len") + 1] == str(flags["max_model_len"])
+            assert args[args.index("--max-model-len") + 1] == str(flags["maxModelLen"])

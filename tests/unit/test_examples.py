@@ -157,3 +157,38 @@ def test_agent_example_asks_for_prefix_caching_and_gets_it() -> None:
                                       spec["model"]["name"]))
     desired = reconcile.desired_state(observed)
     assert desired.plan is not None and desired.plan.flags.get("enable_prefix_caching") is True
+
+
+#: Hugging Face organisations whose checkpoints are gated (the hub asks for an accepted licence and a token).
+GATED_ORGS = ("meta-llama/",)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.name)
+def test_examples_name_no_namespace_and_gated_models_name_their_token(path: Path) -> None:
+    """`kubectl apply -f` puts an example in the current namespace (-n to choose); a gated model needs a token."""
+    doc = _load(path)
+    assert "namespace" not in doc["metadata"], f"{path.name} hard-codes a namespace"
+    if doc["spec"]["model"]["name"].startswith(GATED_ORGS):
+        assert doc["spec"].get("hfTokenSecretRef", {}).get("name"), f"{path.name}: a gated model without a token"
+
+
+def test_readme_sample_output_is_what_minimal_yaml_plans() -> None:
+    """README's `kubectl get vllms` line after `kubectl apply -f examples/minimal.yaml`, computed by the core."""
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("kubectl apply -f examples/minimal.yaml"):]
+    block = block[block.index("```text") + len("```text"):]
+    header, row = block[:block.index("```")].strip().splitlines()[:2]
+    sample = dict(zip(header.split(), row.split(), strict=True))
+    doc = _load(EXAMPLES / "minimal.yaml")
+    desired = reconcile.desired_state(reconcile.Observed(
+        name=doc["metadata"]["name"], namespace="default", uid="u", generation=1, spec=doc["spec"], status={},
+        now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(L4_NODE,),
+        model_files=find_in_catalog(doc["spec"]["model"]["name"])))
+    status = desired.status.to_dict()
+    ready = cond.find_condition(desired.status.conditions, cond.READY)
+    assert ready is not None
+    assert sample == {"NAME": doc["metadata"]["name"], "MODEL": doc["spec"]["model"]["name"],
+                      "GPU": status["gpu"]["product"], "TP": str(status["plan"]["flags"]["tensorParallelSize"]),
+                      "NODES": str(status["gpu"].get("nodes", 1)),
+                      "MAXLEN": str(status["plan"]["flags"]["maxModelLen"]), "STATUS": status["state"],
+                      "READY": ready.status, "AGE": sample["AGE"]}

@@ -87,6 +87,17 @@ never called.
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
   verbs: [get, create, patch]
+# spec.autoscaling and spec.routing.inferencePool: an HPA or a KEDA ScaledObject, an InferencePool (deleted when
+# the spec stops asking for them).
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, create, patch, delete]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, create, patch, delete]
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, create, patch, delete]
 # vLLM pods: watched for failures; a bounded log tail is read when the termination message is empty.
 - apiGroups: [""]
   resources: [pods]
@@ -122,6 +133,10 @@ never called.
 # allocatable memory.
 - apiGroups: [""]
   resources: [nodes]
+  verbs: [list]
+# StorageClasses: whether the cluster has a default one (the default model cache is then a PVC).
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
   verbs: [list]
 # kopf's resource discovery: notices the VLLMService CRD being installed, upgraded or removed.
 - apiGroups: [apiextensions.k8s.io]

@@ -253,7 +253,7 @@ def inline_json_problem(value: Any) -> str | None:
     return None
 
 #: The value of one vLLM flag: a bool, a number or a string.
-FlagValue = bool | int | float | str
+FlagValue = bool | int | float | str | list[str]  # lists: nargs options (--lora-modules)
 
 _SNAKE_PART = re.compile(r"_([a-z0-9])")
 _CAMEL_HUMP = re.compile(r"([A-Z])")
@@ -782,6 +782,8 @@ OPERATOR_OWNED_FLAGS: dict[str, str] = {
     "revision": "spec.model.revision",
     "served_model_name": "spec.model.servedName",
     "port": "spec.service.port",
+    "max_loras": "spec.lora.maxLoras",
+    "lora_modules": "spec.lora.adapters",
     "host": "",  # the operator binds all interfaces so probes and the Service reach vLLM
 }
 
@@ -1109,6 +1111,203 @@ def _tp_times_pp(flags: str) -> str:
     return f"{tp} * {pp}"
 
 
+# --------------------------------------------------------------------------------------------------
+# spec.lora (issue 14)
+# --------------------------------------------------------------------------------------------------
+
+#: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
+LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
+LORA_SOURCE_PATTERN = r"^(" + HF_MODEL_ID_PATTERN[1:-1] + "|" + MOUNT_PATH_PATTERN[1:-1] + r")$"
+MAX_LORA_SLOTS = 256
+
+
+class LoRAAdapter(_Model):
+    """One LoRA adapter vLLM loads at startup (`--lora-modules name=source`)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=LORA_NAME_PATTERN,
+                      description="The name clients put in the request's `model` field.")
+    source: str = Field(min_length=1, max_length=1024, pattern=LORA_SOURCE_PATTERN,
+                        description="A Hugging Face repository id (downloaded into the model cache) or an absolute "
+                        "path in the container.")
+
+
+class LoRASpec(_Model):
+    """Serve LoRA adapters on the base model. vLLM reserves GPU memory for `maxLoras` adapters of `maxRank`
+    while the model loads; the planner takes it out of the KV cache."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="lora-adapter-names-unique",
+            rule="!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+            message="lora.adapters names must be unique",
+            field_path=".adapters",
+        ),
+    )
+
+    adapters: list[LoRAAdapter] = Field(default_factory=list, max_length=64,
+                                        description="Adapters loaded at startup. More can be loaded at run time "
+                                        "through vLLM's API when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set.")
+    max_rank: MaxLoraRank | None = Field(default=None, description="`--max-lora-rank`: the largest adapter rank. "
+                                         "Defaults to vLLM's 16 (or flags.maxLoraRank).")
+    max_loras: int | None = Field(default=None, ge=1, le=MAX_LORA_SLOTS,
+                                  description="`--max-loras`: adapters in one batch (GPU slots). Defaults to the "
+                                  "number of adapters (at least 1).")
+
+    def to_vllm(self, pinned_rank: int | None = None) -> dict[str, Any]:
+        """The vLLM flags this asks for, snake_case."""
+        out: dict[str, Any] = {"enable_lora": True,
+                               "max_loras": self.max_loras or max(len(self.adapters), 1)}
+        rank = self.max_rank or pinned_rank
+        if rank is not None:
+            out["max_lora_rank"] = rank
+        if self.adapters:
+            out["lora_modules"] = tuple(f"{a.name}={a.source}" for a in self.adapters)
+        return out
+
+    def _violations(self) -> list[RuleViolation]:
+        names = [a.name for a in self.adapters]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            return [RuleViolation("lora-adapter-names-unique", "adapters",
+                                  f"lora.adapters names must be unique (repeated: {_short(duplicates[0])})")]
+        return []
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> LoRASpec:
+        _raise_violations(self._violations())
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# spec.autoscaling, spec.routing (issue 14)
+# --------------------------------------------------------------------------------------------------
+
+#: A Prometheus base URL for KEDA's Prometheus trigger.
+PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
+
+
+class AutoscalingMetric(_Model):
+    """One vLLM signal the autoscaler follows, per pod."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="kv-cache-usage-is-a-fraction", rule="self.type != 'KVCacheUsage' || double(self.target) <= 1.0",
+                message="a KVCacheUsage target is a fraction of the KV cache, at most 1 (e.g. 0.8)",
+                field_path=".target"),
+    )
+
+    type: Literal["WaitingRequests", "RunningRequests", "KVCacheUsage"] = Field(
+        description="WaitingRequests / RunningRequests: `vllm:num_requests_waiting` / `vllm:num_requests_running` "
+        "per pod; KVCacheUsage: `vllm:kv_cache_usage_perc` (a fraction) per pod.")
+    target: float = Field(gt=0, le=1_000_000, description="The per-pod value the autoscaler keeps the metric at.")
+
+    def _violations(self) -> list[RuleViolation]:
+        if self.type == "KVCacheUsage" and self.target > 1:
+            return [RuleViolation("kv-cache-usage-is-a-fraction", "target",
+                                  f"a KVCacheUsage target is a fraction of the KV cache, at most 1 (got {self.target})")]
+        return []
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> AutoscalingMetric:
+        _raise_violations(self._violations())
+        return self
+
+
+class AutoscalingSpec(_Model):
+    """An autoscaler (HorizontalPodAutoscaler or KEDA ScaledObject) on the VLLMService's scale subresource. It writes
+    spec.replicas; the operator follows spec.replicas and never scales the pods itself (its metrics watch only
+    recommends, in status)."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="autoscaling-min-at-most-max", rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",
+                message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas", field_path=".minReplicas"),
+        CelRule(id="scale-to-zero-needs-keda",
+                rule="!has(self.minReplicas) || self.minReplicas > 0 || (has(self.engine) && self.engine == 'KEDA' "
+                "&& has(self.activationQuery))",
+                message="autoscaling.minReplicas 0 needs engine KEDA and an activationQuery (vLLM's own metrics "
+                "vanish with its last pod: something outside the pods must wake the service)",
+                field_path=".minReplicas"),
+        CelRule(id="keda-needs-prometheus", rule="!has(self.engine) || self.engine != 'KEDA' || "
+                "has(self.prometheusAddress)",
+                message="engine KEDA reads vLLM's metrics from Prometheus: set autoscaling.prometheusAddress",
+                field_path=".prometheusAddress"),
+        CelRule(id="activation-query-is-keda", rule="!has(self.activationQuery) || "
+                "(has(self.engine) && self.engine == 'KEDA')",
+                message="autoscaling.activationQuery applies to engine KEDA only", field_path=".activationQuery"),
+    )
+
+    engine: Literal["HPA", "KEDA"] = Field(default="HPA", description="HPA: an autoscaling/v2 "
+                                           "HorizontalPodAutoscaler (needs a custom-metrics adapter such as "
+                                           "prometheus-adapter); KEDA: a keda.sh/v1alpha1 ScaledObject with "
+                                           "Prometheus triggers. Defaults to HPA.")
+    min_replicas: int = Field(default=1, ge=0, le=INT32_MAX, description="Fewest pods; 0 (KEDA only) scales to zero.")
+    max_replicas: int = Field(ge=1, le=INT32_MAX, description="Most pods.")
+    metrics: list[AutoscalingMetric] = Field(
+        default_factory=list, max_length=3,
+        description="The signals; empty: WaitingRequests with target 5 per pod.")
+    prometheus_address: str | None = Field(default=None, max_length=1024, pattern=PROMETHEUS_URL_PATTERN,
+                                           description="KEDA: Prometheus' base URL, e.g. "
+                                           "http://prometheus.monitoring:9090.")
+    activation_query: str | None = Field(default=None, min_length=1, max_length=4096,
+                                         description="KEDA: a PromQL query whose value > 0 wakes a service scaled "
+                                         "to zero (e.g. the gateway's request rate for it).")
+    cooldown_seconds: int = Field(default=300, ge=0, le=86400,
+                                  description="Wait this long after the last busy sample before removing pods "
+                                  "(KEDA cooldownPeriod; the HPA's scale-down stabilization window).")
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        if self.min_replicas > self.max_replicas:
+            out.append(RuleViolation("autoscaling-min-at-most-max", "minReplicas",
+                                     f"autoscaling.minReplicas ({self.min_replicas}) must not exceed "
+                                     f"autoscaling.maxReplicas ({self.max_replicas})"))
+        if self.min_replicas == 0 and not (self.engine == "KEDA" and self.activation_query):
+            out.append(RuleViolation("scale-to-zero-needs-keda", "minReplicas",
+                                     "autoscaling.minReplicas 0 needs engine KEDA and an activationQuery (vLLM's "
+                                     "own metrics vanish with its last pod: something outside the pods must wake "
+                                     "the service)"))
+        if self.engine == "KEDA" and not self.prometheus_address:
+            out.append(RuleViolation("keda-needs-prometheus", "prometheusAddress",
+                                     "engine KEDA reads vLLM's metrics from Prometheus: set "
+                                     "autoscaling.prometheusAddress"))
+        if self.activation_query and self.engine != "KEDA":
+            out.append(RuleViolation("activation-query-is-keda", "activationQuery",
+                                     "autoscaling.activationQuery applies to engine KEDA only"))
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> AutoscalingSpec:
+        _raise_violations(self._violations())
+        return self
+
+
+class EndpointPickerRef(_Model):
+    """The Gateway API Inference Extension's endpoint picker (a Service) the InferencePool names."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+                      description="The endpoint picker's Service, in the VLLMService's namespace.")
+    port: int = Field(default=9002, ge=1, le=65535, description="Its gRPC port. Defaults to 9002.")
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose", description="What the gateway does when the picker does not answer.")
+
+
+class InferencePoolSpec(_Model):
+    """An `inference.networking.k8s.io/v1` InferencePool over the service's pods (prefix-cache and load aware
+    endpoint picking by a Gateway API Inference Extension gateway)."""
+
+    enabled: bool = Field(default=False, description="Render the InferencePool.")
+    endpoint_picker: EndpointPickerRef | None = Field(
+        default=None, description="The endpoint picker the gateway asks; unset: the pool names none (set it "
+        "when your gateway needs one per pool).")
+
+
+class RoutingSpec(_Model):
+    """Routing integrations."""
+
+    inference_pool: InferencePoolSpec = Field(default_factory=InferencePoolSpec,
+                                              description="Gateway API Inference Extension InferencePool.")
+
+
 class VLLMServiceSpec(_Model):
     """Desired state of a VLLMService: a model served by vLLM on GPUs, with flags planned by the operator."""
 
@@ -1174,6 +1373,23 @@ class VLLMServiceSpec(_Model):
             message="workload.contextLength must not exceed the pinned flags.maxModelLen; "
             "raise or unpin flags.maxModelLen",
             field_path=".workload.contextLength",
+        ),
+        CelRule(
+            id="lora-agrees-with-flags",
+            rule=(
+                "!has(self.lora) || !has(self.flags) || ((!has(self.flags.enableLora) || self.flags.enableLora) && "
+                "(!has(self.flags.maxLoraRank) || !has(self.lora.maxRank) || self.flags.maxLoraRank == self.lora.maxRank))"
+            ),
+            message="spec.lora needs flags.enableLora unset or true, and flags.maxLoraRank (if set) equal to "
+            "lora.maxRank; set the rank in one place",
+            field_path=".lora",
+        ),
+        CelRule(
+            id="autoscaling-or-max-replicas",
+            rule="!has(self.autoscaling) || !has(self.maxReplicas)",
+            message="spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler scales) exclude "
+            "each other; use autoscaling.maxReplicas",
+            field_path=".maxReplicas",
         ),
     )
 
@@ -1255,6 +1471,10 @@ class VLLMServiceSpec(_Model):
         default=None,
         description="Keep downloaded weights on a PersistentVolumeClaim. Unset: an emptyDir per pod.",
     )
+    lora: LoRASpec | None = Field(default=None, description="Serve LoRA adapters (`--enable-lora`).")
+    autoscaling: AutoscalingSpec | None = Field(default=None, description="Scale on vLLM's metrics with an HPA or "
+                                                "KEDA (they write spec.replicas through the scale subresource).")
+    routing: RoutingSpec | None = Field(default=None, description="Routing integrations (InferencePool).")
     remediation: RemediationSpec = Field(
         default_factory=RemediationSpec,
         description="How the operator reacts to out-of-memory and startup failures.",
@@ -1332,6 +1552,16 @@ class VLLMServiceSpec(_Model):
                     "would be rejected; raise or unpin flags.maxModelLen",
                 )
             )
+        if self.lora is not None and (self.flags.enable_lora is False or (
+                self.flags.max_lora_rank is not None and self.lora.max_rank is not None
+                and self.flags.max_lora_rank != self.lora.max_rank)):
+            out.append(RuleViolation("lora-agrees-with-flags", "lora",
+                                     "spec.lora needs flags.enableLora unset or true, and flags.maxLoraRank (if set) "
+                                     "equal to lora.maxRank; set the rank in one place"))
+        if self.autoscaling is not None and self.max_replicas is not None:
+            out.append(RuleViolation("autoscaling-or-max-replicas", "maxReplicas",
+                                     "spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler "
+                                     "scales) exclude each other; use autoscaling.maxReplicas"))
         for index, arg in enumerate(self.extra_args):
             managed = _managed_flag_of(arg)
             if managed is None:

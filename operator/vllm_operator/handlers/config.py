@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from ..planner.gpus import GPUCatalog, load_gpu_catalog
+from ..render.cache import CacheSettings
 
 
 @dataclass
@@ -23,6 +24,8 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     #: how long one reconcile (read, plan, render, apply) may take before the service gets a ReconcileError
     reconcile_timeout_seconds: float = 60.0
+    #: the model cache of services without spec.modelCache (render/cache.py)
+    model_cache: CacheSettings = field(default_factory=CacheSettings)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

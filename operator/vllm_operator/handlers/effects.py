@@ -27,7 +27,7 @@ from urllib3.exceptions import HTTPError
 
 from ..api import conditions as cond
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
-from ..render.manifests import ANNOTATION_SPEC_HASH
+from ..render.manifests import ANNOTATION_SPEC_HASH, MANAGED_BY
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -100,6 +100,24 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
                     "spec": child["spec"]}
             _retrying(what, partial(kube.patch, resource, namespace, name, body))
             written.append(f"updated {child['kind']} {name}")
+    return written
+
+
+def delete_stale(stale: list[tuple[str, str]], namespace: str) -> list[str]:
+    """Delete optional children (autoscaler, InferencePool) the spec no longer asks for; gone ones are fine."""
+    written = []
+    for kind, name in stale:
+        resource = kube.KIND_RESOURCES[kind]
+        existing = _retrying(f"read {kind} {name}", partial(kube.get, resource, namespace, name))
+        labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+        if existing is None or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY:
+            continue  # not there, or not ours
+        try:
+            _retrying(f"delete {kind} {name}", partial(kube.delete, resource, namespace, name))
+        except kopf.TemporaryError:
+            if _retrying(f"read {kind} {name}", partial(kube.get, resource, namespace, name)) is not None:
+                raise
+        written.append(f"deleted {kind} {name}")
     return written
 
 

@@ -81,14 +81,20 @@ SERVICES = Resource("", "v1", "services")
 PVCS = Resource("", "v1", "persistentvolumeclaims")
 PODS = Resource("", "v1", "pods")
 NODES = Resource("", "v1", "nodes", namespaced=False)
+STORAGECLASSES = Resource("storage.k8s.io", "v1", "storageclasses", namespaced=False)
 CONFIGMAPS = Resource("", "v1", "configmaps")
 SECRETS = Resource("", "v1", "secrets")
 EVENTS = Resource("", "v1", "events")
 VLLMSERVICES = Resource("vllm-operator.dev", "v1alpha1", "vllmservices")
 
+HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers")
+SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects")
+INFERENCEPOOLS = Resource("inference.networking.k8s.io", "v1", "inferencepools")
+
 LEADERWORKERSETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
+                  "HorizontalPodAutoscaler": HPAS, "ScaledObject": SCALEDOBJECTS, "InferencePool": INFERENCEPOOLS,
                   "LeaderWorkerSet": LEADERWORKERSETS}
 
 
@@ -196,6 +202,17 @@ def list_objects(resource: Resource, namespace: str | None = None, label_selecto
     result = _call("GET", resource.path(namespace), query=query)
     items: list[dict[str, Any]] = (result or {}).get("items", [])
     return items
+
+
+def served_resources(group: str, version: str) -> set[str]:
+    """The resources (plurals) the API serves in group/version: empty when the group is not installed (404)."""
+    try:
+        result = _call("GET", f"/apis/{group}/{version}")
+    except ApiException as exc:
+        if exc.status == 404:
+            return set()
+        raise
+    return {str(r.get("name")) for r in (result or {}).get("resources") or []}
 
 
 def create(resource: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import zlib
 
 import kopf
 
+from ..render.cache import CacheSettings
 from . import (
     config,
     kube,
@@ -26,7 +27,8 @@ def peering_priority(explicit: int | None) -> int:
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
                  metrics_port: int, peering: str | None, verbose: bool, prometheus_url: str | None = None,
                  gpu_catalog: str | None = None, priority: int | None = None, default_image: str | None = None,
-                 metrics_interval: int = 60, prometheus_selector: str | None = None) -> int:
+                 metrics_interval: int = 60, prometheus_selector: str | None = None,
+                 model_cache: CacheSettings | None = None) -> int:
     """Run until stopped (SIGINT/SIGTERM). Two replicas with the same peering name never both act."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's login handler and the client read it
@@ -34,7 +36,8 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
     config.configure(prometheus_url=prometheus_url or None, gpu_catalog_file=gpu_catalog or None,
                      default_image=default_image or None, metrics_interval_seconds=metrics_interval,
                      prometheus_selector=prometheus_selector or None,
-                     namespaces=() if all_namespaces else tuple(namespaces))
+                     namespaces=() if all_namespaces else tuple(namespaces),
+                     model_cache=model_cache or CacheSettings())
     if metrics_port:
         from ..metrics import start_metrics_server
 

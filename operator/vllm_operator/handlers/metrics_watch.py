@@ -195,8 +195,8 @@ def _scale_back(service: Mapping[str, Any]) -> None:
     with kube.api_errors("read the Deployment"):
         deployment = kube.get(kube.DEPLOYMENTS, meta["namespace"], meta["name"])
     replicas = _replicas(deployment)
-    if replicas is None or replicas <= spec.replicas:
-        return
+    if replicas is None or replicas <= spec.replicas or spec.autoscaling is not None:
+        return  # with an autoscaler the reconcile renders spec.replicas: nothing of ours to undo
     effects.scale_deployment(meta["namespace"], meta["name"], spec.replicas)
 
     def cleared(status: dict[str, Any]) -> VLLMServiceStatus | None:
@@ -333,7 +333,7 @@ def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, 
 
 def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: int | None) -> None:
     """A re-rendered Deployment carries spec.replicas; put back replicas the operator had scaled to."""
-    if replicas is None or replicas == spec.replicas or spec.max_replicas is None:
+    if replicas is None or replicas == spec.replicas or spec.max_replicas is None or spec.autoscaling is not None:
         return
     if not spec.replicas < replicas <= spec.max_replicas:
         return

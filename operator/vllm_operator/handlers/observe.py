@@ -6,15 +6,22 @@ metrics watch, so none of them imports another.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from .. import reconcile
 from ..api.v1alpha1 import DEFAULT_IMAGE
 from ..hub import resolve_model_id
 from ..modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from . import config, kube
+
+log = logging.getLogger("vllm_operator")
 
 
 def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | None, str | None]:
@@ -53,6 +60,62 @@ def list_gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
     return [dict((n.get("metadata") or {}).get("labels") or {}) for n in nodes]
 
 
+#: How long the cluster's default StorageClass is remembered (seconds): one list serves every reconcile meanwhile.
+STORAGE_CLASS_MAX_AGE = 60.0
+_storage_class_cache: dict[int, tuple[float, str | None]] = {}
+#: The annotation that marks a StorageClass as the cluster's default.
+DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
+                             "storageclass.beta.kubernetes.io/is-default-class")
+
+
+def default_storage_class() -> str | None:
+    """The cluster's default StorageClass, or None (none marked default, or it cannot be listed: then the model
+    cache is ephemeral and the service's ModelCache condition says so)."""
+    key = id(kube.client())
+    now = time.monotonic()
+    hit = _storage_class_cache.get(key)
+    if hit is not None and now - hit[0] < STORAGE_CLASS_MAX_AGE:
+        return hit[1]
+    found: str | None = None
+    try:
+        classes = kube.list_objects(kube.STORAGECLASSES)
+    except (ApiException, HTTPError, OSError) as exc:
+        log.info("cannot list StorageClasses (%s): model caches default to emptyDir", getattr(exc, "status", exc))
+        classes = []
+    for item in classes:
+        annotations = (item.get("metadata") or {}).get("annotations") or {}
+        if any(str(annotations.get(a)).lower() == "true" for a in DEFAULT_CLASS_ANNOTATIONS):
+            found = str((item.get("metadata") or {}).get("name") or "") or None
+            break
+    _storage_class_cache[key] = (now, found)
+    return found
+
+
+#: The optional kinds the core may render, and where the API serves them.
+OPTIONAL_KINDS = {"ScaledObject": kube.SCALEDOBJECTS, "InferencePool": kube.INFERENCEPOOLS}
+_served_cache: dict[int, tuple[float, frozenset[str]]] = {}
+
+
+def served_kinds() -> frozenset[str] | None:
+    """The optional kinds (KEDA ScaledObject, InferencePool) whose CRDs the cluster serves; None when discovery
+    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute."""
+    key = id(kube.client())
+    now = time.monotonic()
+    hit = _served_cache.get(key)
+    if hit is not None and now - hit[0] < STORAGE_CLASS_MAX_AGE:
+        return hit[1]
+    found = set()
+    try:
+        for kind, resource in OPTIONAL_KINDS.items():
+            if resource.plural in kube.served_resources(resource.group, resource.version):
+                found.add(kind)
+    except (ApiException, HTTPError, OSError) as exc:
+        log.info("API discovery failed (%s): optional CRDs assumed installed", getattr(exc, "status", exc))
+        return None
+    _served_cache[key] = (now, frozenset(found))
+    return frozenset(found)
+
+
 def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Observed:
     """The pure core's view of one VLLMService: its spec and stored status, the model's files and the GPU nodes."""
     meta = service.get("metadata") or {}
@@ -62,4 +125,6 @@ def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Obse
         name=str(meta.get("name") or ""), namespace=namespace, uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 1), spec=spec, status=dict(service.get("status") or {}), now=now,
         list_nodes=list_gpu_nodes, resolve_model=lambda: load_model(spec, namespace), catalog=config.CONFIG.catalog,
-        default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
+        default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
+        cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
+        served_kinds=served_kinds())

@@ -30,7 +30,7 @@ from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, effects, kube, lws, rollouts
 from .effects import apply_children
-from .observe import list_gpu_nodes, load_model
+from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
 from .remediation import remediate_service, step_up_service
 
 log = logging.getLogger("vllm_operator")
@@ -150,7 +150,9 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   else list_gpu_nodes,
                                   resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
                                   lws_installed=lws.api_served,
-                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE)
+                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
+                                  cache_settings=config.CONFIG.model_cache,
+                                  default_storage_class=default_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included
@@ -168,6 +170,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
     if desired.children is not None:
+        for line in effects.delete_stale(desired.stale, namespace):
+            logger.info(line)
         for line in (create_children if new else apply_children)(desired.children, namespace):
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):

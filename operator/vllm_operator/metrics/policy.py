@@ -316,6 +316,8 @@ def decide(observation: Observation, *, spec: VLLMServiceSpec, status: Mapping[s
     s = settings or PolicySettings()
     current = replicas if replicas is not None else spec.replicas
     notes: list[str] = []
+    if spec.autoscaling is not None:  # an autoscaler owns the pod count: recommend only, never scale (issue 14)
+        spec = spec.model_copy(update={"max_replicas": None, "replicas": max(current, spec.replicas)})
 
     allowed = max(spec.max_replicas or spec.replicas, spec.replicas)
     if replicas is not None and replicas > allowed:
@@ -444,7 +446,10 @@ def _more_replicas(failure_class: str, symptom: str, spec: VLLMServiceSpec, stat
                                message=f"{why}: replicas {current} → {target} (spec.maxReplicas {ceiling})")
     if _already_recommended(status, failure_class, needed):
         return _none(f"{why}: {needed} replicas were already recommended", notes)
-    if ceiling is not None and current >= ceiling:
+    if spec.autoscaling is not None:
+        advice = (f"about {needed} replicas would serve this load; the {spec.autoscaling.engine} autoscaler decides "
+                  f"(spec.autoscaling.maxReplicas {spec.autoscaling.max_replicas})")
+    elif ceiling is not None and current >= ceiling:
         advice = f"raise spec.maxReplicas above {ceiling} (about {needed} replicas would serve this load)"
     else:
         advice = (f"about {needed} replicas would serve this load: set spec.maxReplicas to {needed} to let the "

@@ -25,6 +25,7 @@ from ..api.v1alpha1 import MemoryBreakdown
 from . import messages
 from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
 from .failures import FailureKind
+from .lora import LoRASlots, adapter_bytes_per_stage
 from .versions import VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
@@ -69,6 +70,9 @@ class EngineFlags(BaseModel):
     kv_cache_memory_bytes: int | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
+    # LoRA (--enable-lora): adapter slots vLLM reserves at load time, see planner/lora.py; 0 = LoRA off
+    max_loras: int = 0
+    max_lora_rank: int = 16
 
 
 class GPUFacts(BaseModel):
@@ -297,6 +301,11 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
         resident = (share + extra) / tp + replicated + rope_cache
         resident -= flags.cpu_offload_gb * GiB
         per_stage.append(int(max(resident, 0) * 1.0015))
+    if flags.max_loras:  # adapter slots are allocated while the model loads: they count as weights
+        slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank,
+                          dtype_bytes=_model_dtype_bytes(arch, flags))
+        lora = adapter_bytes_per_stage(arch, slots, tp, pp_layer_counts(arch.num_layers, pp)).per_stage
+        per_stage = [w + extra for w, extra in zip(per_stage, lora, strict=True)]
     return per_stage
 
 

@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..api.v1alpha1 import MemoryBreakdown, PinnedFlags
-from .arch import ArchError, ModelArch, checkpoint_bytes
+from ..api.v1alpha1 import LoRASpec, MemoryBreakdown, PinnedFlags
+from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
+from .lora import DEFAULT_MAX_LORA_RANK, MAX_LORA_VOCAB, LoRASlots, adapter_bytes_per_stage, vocab_too_large
 from .memory import (
     EngineFlags,
     GPUFacts,
@@ -28,6 +29,7 @@ from .memory import (
     arch_for_release,
     cudagraph_bytes,
     init_nontorch_gib,
+    pp_layer_counts,
     predict_startup,
     profile_for_model,
 )
@@ -82,6 +84,7 @@ class PlanRequest(BaseModel):
     gpu: GPUSpec
     gpu_count: int = Field(1, ge=1, description="GPUs one replica may use (TP x PP at most this)")
     pinned: PinnedFlags = PinnedFlags()
+    lora: LoRASpec | None = Field(None, description="spec.lora: the adapters vLLM serves (pinned like a flag)")
     workload: Workload = Workload()
     constraints: Constraints = Constraints()
     vllm_version: str | None = None
@@ -224,9 +227,22 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
     return util
 
 
+def lora_flags(request: PlanRequest) -> dict[str, Any]:
+    """The vLLM flags spec.lora asks for (--enable-lora, --max-loras, --max-lora-rank, --lora-modules), snake_case;
+    empty without spec.lora. They are pinned like spec.flags: the plan keeps them and accounts for their memory."""
+    return request.lora.to_vllm(request.pinned.max_lora_rank) if request.lora else {}
+
+
+def pinned_flags(request: PlanRequest) -> dict[str, Any]:
+    """Every flag the user fixed: spec.flags, then what spec.lora adds."""
+    pinned = request.pinned.to_vllm()
+    return {**pinned, **{k: v for k, v in lora_flags(request).items() if k not in pinned}}
+
+
 def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, util: float, kv_dtype: str,
                  eager: bool, max_model_len: int, max_num_seqs: int | None) -> EngineFlags:
     pinned = request.pinned
+    lora = lora_flags(request)
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
                               compute_capability=request.gpu.compute_capability,
                               max_model_len=max_model_len,
@@ -253,6 +269,8 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         enable_prefix_caching=pinned.enable_prefix_caching,
         enable_chunked_prefill=pinned.enable_chunked_prefill,
+        max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
+        max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
     )
 
 
@@ -529,7 +547,7 @@ def plan(request: PlanRequest) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
-        pinned=list(request.pinned.to_vllm()),
+        pinned=list(pinned_flags(request)),
         prediction=prediction,
         failure=failure,
         reasons=reasons,
@@ -598,12 +616,27 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
         out["kv_cache_dtype"] = flags.kv_cache_dtype
     if flags.enforce_eager or request.pinned.enforce_eager is not None:
         out["enforce_eager"] = flags.enforce_eager
-    for name, value in request.pinned.to_vllm().items():
+    for name, value in pinned_flags(request).items():
         if name not in out:
             out[name] = value
     if request.workload.prefix_caching is not None and "enable_prefix_caching" not in out:
         out["enable_prefix_caching"] = request.workload.prefix_caching
     return out
+
+
+def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
+    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+    dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
+    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype)
+    estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
+                                       pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+    text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
+            f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
+            "taken from the KV cache)")
+    if vocab_too_large(arch):
+        text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
+                 "the server will not start with --enable-lora")
+    return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
 def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
@@ -656,6 +689,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
             + (" (CUDA graphs do not fit at any allowed setting)" if flags.enforce_eager else "")
             + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
+    reasons.extend([lora_reason(arch, flags)] if flags.max_loras else [])
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
                        f"{objective}; fp8 halves KV bytes per token (small quality cost).")

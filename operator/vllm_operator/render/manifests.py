@@ -82,6 +82,9 @@ class RenderInput(BaseModel):
     cache_size: str = "100Gi"
     cache_storage_class: str | None = None
     cache_mount_path: str = "/root/.cache/huggingface"
+    cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
+    roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
+    startup_failure_threshold: int | None = Field(None, description="startup probe periods (render/cache.py)")
     memory: str | None = Field(None, description="host memory override (request = limit)")
     cpu: str | None = None
     shm_size: str | None = None
@@ -206,6 +209,9 @@ def render_args(flags: dict[str, Any], version: str, pinned: tuple[str, ...] = (
                 args.append("--no-" + name.replace("_", "-"))
             elif name in pinned:
                 dropped.append(f"{flag}=false is vLLM's default before 0.8; not passed")
+        elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
+            if value:
+                args.extend([flag, *(str(v) for v in value)])
         else:
             args.extend([flag, str(value)])
     return args, dropped
@@ -329,7 +335,8 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                                     {"name": "model-cache", "mountPath": parts["mount"]}]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi"}},
-        {"name": "model-cache", **({"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}}
+        {"name": "model-cache", **(dict(inp.cache_volume) if inp.cache_volume is not None else
+                                   {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}}
                                    if inp.cache_claim else {"emptyDir": {}})},
     ]
     if inp.security_profile == "restricted":
@@ -348,7 +355,8 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
             "limits": {"memory": parts["memory"], "nvidia.com/gpu": gpus},
         },
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10,
-                         "failureThreshold": _clamp(_startup_failures(inp.weights_gib_total), 1, INT32_MAX)},
+                         "failureThreshold": _clamp(inp.startup_failure_threshold or
+                                                    _startup_failures(inp.weights_gib_total), 1, INT32_MAX)},
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
                            "failureThreshold": 3},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 15,
@@ -379,7 +387,9 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 60 * 60,
             "selector": {"matchLabels": selector_for(inp.name)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": (
+                {"maxSurge": 0, "maxUnavailable": 1} if inp.roll_without_surge else
+                {"maxSurge": 1, "maxUnavailable": 0})},
             "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
         },
     }

@@ -1,0 +1,121 @@
+"""An autoscaler on the VLLMService's scale subresource, as Python data: an `autoscaling/v2` HorizontalPodAutoscaler
+or a KEDA `keda.sh/v1alpha1` ScaledObject, both following vLLM's own metrics.
+
+The target is the VLLMService itself (its CRD advertises `/scale` with `spec.replicas` and `status.selector`), so the
+autoscaler writes spec.replicas and the operator renders the Deployment from it: one writer of the pod count.
+
+- HPA: `Pods` metrics served by a custom-metrics adapter (prometheus-adapter) under Prometheus-safe names
+  (`vllm_num_requests_waiting`, `vllm_num_requests_running`, `vllm_kv_cache_usage_perc`; see README for the rule).
+- KEDA: one `prometheus` trigger per metric, `sum(...)` over the service's pods with KEDA's default `AverageValue`,
+  i.e. the same per-pod target. Scale to zero needs a signal that exists without pods (`activationQuery`): it is a
+  trigger with a threshold no load reaches (it never adds pods) and `activationThreshold: 0` (it wakes the service).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.v1alpha1 import GROUP, VERSION, AutoscalingMetric, AutoscalingSpec
+
+#: The condition type and its reasons.
+AUTOSCALING = "Autoscaling"
+HPA_READY = "HorizontalPodAutoscaler"
+KEDA_READY = "ScaledObject"
+CRD_MISSING = "CRDNotInstalled"
+NOT_CONFIGURED = "NotConfigured"
+#: The signal when spec.autoscaling.metrics is empty.
+DEFAULT_METRIC = AutoscalingMetric(type="WaitingRequests", target=5)
+#: The custom-metrics names the HPA asks for (prometheus-adapter renames vLLM's `vllm:` series to these).
+ADAPTER_METRIC = {"WaitingRequests": "vllm_num_requests_waiting", "RunningRequests": "vllm_num_requests_running",
+                  "KVCacheUsage": "vllm_kv_cache_usage_perc"}
+#: The activation trigger's threshold: no load reaches it, so it never adds pods; it only wakes the service.
+WAKE_ONLY_THRESHOLD = "1000000000"
+
+
+def pod_matchers(namespace: str, deployment: str) -> str:
+    """PromQL label matchers for the Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`), the operator's
+    default Prometheus selector (metrics/observe.py DEFAULT_SELECTOR) for names that are DNS labels."""
+    return f'namespace="{namespace}",pod=~"{deployment.replace(".", "[.]")}-[a-z0-9]+-[a-z0-9]+"'
+
+
+def prometheus_query(metric: AutoscalingMetric, selector: str) -> str:
+    """The PromQL sum over the service's pods (`selector`: its label matchers) for one metric."""
+    if metric.type == "WaitingRequests":
+        return f"sum(vllm:num_requests_waiting{{{selector}}}) or vector(0)"
+    if metric.type == "RunningRequests":
+        return f"sum(vllm:num_requests_running{{{selector}}}) or vector(0)"
+    # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (0.10): either series, whichever the image exports
+    return (f"sum(vllm:kv_cache_usage_perc{{{selector}}}) or sum(vllm:gpu_cache_usage_perc{{{selector}}}) "
+            "or vector(0)")
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity for a per-pod target: `5`, `800m`."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{round(value * 1000)}m"
+
+
+def _target_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VLLMService", "name": name}
+
+
+def _metrics(spec: AutoscalingSpec) -> list[AutoscalingMetric]:
+    return list(spec.metrics) or [DEFAULT_METRIC]
+
+
+def build_hpa(*, name: str, child_name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any],
+              spec: AutoscalingSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": child_name, "namespace": namespace, "labels": dict(labels), "annotations": {},
+                     "ownerReferences": [owner]},
+        "spec": {
+            "scaleTargetRef": _target_ref(name),
+            "minReplicas": max(spec.min_replicas, 1),  # 0 is KEDA's (the HPA needs an alpha gate for it)
+            "maxReplicas": spec.max_replicas,
+            "metrics": [{"type": "Pods", "pods": {
+                "metric": {"name": ADAPTER_METRIC[m.type]},
+                "target": {"type": "AverageValue", "averageValue": quantity(m.target)}}} for m in _metrics(spec)],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": min(spec.cooldown_seconds, 3600)}},
+        },
+    }
+
+
+def build_scaled_object(*, name: str, child_name: str, namespace: str, labels: dict[str, str],
+                        owner: dict[str, Any], spec: AutoscalingSpec, selector: str) -> dict[str, Any]:
+    address = spec.prometheus_address or ""
+    triggers: list[dict[str, Any]] = [
+        {"type": "prometheus", "name": f"vllm-{m.type.lower()}",
+         "metadata": {"serverAddress": address, "query": prometheus_query(m, selector),
+                      "threshold": str(m.target)}}
+        for m in _metrics(spec)]
+    if spec.activation_query:
+        triggers.append({"type": "prometheus", "name": "wake",
+                         "metadata": {"serverAddress": address, "query": spec.activation_query,
+                                      "threshold": WAKE_ONLY_THRESHOLD, "activationThreshold": "0"}})
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": child_name, "namespace": namespace, "labels": dict(labels), "annotations": {},
+                     "ownerReferences": [owner]},
+        "spec": {
+            "scaleTargetRef": _target_ref(name),
+            "minReplicaCount": spec.min_replicas,
+            "maxReplicaCount": spec.max_replicas,
+            "cooldownPeriod": spec.cooldown_seconds,
+            "pollingInterval": 15,
+            "triggers": triggers,
+        },
+    }
+
+
+def cold_start_message(checkpoint_gib: float, load_seconds_per_gib: float, engine_seconds: float,
+                       persistent_cache: bool) -> str:
+    """What scaling from zero costs: loading the weights (and downloading them without a persistent cache)."""
+    minutes = (engine_seconds + load_seconds_per_gib * checkpoint_gib) / 60
+    cache = ("from the persistent model cache" if persistent_cache
+             else "after downloading them again (the model cache is ephemeral)")
+    return (f"a cold start from zero loads {checkpoint_gib:.1f} GiB of weights {cache}: up to about "
+            f"{minutes:.0f} min before the first request is served")

@@ -1,0 +1,58 @@
+"""Weights are downloaded once: a remediation step's new pod finds them in the model cache (the real operator
+against the simulated cluster, whose default StorageClass makes the default cache a PersistentVolumeClaim)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vllm_operator_sim.cluster import SimulatedCluster
+from vllm_operator_sim.demo import ServiceResult, run_services
+from vllm_operator_sim.scenarios import Scenario, ScenarioSet
+from vllm_operator_sim.startup import HiddenFacts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def _run(name: str, spec: dict[str, Any]) -> tuple[ServiceResult, list[tuple[str, str, str]], dict[str, Any]]:
+    """Run one service that fails its first start (a stale process holds 3 GiB) and is remediated; return the
+    result, the kubelet's (kind, pod, volume) download/cache events and the service's ModelCache condition."""
+    scenarios = ScenarioSet({name: Scenario(name=name, hidden=HiddenFacts(other_process_gib=3.0))})
+    manifest = {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
+                "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    seen: dict[str, Any] = {}
+
+    def inspect(cluster: SimulatedCluster, _results: list[ServiceResult]) -> None:
+        seen["events"] = [(e.kind, e.pod, str(e.details.get("volume"))) for e in cluster.kubelet.events
+                          if e.service == name and e.kind in ("download", "cache-hit")]
+        obj = cluster.api.get_object("vllmservices", name, "default") or {}
+        seen["condition"] = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                                  if c["type"] == "ModelCache"), {})
+
+    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], timeout_s=60, on_results=inspect)
+    return result, seen["events"], seen["condition"]
+
+
+def test_a_remediation_step_reuses_the_cache() -> None:
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"},
+            "remediation": {"minIntervalSeconds": 0}}
+    result, events, condition = _run("cached", spec)
+    assert result.outcome == "Ready" and result.remediation_steps >= 1, result
+    assert condition.get("status") == "True" and condition.get("reason") == "PersistentVolumeClaim", condition
+    downloads = [e for e in events if e[0] == "download"]
+    hits = [e for e in events if e[0] == "cache-hit"]
+    assert len(downloads) == 1, events  # one download, ever
+    assert hits and {e[2] for e in events} == {"pvc:cached-model-cache"}, events
+    assert len({e[1] for e in events}) >= 2  # the remediation step's pod is a new pod: it found the weights
+
+
+def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
+    """The contrast (what the ModelCache condition warns about): replicas > 1 with the ReadWriteOnce default."""
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
+            "remediation": {"minIntervalSeconds": 0}}
+    result, events, condition = _run("fresh", spec)
+    assert result.remediation_steps >= 1, result
+    assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
+    pods = {e[1] for e in events}
+    assert len([e for e in events if e[0] == "download"]) == len(pods) >= 2, events

@@ -1,0 +1,216 @@
+"""LoRA adapters: the GPU memory vLLM reserves for adapter slots, the plan that accounts for it, and the args.
+
+The expected bytes are rebuilt here from the tensor shapes vLLM 0.33.0 allocates in `create_lora_weights`
+(`vllm/lora/layers/*.py`), one tensor at a time, independently of `planner/lora.py`'s grouping, plus one figure
+worked out by hand for Llama-3.1-8B.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from vllm_operator import reconcile
+from vllm_operator.api import conditions as cond
+from vllm_operator.api.v1alpha1 import LoRAAdapter, LoRASpec, SpecValidationError, parse_spec, validate_spec
+from vllm_operator.planner import PinnedFlags, PlanRequest, plan
+from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.gpus import GPUSpec
+from vllm_operator.planner.lora import LoRASlots, adapter_bytes_per_stage, vocab_too_large
+from vllm_operator.planner.memory import EngineFlags, weights_bytes_per_gpu
+from vllm_operator.render.manifests import render_args
+from vllm_operator.sources import load_model_files
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+QWEN3_8B = "Qwen/Qwen3-8B"
+QWEN25_7B = "Qwen/Qwen2.5-7B-Instruct"
+QWEN3_MOE = "Qwen/Qwen3-30B-A3B"
+
+
+def vllm_shapes(arch: ModelArch, slots: int, rank: int, tp: int, embeddings: bool) -> list[tuple[int, ...]]:
+    """The stacked A/B tensors vLLM 0.33.0 allocates, shape by shape (not fully sharded)."""
+    h, hd = arch.hidden_size, arch.head_dim
+    q = arch.num_heads * hd // tp
+    kv = max(arch.num_kv_heads // tp, 1) * hd
+    shapes: list[tuple[int, ...]] = []
+    for _ in range(arch.num_layers):
+        # MergedQKVParallelLinearWithLoRA: n_slices=3, A (S,1,r,input), B (S,1,slice_out,r)
+        shapes += [(slots, 1, rank, h)] * 3 + [(slots, 1, q, rank), (slots, 1, kv, rank), (slots, 1, kv, rank)]
+        # RowParallelLinearWithLoRA o_proj: input per partition, full output
+        shapes += [(slots, 1, rank, q), (slots, 1, h, rank)]
+        if arch.is_moe:
+            e, inter = arch.num_experts, arch.moe_intermediate_size // tp
+            shapes += [(slots, 1, rank, h), (slots, 1, e, rank)]                 # ReplicatedLinear router
+            shapes += [(slots, e, rank, h)] * 2 + [(slots, e, rank, inter)]      # w13 A x2, w2 A
+            shapes += [(slots, e, inter, rank)] * 2 + [(slots, e, h, rank)]      # w13 B x2, w2 B
+        else:
+            inter = arch.intermediate_size // tp
+            shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, inter, rank)] * 2  # MergedColumnParallel gate_up
+            shapes += [(slots, 1, rank, inter), (slots, 1, h, rank)]             # RowParallel down_proj
+    if embeddings:
+        shapes += [(slots, arch.vocab_size, rank), (slots, 1, h, rank)]          # VocabParallelEmbeddingWithLoRA
+        shapes += [(slots, 1, rank, h), (slots, 1, arch.vocab_size, rank)]       # LogitsProcessorWithLoRA
+    return shapes
+
+
+def shapes_bytes(shapes: list[tuple[int, ...]], dtype_bytes: int = 2) -> int:
+    return sum(math.prod(s) for s in shapes) * dtype_bytes
+
+
+def test_llama_8b_one_slot_rank_16_by_hand(load_arch: Callable[[str], ModelArch]) -> None:
+    # per layer: qkv 3*16*4096 + 16*(4096+2*1024) = 294912; o 16*4096 + 4096*16 = 131072;
+    # gate_up 2*16*4096 + 2*14336*16 = 589824; down 16*14336 + 4096*16 = 294912  -> 1310720 x 32 layers
+    # embedding 128256*16 + 4096*16 = 2117632; LM head the same; bf16 -> 2 bytes
+    expected = (1310720 * 32 + 2 * 2117632) * 2
+    assert expected == 92_356_608
+    estimate = adapter_bytes_per_stage(load_arch(LLAMA_8B), LoRASlots(max_loras=1, max_rank=16), 1, [32])
+    assert estimate.per_stage == (expected,)
+
+
+@pytest.mark.parametrize(("model", "slots", "rank", "tp", "embeddings"), [
+    (LLAMA_8B, 1, 16, 1, True),
+    (LLAMA_8B, 4, 64, 2, True),
+    (LLAMA_8B, 8, 8, 8, True),          # 8 KV heads over 8 ranks
+    (QWEN3_8B, 2, 32, 1, True),         # Qwen3ForCausalLM declares embedding_modules
+    (QWEN25_7B, 3, 16, 4, False),       # Qwen2ForCausalLM does not: no embedding/head slots
+    (QWEN3_MOE, 2, 16, 2, True),        # fused MoE experts + router
+])
+def test_bytes_match_vllm_tensor_shapes(load_arch: Callable[[str], ModelArch], model: str, slots: int, rank: int,
+                                        tp: int, embeddings: bool) -> None:
+    arch = load_arch(model)
+    estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank), tp, [arch.num_layers])
+    assert estimate.per_stage == (shapes_bytes(vllm_shapes(arch, slots, rank, tp, embeddings)),)
+    assert estimate.note == ""
+
+
+def test_pipeline_stages_split_layers_and_put_embedding_first_head_last(
+        load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(LLAMA_8B)
+    slots = LoRASlots(max_loras=2, max_rank=16)
+    whole = adapter_bytes_per_stage(arch, slots, 1, [32]).per_stage[0]
+    first, last = adapter_bytes_per_stage(arch, slots, 1, [16, 16]).per_stage
+    assert first + last == whole
+    embed = (arch.vocab_size * 16 + arch.hidden_size * 16) * 2 * 2
+    head = (16 * arch.hidden_size + arch.vocab_size * 16) * 2 * 2
+    assert first - embed == last - head  # the same 16 decoder layers on each stage
+
+
+def test_slots_scale_linearly_and_rank_too(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(LLAMA_8B)
+    one = adapter_bytes_per_stage(arch, LoRASlots(max_loras=1, max_rank=16), 1, [32]).per_stage[0]
+    assert adapter_bytes_per_stage(arch, LoRASlots(max_loras=4, max_rank=16), 1, [32]).per_stage[0] == 4 * one
+    assert adapter_bytes_per_stage(arch, LoRASlots(max_loras=1, max_rank=64), 1, [32]).per_stage[0] == 4 * one
+
+
+def test_weights_include_the_slots(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(LLAMA_8B)
+    base = EngineFlags(max_model_len=8192, max_num_seqs=64, max_num_batched_tokens=8192)
+    lora = base.model_copy(update={"max_loras": 4, "max_lora_rank": 64})
+    added = adapter_bytes_per_stage(arch, LoRASlots(max_loras=4, max_rank=64), 1, [32]).per_stage[0]
+    assert weights_bytes_per_gpu(arch, lora)[0] - weights_bytes_per_gpu(arch, base)[0] == added
+
+
+def test_plan_with_lora_reports_less_kv_than_without(load_arch: Callable[[str], ModelArch],
+                                                     gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(LLAMA_8B)
+    # max-num-seqs pinned: the planner sizes it from the KV capacity, and the activation peak and MRV2's sampler
+    # state grow with it, so both plans keep the same one and differ by the adapter slots alone
+    pinned = {"max_model_len": 8192, "gpu_memory_utilization": 0.9, "max_num_seqs": 128}
+    without = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(**pinned)))
+    with_lora = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(**pinned), lora=LoRASpec(
+        adapters=[LoRAAdapter(name="sql", source="org/sql-lora")], max_loras=8, max_rank=64)))
+    assert without.fits and with_lora.fits
+    reserved_gib = adapter_bytes_per_stage(arch, LoRASlots(max_loras=8, max_rank=64), 1, [32]).per_stage[0] / 2**30
+    assert reserved_gib == pytest.approx(2.75, abs=0.01)  # 8 slots x rank 64 = 32 x 88.08 MiB
+    assert with_lora.memory.kv_cache_gib < without.memory.kv_cache_gib
+    assert with_lora.memory.kv_cache_gib == pytest.approx(without.memory.kv_cache_gib - reserved_gib, abs=0.02)
+    assert with_lora.prediction.kv_cache_tokens < without.prediction.kv_cache_tokens
+    assert any("LoRA: 8 adapter slot(s) at rank 64" in r for r in with_lora.reasons)
+    args, dropped = render_args(with_lora.flags, with_lora.vllm_version, tuple(with_lora.pinned))
+    assert not dropped
+    joined = " ".join(args)
+    for part in ("--enable-lora", "--max-loras 8", "--max-lora-rank 64", "--lora-modules sql=org/sql-lora"):
+        assert part in joined
+
+
+def test_large_vocab_is_flagged(load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(LLAMA_8B)
+    assert not vocab_too_large(arch)
+    big = arch.model_copy(update={"vocab_size": 262144})
+    assert vocab_too_large(big)
+    result = plan(PlanRequest(arch=big, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True)))
+    assert any("refuses LoRA on an LM head of more than 258048" in r for r in result.reasons)
+
+
+# --- spec.lora -> args, per release --------------------------------------------------------------------
+
+def _run(spec: dict[str, Any]) -> reconcile.Desired:
+    files = load_model_files(spec["model"]["name"], offline=True)
+    return reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="u", generation=1, spec=spec, status={},
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        nodes=({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "1"},),
+        model_files=files))
+
+
+def _container_args(desired: reconcile.Desired) -> list[str]:
+    assert desired.children is not None
+    deployment = next(c for c in desired.children if c["kind"] == "Deployment")
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_spec_lora_renders_the_flags_and_lowers_kv() -> None:
+    base = {"model": {"name": LLAMA_8B}, "workload": {"contextLength": 8192}}
+    plain = _run(base)
+    served = _run({**base, "lora": {"adapters": [{"name": "sql", "source": "org/sql-lora"},
+                                                 {"name": "chat", "source": "/adapters/chat"}],
+                                    "maxRank": 32}})
+    args = _container_args(served)
+    at = args.index("--lora-modules")
+    assert args[at + 1: at + 3] == ["sql=org/sql-lora", "chat=/adapters/chat"]
+    assert "--enable-lora" in args
+    assert args[args.index("--max-loras") + 1] == "2"  # one slot per declared adapter by default
+    assert args[args.index("--max-lora-rank") + 1] == "32"
+    assert plain.plan is not None and served.plan is not None
+    assert served.plan.prediction.kv_cache_tokens < plain.plan.prediction.kv_cache_tokens
+    assert served.status.plan is not None and "--lora-modules" in served.status.plan.args
+
+
+def test_pinned_enable_lora_and_rank_reach_the_args() -> None:
+    args = _container_args(_run({"model": {"name": LLAMA_8B}, "flags": {"enableLora": True, "maxLoraRank": 64}}))
+    assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "64"
+
+
+def test_lora_modules_on_a_release_without_it_is_an_invalid_spec() -> None:
+    desired = _run({"model": {"name": LLAMA_8B}, "image": "vllm/vllm-openai:v0.3.1",
+                    "lora": {"adapters": [{"name": "sql", "source": "org/sql-lora"}]}})
+    assert desired.children is None
+    found = {c.type: (c.status, c.reason, c.message) for c in desired.status.conditions}
+    assert found[cond.DEGRADED][:2] == (cond.TRUE, cond.INVALID_SPEC)
+    assert "spec.lora" in found[cond.DEGRADED][2] and "0.3.2" in found[cond.DEGRADED][2]
+
+
+@pytest.mark.parametrize(("lora", "flags", "fragment"), [
+    ({"adapters": [{"name": "a", "source": "x/y"}, {"name": "a", "source": "x/z"}]}, {}, "unique"),
+    ({"adapters": [{"name": "a=b", "source": "x/y"}]}, {}, "lora.adapters[0].name"),
+    ({"adapters": [{"name": "a", "source": "x y"}]}, {}, "lora.adapters[0].source"),
+    ({"maxRank": 12}, {}, "lora.maxRank"),
+    ({"maxLoras": 0}, {}, "lora.maxLoras"),
+    ({"maxRank": 16}, {"enableLora": True, "maxLoraRank": 32}, "set the rank in one place"),
+    ({}, {"enableLora": False}, "flags.enableLora"),
+])
+def test_bad_lora_specs_are_rejected(lora: dict[str, Any], flags: dict[str, Any], fragment: str) -> None:
+    spec = {"model": {"name": LLAMA_8B}, "lora": lora, "flags": flags}
+    errors = validate_spec(spec)
+    assert errors and any(fragment in f"{e.field}: {e.message}" for e in errors), errors
+    with pytest.raises(SpecValidationError):
+        parse_spec(spec)
+
+
+def test_extra_args_cannot_smuggle_lora_flags() -> None:
+    errors = validate_spec({"model": {"name": LLAMA_8B}, "extraArgs": ["--max-loras", "4"]})
+    assert any("spec.lora.maxLoras" in e.message for e in errors), errors
