@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT
 from .api.v1alpha1 import PinnedFlags as SpecFlags
+from .modelfiles import find_in_catalog
 from .planner import (
     ArchError,
     PinnedFlags,
@@ -31,6 +33,12 @@ from .planner import (
 from .planner.arch import arch_from_config
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
+from .planner.speculative import (
+    Speculation,
+    SpeculativeConfigError,
+    parse_speculative_config,
+    with_draft_arch,
+)
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
 
 
@@ -211,6 +219,9 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--block-size", type=_positive_int)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
+    p.add_argument("--speculative-config", type=_speculative_config, metavar="JSON",
+                   help='speculative decoding as vLLM takes it, e.g. \'{"method": "eagle3", "model": "…", '
+                        '"num_speculative_tokens": 3}\'; a draft from the model catalog is sized from its config')
 
 
 #: vLLM flags that do not change GPU memory at startup: accepted by `check` and listed as such.
@@ -235,6 +246,16 @@ _NO_VALUE = frozenset({
 })
 
 
+def _speculative_config(text: str) -> Speculation:
+    """`--speculative-config JSON`, read as vLLM reads it; a draft in the model catalog brings its config.json."""
+    try:
+        spec = parse_speculative_config(text)
+    except SpeculativeConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    files = find_in_catalog(spec.model) if spec.model else None
+    return with_draft_arch(spec, files.config if files else None, total_size=files.total_size if files else None)
+
+
 def _pinned(args: argparse.Namespace) -> PinnedFlags:
     quant = None if args.quantization in (None, "none") else args.quantization
     return PinnedFlags(
@@ -251,6 +272,7 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
         block_size=args.block_size,
         cpu_offload_gb=args.cpu_offload_gb,
         enable_prefix_caching=args.prefix_caching,
+        speculative_config=args.speculative_config,
     )
 
 
@@ -328,6 +350,8 @@ def manifest_document(result: Plan, args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     for snake, value in result.flags.items():
         info = SpecFlags.model_fields.get(snake)
+        if snake == "speculative_config" and isinstance(value, str):
+            value = {to_camel(k): v for k, v in json.loads(value).items()}  # spec.flags.speculativeConfig
         if info is not None and value is not None:
             flags[info.alias or snake] = value
     spec: dict[str, Any] = {

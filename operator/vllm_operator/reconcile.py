@@ -27,10 +27,11 @@ from .api.v1alpha1 import (
     parse_spec,
     validate_spec,
 )
-from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
+from .modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
 from .planner import ArchError, Constraints, Option, PinnedFlags, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
+from .planner.speculative import with_draft_arch
 from .planner.versions import VersionError, image_version
 from .remediation.redact import secret_findings
 from .render.manifests import (
@@ -315,11 +316,23 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+def with_catalog_draft(pinned: PinnedFlags) -> PinnedFlags:
+    """A speculative draft model or EAGLE head from the bundled model catalog is sized from its config.json; any
+    other draft is booked by the planner's conservative estimate (planner/speculative.py)."""
+    spec = pinned.speculative_config
+    files = find_in_catalog(spec.model) if spec is not None and spec.model else None
+    if spec is None or files is None:
+        return pinned
+    draft = with_draft_arch(spec, files.config, total_size=files.total_size)
+    return pinned.model_copy(update={"speculative_config": draft})
+
+
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
     pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
+    pinned = with_catalog_draft(pinned)
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
     count = spec.gpu.count or per_node
     tp_pp = (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)

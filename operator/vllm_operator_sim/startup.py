@@ -56,6 +56,7 @@ from vllm_operator.planner.memory import (
     v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
+from vllm_operator.planner.speculative import SpeculativeConfigError, parse_speculative_config
 from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
     batch_defaults,
@@ -230,6 +231,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--swap-space", type=float)
     p.add_argument("--kv-cache-memory-bytes", "--kv-cache-memory", type=int, dest="kv_cache_memory_bytes")
     p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
+    p.add_argument("--speculative-config")
     p.add_argument("--enable-lora", action="store_true")
     p.add_argument("--max-lora-rank", type=int)
     p.add_argument("--seed", type=int)
@@ -246,7 +248,7 @@ def _build_parser() -> _Parser:
 _PARSER = _build_parser()
 # flags the release table tracks: dest → table name (the rest exist in every release we simulate)
 _TRACKED = ("swap_space", "cpu_offload_gb", "kv_cache_memory_bytes", "disable_hybrid_kv_cache_manager",
-            "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization")
+            "speculative_config", "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization")
 
 
 class VLLMArgs(BaseModel):
@@ -269,6 +271,7 @@ class VLLMArgs(BaseModel):
     cpu_offload_gb: float = 0.0
     swap_space: float | None = None
     kv_cache_memory_bytes: int | None = None
+    speculative_config: str | None = None
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
 
@@ -314,7 +317,8 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         dtype=ns.dtype, quantization=ns.quantization, kv_cache_dtype=ns.kv_cache_dtype,
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
-        swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, given=given)
+        swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        speculative_config=ns.speculative_config, given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -594,6 +598,13 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         quantization=parsed.quantization, enforce_eager=parsed.enforce_eager, block_size=parsed.block_size or 16,
         cpu_offload_gb=parsed.cpu_offload_gb, kv_cache_memory_bytes=parsed.kv_cache_memory_bytes,
         enable_prefix_caching=parsed.enable_prefix_caching, enable_chunked_prefill=parsed.enable_chunked_prefill)
+    if parsed.speculative_config is not None:
+        try:
+            speculation = parse_speculative_config(parsed.speculative_config)
+        except SpeculativeConfigError as exc:
+            return _fail(run, Phase.CONFIG, FailureKind.INVALID_ARGUMENT, f"ValueError: {exc}", common,
+                         in_engine=False)
+        flags = flags.model_copy(update={"speculative": speculation})
     common.update(flags=flags, gpu_total_gib=total_gib)
     run.info(f"Initializing a {profile.engine} LLM engine (v{profile.version}) with config: model='{model_id}', "
              f"dtype={arch.dtype}, max_seq_len={max_len}, tensor_parallel_size={tp}, pipeline_parallel_size={pp}, "

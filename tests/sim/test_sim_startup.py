@@ -286,3 +286,18 @@ def test_serving_oom_when_the_batch_is_larger_than_the_hidden_limit() -> None:
 def test_no_gpu_visible() -> None:
     outcome = simulate_startup(serve_args(LLAMA3_8B), IMAGE_026, None, None, model(LLAMA3_8B))
     assert not outcome.starts and "Failed to infer device type" in outcome.message
+
+
+def test_a_speculative_config_takes_kv_and_is_refused_before_0_8_2() -> None:
+    config = '{"method":"ngram","num_speculative_tokens":4}'
+    plain = run(image=IMAGE_033, **PLANNED_8B_L4)
+    eagle = run(image=IMAGE_033, **PLANNED_8B_L4,
+                speculative_config='{"method":"eagle3","model":"org/eagle3-head","num_speculative_tokens":3}')
+    assert plain.starts and eagle.starts, eagle.message
+    assert eagle.available_kv_gib < plain.available_kv_gib  # the head's weights and its KV pages
+    assert eagle.kv_cache_tokens < plain.kv_cache_tokens
+    assert run(image=IMAGE_033, **PLANNED_8B_L4, speculative_config=config).starts
+    old = run(image=IMAGE_011.replace("0.11.0", "0.8.1"), **PLANNED_8B_L4, speculative_config=config)
+    assert not old.starts and "--speculative-config" in old.message
+    bad = run(image=IMAGE_033, **PLANNED_8B_L4, speculative_config='{"method":"ngram"}')
+    assert not bad.starts and "num_speculative_tokens" in bad.message

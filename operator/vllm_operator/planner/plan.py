@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from .arch import ArchError, ModelArch, checkpoint_bytes
 from .failures import FailureKind
@@ -30,7 +30,9 @@ from .memory import (
     init_nontorch_gib,
     predict_startup,
     profile_for_model,
+    speculative_memory,
 )
+from .speculative import Speculation, parse_speculative_config
 from .versions import VersionProfile, batch_defaults, profile_for
 
 _TP_CHOICES = (1, 2, 4, 8, 16)
@@ -65,6 +67,16 @@ class PinnedFlags(BaseModel):
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
+    speculative_config: Speculation | None = None
+
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _parse_speculative(cls, value: Any) -> Any:
+        return None if value is None else parse_speculative_config(value)
+
+    @field_serializer("speculative_config")
+    def _speculative_json(self, value: Speculation | None) -> str | None:
+        return None if value is None else value.to_json()  # the flag's value as vLLM reads it
 
     def pinned_names(self) -> list[str]:
         return [name for name, value in self.model_dump().items() if value is not None]
@@ -257,6 +269,9 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
                               max_model_len=max_model_len,
                               chunked_prefill=pinned.enable_chunked_prefill is not False)
     seqs = pinned.max_num_seqs or max_num_seqs or defaults.max_num_seqs
+    if pinned.speculative_config is not None and not (pinned.max_num_seqs or max_num_seqs):
+        # each sequence verifies k + 1 tokens: start from as many sampler rows as vLLM's default gives without it
+        seqs = max(1, seqs // (pinned.speculative_config.tokens(request.arch) + 1))
     tokens = pinned.max_num_batched_tokens or defaults.max_num_batched_tokens
     if request.constraints.max_num_batched_tokens and not pinned.max_num_batched_tokens:
         tokens = min(tokens, request.constraints.max_num_batched_tokens)
@@ -278,6 +293,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         enable_prefix_caching=pinned.enable_prefix_caching,
         enable_chunked_prefill=pinned.enable_chunked_prefill,
+        speculative=pinned.speculative_config,
     )
 
 
@@ -630,6 +646,11 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     return out
 
 
+def _speculation_reasons(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> list[str]:
+    draft = speculative_memory(arch, flags, profile)
+    return [] if draft is None else [draft.note + " speculative-config is pinned."]
+
+
 def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
              tried: list[_Candidate]) -> list[str]:
     arch, gpu, flags, pred = request.arch, request.gpu, candidate.flags, candidate.prediction
@@ -642,6 +663,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     ]
     if request.version_note:
         reasons.append(request.version_note)
+    reasons.extend(_speculation_reasons(arch, flags, profile))
     tp = flags.tensor_parallel_size
     short = shortfalls(request, flags) if fits else []
     objective = _objective_text(request)
