@@ -454,8 +454,14 @@ def _check_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    model, words = parse_command_line(args.command_line)
+def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | None = None,
+                  gpu_free_gib: float | None = None, vllm_version: str | None = None,
+                  image: str | None = None) -> tuple[PlanRequest, argparse.Namespace, list[str]]:
+    """`vllm-operator check`'s question as a request: the pasted command's flags pinned, vLLM's own defaults for the
+    rest (as `plan --as-is`). Returns the request, the parsed flags and the flags with no memory effect.
+
+    The accuracy benchmark (benchmarks/planner_accuracy.py) asks each record's question through this function."""
+    model, words = parse_command_line(command_line)
     kept: list[str] = []
     no_effect: list[str] = []
     i = 0
@@ -476,21 +482,28 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown to this checker: {', '.join(named or unknown)} (not a vLLM flag it knows the "
                          "memory effect of; remove it or plan with `vllm-operator plan`)")
     parsed.model = model
-    parsed.gpu = args.gpu
+    parsed.gpu = gpu
     tp, pp = parsed.tensor_parallel_size or 1, parsed.pipeline_parallel_size or 1
-    parsed.gpu_count = args.gpu_count or tp * pp
-    parsed.gpu_free_gib = args.gpu_free_gib
-    parsed.vllm_version = args.vllm_version
-    parsed.image = args.image
+    parsed.gpu_count = gpu_count or tp * pp
+    parsed.gpu_free_gib = gpu_free_gib
+    parsed.vllm_version = vllm_version
+    parsed.image = image
     parsed.context_length = None
     parsed.concurrency = None
     parsed.prefix_caching = parsed.enable_prefix_caching
     parsed.as_is = True
-    parsed.output = args.output
     request = build_request(parsed)
     if parsed.enable_chunked_prefill is not None:
         request = request.model_copy(update={"pinned": request.pinned.model_copy(
             update={"enable_chunked_prefill": parsed.enable_chunked_prefill})})
+    return request, parsed, no_effect
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    request, parsed, no_effect = check_request(args.command_line, gpu=args.gpu, gpu_count=args.gpu_count,
+                                               gpu_free_gib=args.gpu_free_gib, vllm_version=args.vllm_version,
+                                               image=args.image)
+    parsed.output = args.output
     result = plan(request)
     if no_effect and args.output == "text":
         print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")
