@@ -59,6 +59,7 @@ from vllm_operator.planner.memory import (
 from vllm_operator.planner.speculative import SpeculativeConfigError, parse_speculative_config
 from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
+    VersionError,
     batch_defaults,
     profile_for,
     version_from_image,
@@ -517,16 +518,23 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     *,
     gpu_count: int | None = None,
     memory_limit_gib: float | None = None,
+    declared_version: str | None = None,
 ) -> StartupOutcome:
     """Run vLLM's startup for the container ``args`` (with or without the ``vllm serve`` command) on ``gpu``.
 
     ``gpu`` is None when the container sees no GPU (no ``nvidia.com/gpu`` requested, or a node without one).
     ``model`` is the model's architecture or files (None: the model cannot be found, as for a wrong repo id);
     ``gpu_count`` is the GPUs the container was given (default: TP × PP); ``memory_limit_gib`` its memory limit.
+    ``declared_version`` is the release the operator says the image runs (`spec.vllmVersion`, on the pod as the
+    vllm-operator.dev/vllm-version annotation): a digest, mirror tag or `latest` runs as that release; a tag naming a
+    release runs as the tag says, whatever is declared.
     """
     hidden = hidden or HiddenFacts()
-    version = version_from_image(image) or NEWEST_KNOWN_VERSION
-    profile = profile_for(version)
+    version = version_from_image(image) or declared_version or NEWEST_KNOWN_VERSION
+    try:
+        profile = profile_for(version)
+    except VersionError:  # an unreadable declaration: the image's contents decide, as the newest release here
+        profile = profile_for(NEWEST_KNOWN_VERSION)
     seed = "\x1f".join([image, *args])
     run = _Run(profile.version, seed)
     common: dict[str, Any] = {}
