@@ -648,7 +648,10 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
 
 def _speculation_reasons(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> list[str]:
     draft = speculative_memory(arch, flags, profile)
-    return [] if draft is None else [draft.note + " speculative-config is pinned."]
+    if draft is None:
+        return []
+    return [draft.note + " speculative-config is pinned; a max-num-seqs the planner chooses starts from vLLM's "
+            f"default divided by {draft.sampler_rows_factor} (the rows one sequence takes in the sampler)."]
 
 
 def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
