@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from .api import conditions as cond
-from .api.labels import OBSERVED_FREE_GPUS
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
@@ -231,35 +230,6 @@ def discover_pools(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> l
     return [(group[0], len(group), _product_label(nodes, group[0], catalog)) for group in pools.values()]
 
 
-def pool_free_gpus(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> dict[tuple[str, int], int]:
-    """The most free GPUs on one node of each pool (GPU model, GPUs per node), where the node listing counted them
-    (OBSERVED_FREE_GPUS); a pool with a node of unknown free GPUs is left out (unknown, not full)."""
-    free: dict[tuple[str, int], int] = {}
-    unknown: set[tuple[str, int]] = set()
-    for labels in nodes:
-        try:
-            node_gpu = resolve_node_gpu(labels, catalog)
-        except UnknownGPUError:
-            continue
-        if node_gpu is None:
-            continue
-        key = (node_gpu.spec.name, node_gpu.count)
-        raw = labels.get(OBSERVED_FREE_GPUS, "")
-        if not raw.isdigit():
-            unknown.add(key)
-            continue
-        free[key] = max(free.get(key, 0), int(raw))
-    return {key: value for key, value in free.items() if key not in unknown}
-
-
-def _busy_note(option: Option, free: Mapping[tuple[str, int], int], per_node: int) -> str | None:
-    """Why a pool option cannot be scheduled now: no node of the pool has its GPUs free."""
-    available = free.get((option.gpu, per_node))
-    if available is None or available >= option.gpu_count:
-        return None
-    return f"; no node of this pool has {option.gpu_count} free GPU(s) now (at most {available} free)"
-
-
 def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog,
                      constraints: Constraints, resolved: tuple[GPUSpec, str, str | None, int | None],
                      ) -> tuple[GPUSpec, str, str | None, int | None, Plan]:
@@ -294,19 +264,16 @@ def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Map
                + "; ".join(pool.outcome() for pool in ranked))
     if not result.usable:
         result = result.model_copy(update={"options": _cluster_options(spec, arch, constraints, gpu, node_count,
-                                                                        result, pools,
-                                                                        pool_free_gpus(nodes, catalog))})
+                                                                        result, pools)})
     return gpu, how, label, node_count, result
 
 
 def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constraints, gpu: GPUSpec,
                      node_count: int | None, result: Plan, pools: list[tuple[NodeGPU, int, str | None]],
-                     free: Mapping[tuple[str, int], int] | None = None) -> list[Option]:
-    """The planner's options cut to what this cluster can run, plus the cluster's other pools that would fit; a pool
-    with no node that has the GPUs free now (`free`, where the operator could count them) says so, ranked last."""
+                     ) -> list[Option]:
+    """The planner's options cut to what this cluster can run, plus the cluster's other pools that would fit."""
     per_node = node_count or spec.gpu.max_count
     options: list[Option] = []
-    busy: list[Option] = []
     for option in result.options:
         if option.kind == "larger-gpu":
             continue  # replaced by the pools the cluster has
@@ -319,17 +286,11 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
             continue
         res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         if res.fits and (res.usable or not result.fits):
-            option = Option(
+            options.append(Option(
                 summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
                 kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
                 kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
-                max_concurrency=res.prediction.max_concurrency)
-            note = _busy_note(option, free or {}, node_gpu.count)
-            if note:
-                busy.append(option.model_copy(update={"summary": option.summary + note}))
-            else:
-                options.append(option)
-    options.extend(busy)  # pools without the GPUs free now come after those that have them
+                max_concurrency=res.prediction.max_concurrency))
     if not options and not result.fits:
         # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
         options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})

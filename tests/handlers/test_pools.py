@@ -57,25 +57,3 @@ def test_digest_image_without_a_version_is_planned_for_the_newest_and_says_so(ha
     feasible = next(c for c in obj["status"]["conditions"] if c["type"] == "PlanFeasible")
     assert f"vLLM {NEWEST_KNOWN_VERSION} assumed" in feasible["message"] and "spec.vllmVersion" in feasible["message"]
     assert obj["status"]["plan"]["vllmVersion"] == NEWEST_KNOWN_VERSION
-
-
-def test_an_option_on_a_pool_without_free_gpus_says_so_and_comes_last(harness: Cluster) -> None:
-    h = harness
-    h.add_node("gaming-1", "NVIDIA-GeForce-RTX-4090", 1)
-    h.add_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8)
-    h.add_node("a100-1", "NVIDIA-A100-SXM4-80GB", 8)
-    # another team's job holds every GPU of the H100 node (allocatable 8 - requested 8 = 0 free)
-    h.server.create_object("pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "training", "namespace": h.namespace},
-        "spec": {"nodeName": "h100-1", "containers": [{"name": "t", "image": "trainer",
-                                                       "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {"phase": "Running"}}, h.namespace)
-    h.create("big", {"model": {"name": LLAMA3_70B}, "gpu": {"product": "RTX-4090"}})
-    obj = h.wait_condition("big", "PlanFeasible", "False", "PlanInfeasible")
-    pools = [o for o in obj["status"]["plan"]["options"] if o["kind"] == "pool"]
-    by_gpu = {o["gpuProduct"]: o for o in pools}
-    assert set(by_gpu) == {"H100-SXM-80GB", "A100-SXM4-80GB"}, by_gpu
-    assert "no node of this pool has" in by_gpu["H100-SXM-80GB"]["summary"]
-    assert "(at most 0 free)" in by_gpu["H100-SXM-80GB"]["summary"]
-    assert "free" not in by_gpu["A100-SXM4-80GB"]["summary"]
-    assert pools[-1]["gpuProduct"] == "H100-SXM-80GB"  # ranked after the pool that has its GPUs free

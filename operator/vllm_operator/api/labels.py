@@ -9,6 +9,3 @@ ANNOTATION_SPEC_HASH = "vllm-operator.dev/spec-hash"
 ANNOTATION_PLAN = "vllm-operator.dev/plan"
 #: On vLLM pods: the vLLM release the plan was made for (the image tag's, or spec.vllmVersion for a digest/mirror tag).
 ANNOTATION_VLLM_VERSION = "vllm-operator.dev/vllm-version"
-#: Not a node label: the key under which the operator's node listing adds a node's free GPUs (allocatable minus the
-#: GPU requests of its running pods) to that node's labels, when it could list every pod; absent when it could not.
-OBSERVED_FREE_GPUS = "vllm-operator.dev/observed-free-gpus"
