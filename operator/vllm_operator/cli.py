@@ -12,17 +12,24 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 import yaml
 from pydantic.alias_generators import to_camel
 
-from .api.v1alpha1 import API_VERSION, DEFAULT_GPU_MAX_COUNT
-from .api.v1alpha1 import PinnedFlags as SpecFlags
+from .api.v1alpha1 import (
+    API_VERSION,
+    DEFAULT_GPU_MAX_COUNT,
+    QUANTIZATION_METHODS,
+    BlockSize,
+    KVCacheDType,
+    ModelDType,
+    PinnedFlags,
+    SpeculativeConfig,
+)
 from .modelfiles import find_in_catalog
 from .planner import (
     ArchError,
-    PinnedFlags,
     Plan,
     PlanRequest,
     VersionError,
@@ -30,7 +37,7 @@ from .planner import (
     plan,
     with_vllm_defaults,
 )
-from .planner.arch import arch_from_config
+from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
 from .planner.speculative import (
@@ -121,10 +128,11 @@ def _model_len(text: str) -> int:
     return value
 
 
-KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "bfloat16", "float16")
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-QUANTIZATIONS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "mxfp4",
-                 "marlin", "modelopt", "fbgemm_fp8", "gguf", "experts_int8", "ptpc_fp8", "none")
+# The values spec.flags admits (one vocabulary for the CLI and the CRD); "none" plans an unquantized checkpoint.
+KV_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
+DTYPES: tuple[str, ...] = get_args(ModelDType)
+QUANTIZATIONS: tuple[str, ...] = (*QUANTIZATION_METHODS, "none")
+BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,7 +225,7 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", "-q", choices=QUANTIZATIONS)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--block-size", type=_positive_int)
+    p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
     p.add_argument("--speculative-config", type=_speculative_config, metavar="JSON",
                    help='speculative decoding as vLLM takes it, e.g. \'{"method": "eagle3", "model": "…", '
@@ -272,8 +280,21 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
         block_size=args.block_size,
         cpu_offload_gb=args.cpu_offload_gb,
         enable_prefix_caching=args.prefix_caching,
-        speculative_config=args.speculative_config,
+        speculative_config=_pinned_speculation(getattr(args, "speculative_config", None)),
     )
+
+
+def _pinned_speculation(speculation: Speculation | None) -> SpeculativeConfig | None:
+    """--speculative-config as spec.flags.speculativeConfig pins it (the planner reads the parsed `Speculation`,
+    passed as `PlanRequest.speculation`; keys the API model lacks still reach vLLM through the plan's flags)."""
+    if speculation is None:
+        return None
+    try:
+        return SpeculativeConfig(method=speculation.method, num_speculative_tokens=speculation.num_speculative_tokens,
+                                 model=speculation.model,
+                                 draft_tensor_parallel_size=speculation.draft_tensor_parallel_size)
+    except ValueError:
+        return None  # e.g. a method the CRD does not list: planned and rendered from the parsed speculation
 
 
 def _version(args: argparse.Namespace) -> ImageVersion | None:
@@ -288,6 +309,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     from .sources import load_model_files
 
     files = load_model_files(args.model, revision=args.revision)
+    # the operator's bounds hold for a local file or a hub config too: one plan stays bounded in time and memory
+    check_arch_bounds(files.config, model_id=files.model_id)
     arch = arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
                             total_size_estimated=files.total_size_estimated)
     gpu = load_gpu_catalog().get(args.gpu)
@@ -302,7 +325,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     version = _version(args)
     request = PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
                           vllm_version=version.version if version else None,
-                          version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib)
+                          version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib,
+                          speculation=getattr(args, "speculative_config", None))
     if getattr(args, "as_is", False):
         request = with_vllm_defaults(request)  # vLLM's own default for every flag not given: nothing is chosen
     return request
@@ -349,7 +373,7 @@ def manifest_document(result: Plan, args: argparse.Namespace) -> dict[str, Any]:
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
     for snake, value in result.flags.items():
-        info = SpecFlags.model_fields.get(snake)
+        info = PinnedFlags.model_fields.get(snake)
         if snake == "speculative_config" and isinstance(value, str):
             value = {to_camel(k): v for k, v in json.loads(value).items()}  # spec.flags.speculativeConfig
         if info is not None and value is not None:

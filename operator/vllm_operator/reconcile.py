@@ -17,22 +17,31 @@ from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
-    MemoryBreakdown,
+    PinnedFlags,
     PlanFailure,
     PlanOption,
     PlanStatus,
     SpecError,
     VLLMServiceSpec,
     VLLMServiceStatus,
+    flags_from_api,
     parse_spec,
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
-from .planner import ArchError, Constraints, Option, PinnedFlags, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
-from .planner.gpus import GPUCatalog, GPUSpec, NodeGPU, UnknownGPUError, pick_gpu_pool, resolve_node_gpu
-from .planner.speculative import with_draft_arch
-from .planner.versions import VersionError, image_version
+from .planner.gpus import (
+    GPUCatalog,
+    GPUSpec,
+    NodeGPU,
+    UnknownGPUError,
+    load_gpu_catalog,
+    pick_gpu_pool,
+    resolve_node_gpu,
+)
+from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
+from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render.manifests import (
     OwnerRef,
@@ -79,8 +88,6 @@ INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
-#: Pinned flags the planner does not model but vLLM must get (the renderer passes them through).
-PASS_THROUGH_FLAGS = ("enable_lora", "max_lora_rank", "swap_space")
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
@@ -299,9 +306,9 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
 
 
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
-    """The remediation ladder's learned limits, kept in status.remediation.profile (snake_case keys)."""
+    """The remediation ladder's learned limits, kept in status.remediation.profile."""
     remediation = status.get("remediation") or {}
-    profile = remediation.get("profile") or {}
+    profile = flags_from_api(remediation.get("profile")) or {}
     known = {k: v for k, v in profile.items() if k in Constraints.model_fields}
     return Constraints(**known)
 
@@ -316,23 +323,26 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def with_catalog_draft(pinned: PinnedFlags) -> PinnedFlags:
-    """A speculative draft model or EAGLE head from the bundled model catalog is sized from its config.json; any
-    other draft is booked by the planner's conservative estimate (planner/speculative.py)."""
-    spec = pinned.speculative_config
-    files = find_in_catalog(spec.model) if spec is not None and spec.model else None
-    if spec is None or files is None:
-        return pinned
-    draft = with_draft_arch(spec, files.config, total_size=files.total_size)
-    return pinned.model_copy(update={"speculative_config": draft})
+def catalog_speculation(pinned: PinnedFlags) -> Speculation | None:
+    """spec.flags.speculativeConfig as the planner reads it: a draft model or EAGLE head from the bundled model catalog
+    is sized from its config.json; any other draft is booked by the planner's conservative estimate
+    (planner/speculative.py). None when nothing is pinned."""
+    if pinned.speculative_config is None:
+        return None
+    speculation = parse_speculative_config(pinned.speculative_config.to_vllm())
+    files = find_in_catalog(speculation.model) if speculation.model else None
+    if files is None:
+        return speculation
+    return with_draft_arch(speculation, files.config, total_size=files.total_size)
 
 
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
-    pinned = PinnedFlags(**{k: v for k, v in spec.flags.to_vllm().items() if k in PinnedFlags.model_fields})
+    # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
+    # adds it from RenderInput.trust_remote_code), so it is not one of the plan's flags
+    pinned = spec.flags.model_copy(update={"trust_remote_code": None})
     if spec.model.quantization and pinned.quantization is None:
         pinned = pinned.model_copy(update={"quantization": str(spec.model.quantization)})  # the user's word
-    pinned = with_catalog_draft(pinned)
     per_node = min(spec.gpu.max_count, node_count) if node_count else spec.gpu.max_count
     count = spec.gpu.count or per_node
     tp_pp = (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
@@ -348,19 +358,16 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
         constraints = constraints.model_copy(update={
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, workload=workload,
-                       constraints=constraints, vllm_version=version.version, version_note=version.note)
+                       constraints=constraints, vllm_version=version.version, version_note=version.note,
+                       speculation=catalog_speculation(pinned))
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:
-    mem = result.memory
     return PlanStatus(
         fits=result.fits,
         flags=result.flags,
         args=args,
-        memory=MemoryBreakdown(gpuTotalGiB=mem.gpu_total_gib, requestedGiB=mem.requested_gib,
-                               weightsGiB=mem.weights_gib, activationGiB=mem.activation_gib,
-                               nonTorchGiB=mem.non_torch_gib, cudagraphGiB=mem.cudagraph_gib,
-                               kvCacheGiB=mem.kv_cache_gib),
+        memory=result.memory,
         kv_cache_tokens=result.prediction.kv_cache_tokens,
         max_concurrency=result.prediction.max_concurrency,
         reasons=result.reasons,
@@ -453,7 +460,53 @@ def desired_state(observed: Observed) -> Desired:
             return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """What the plan step leaves for the status step: the spec, the plan and what status shows of them."""
+
+    spec: VLLMServiceSpec
+    resolved: ImageVersion
+    arch: ModelArch
+    gpu: GPUSpec
+    product_label: str | None
+    constraints: Constraints
+    result: Plan
+    gpu_status: GPUStatus
+    args: list[str]
+    dropped: list[str]
+    status_plan: PlanStatus
+    changed: bool
+    secret_updates: list[cond.ConditionUpdate]
+    secret_events: list[Event]
+
+
 def _desired_state(observed: Observed) -> Desired:
+    """The named steps, each answering early when it cannot go on: validate → resolve image/version → model files →
+    arch → GPU/pool → plan → status (and children when the plan fits)."""
+    spec = _validate(observed)
+    if isinstance(spec, Desired):
+        return spec
+    resolved = _resolve_image_version(observed, spec)
+    if isinstance(resolved, Desired):
+        return resolved
+    files = _read_model_files(observed, spec)
+    if isinstance(files, Desired):
+        return files
+    arch = _model_arch(observed, spec, files)
+    if isinstance(arch, Desired):
+        return arch
+    catalog = observed.catalog or load_gpu_catalog()
+    pool = _gpu_and_pool(observed, spec, catalog)
+    if isinstance(pool, Desired):
+        return pool
+    planned = _plan(observed, spec, resolved, arch, catalog, pool)
+    if not planned.result.fits:
+        return _infeasible_status(observed, planned)
+    return _deployable_status(observed, planned, _render_children(observed, planned))
+
+
+def _validate(observed: Observed) -> VLLMServiceSpec | Desired:
+    """Step 1: the spec as the CRD and `validate_spec` admit it (plus the name's own limit), the default image set."""
     errors = validate_spec(dict(observed.spec))
     if len(observed.name) > MAX_NAME_LENGTH:
         errors = [SpecError("metadata.name", f"is {len(observed.name)} characters; at most {MAX_NAME_LENGTH} "
@@ -463,28 +516,39 @@ def _desired_state(observed: Observed) -> Desired:
     spec = parse_spec(dict(observed.spec))
     if not spec.image:
         spec = spec.model_copy(update={"image": observed.default_image})
+    return spec
+
+
+def _resolve_image_version(observed: Observed, spec: VLLMServiceSpec) -> ImageVersion | Desired:
+    """Step 2: the vLLM release the image runs, and every pinned flag that release has."""
     try:
         resolved = image_version(spec.image or DEFAULT_IMAGE, spec.vllm_version)
     except VersionError as exc:
         return _invalid(observed, [SpecError("spec.vllmVersion", str(exc))])
-    version = resolved.version
-    unsupported = unsupported_pinned(spec.flags.to_vllm(), version)
+    unsupported = unsupported_pinned(spec.flags.to_vllm(), resolved.version)
     if unsupported:
         return _invalid(observed, [SpecError(spec.flags.field_path(name), f"{why}; remove it or use another image")
                                    for name, why in unsupported])
-    files, model_error = _model_files(observed, spec)
-    if files is None:
-        message = model_error or "the model's config.json could not be read"
-        if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
-            return _invalid(observed, [SpecError("spec.model.config", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
-        return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
-    from .planner.gpus import load_gpu_catalog
+    return resolved
 
-    catalog = observed.catalog or load_gpu_catalog()
+
+def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles | Desired:
+    """Step 3: the model's config.json (+ checkpoint size), only now that the spec is valid."""
+    files, model_error = _model_files(observed, spec)
+    if files is not None:
+        return files
+    message = model_error or "the model's config.json could not be read"
+    if spec.model.config:  # inline: the spec itself is wrong, retrying cannot help
+        return _invalid(observed, [SpecError("spec.model.config", message)])
+    updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.MODEL_NOT_FOUND, message),
+               cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.MODEL_NOT_FOUND, message)]
+    return _problem(observed, cond.MODEL_NOT_FOUND, message, updates, retry_after=60)
+
+
+def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) -> ModelArch | Desired:
+    """Step 4: the architecture, its values bounded before any arithmetic on them."""
     try:
-        arch = _arch(files, spec)
+        return _arch(files, spec)
     except ArchError as exc:
         return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
     except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
@@ -492,6 +556,14 @@ def _desired_state(observed: Observed) -> Desired:
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+
+
+#: What the GPU/pool step found: the GPU, how it was found, its product label, GPUs per node, the nodes listed.
+_GPUChoice = tuple[GPUSpec, str, str | None, int | None, Sequence[Mapping[str, str]]]
+
+
+def _gpu_and_pool(observed: Observed, spec: VLLMServiceSpec, catalog: GPUCatalog) -> _GPUChoice | Desired:
+    """Step 5: the GPU the plan is for, from spec.gpu or the labels of the cluster's GPU nodes."""
     nodes = observed.nodes
     if observed.list_nodes is not None:
         # listed even with spec.gpu.product: that product's GPUs per node and the options come from the cluster's
@@ -507,61 +579,67 @@ def _desired_state(observed: Observed) -> Desired:
         gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
         message = str(exc)
-        field_error = bool(spec.gpu.product)
-        reason = cond.INVALID_SPEC if field_error else cond.GPU_NOT_FOUND
-        if field_error:
+        if spec.gpu.product:
             return _invalid(observed, [SpecError("spec.gpu.product", message)])
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, reason, message),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason, "waiting for GPU nodes")]
-        return _problem(observed, reason, message, updates, retry_after=30)
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.GPU_NOT_FOUND, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.GPU_NOT_FOUND, "waiting for GPU nodes")]
+        return _problem(observed, cond.GPU_NOT_FOUND, message, updates, retry_after=30)
+    return gpu, how, product_label, node_count, nodes
 
+
+def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arch: ModelArch, catalog: GPUCatalog,
+          pool: _GPUChoice) -> _Planned:
+    """Step 6: the plan (with what the remediation ladder learned), its args and what status shows of it."""
+    gpu, how, product_label, node_count, nodes = pool
     constraints = constraints_from_status(observed.status)
     gpu, how, product_label, node_count, result = plan_for_cluster(
         spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
     gpu_status = GPUStatus(product=product_label or gpu.name, count=result.gpu_count, memoryGiB=gpu.reported_gib,
                            source=how)
-    # Pinned flags the planner does not model reach vLLM as written (unsupported_pinned refused them above when
-    # the image's release lacks them), so no pinned flag is silently dropped.
-    pinned_all = spec.flags.to_vllm()
-    passed = {name: pinned_all[name] for name in PASS_THROUGH_FLAGS if name in pinned_all}
-    if passed:
-        result = result.model_copy(update={"flags": {**result.flags, **passed},
-                                           "pinned": [*result.pinned, *(n for n in passed if n not in result.pinned)]})
     secret_updates, secret_events = _secret_warning(observed, spec)
     args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
-    status_plan = plan_status(result, args, digest)
-    events: list[Event] = []
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
-    changed = decided_before != (result.fits, args, product_label or gpu.name)
-    if not result.fits:
-        summary = result.failure.message if result.failure else "does not fit"
-        options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
-        message = f"{arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
-        if resolved.note:
-            message += f". {resolved.note}"
-        updates = [
-            cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
-            cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
-                                                                                   "not fit"),
-            cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
-        ]
-        if changed:
-            events.append(Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message))
-        events.extend(secret_events)
-        status = _status(observed, updates + secret_updates, plan=status_plan, gpu=gpu_status)
-        return Desired(status=status, children=None, events=events, plan=result)
+    return _Planned(spec=spec, resolved=resolved, arch=arch, gpu=gpu, product_label=product_label,
+                    constraints=constraints, result=result, gpu_status=gpu_status, args=args, dropped=dropped,
+                    status_plan=plan_status(result, args, digest),
+                    changed=decided_before != (result.fits, args, product_label or gpu.name),
+                    secret_updates=secret_updates, secret_events=secret_events)
 
-    render = RenderInput(
+
+def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
+    """Step 7, when no plan fits: PlanInfeasible with the figures and the options, no children."""
+    result, gpu = planned.result, planned.gpu
+    summary = result.failure.message if result.failure else "does not fit"
+    options = "; ".join(o.summary for o in result.options[:4]) or "none in the GPU catalog"
+    message = f"{planned.arch.model_id} does not fit {result.gpu_count}× {gpu.name}: {summary} Options: {options}"
+    if planned.resolved.note:
+        message += f". {planned.resolved.note}"
+    updates = [
+        cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.FALSE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.PLAN_INFEASIBLE, message),
+        cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, "no Deployment: the plan does "
+                                                                               "not fit"),
+        cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
+    ]
+    events = [Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message)] if planned.changed else []
+    events.extend(planned.secret_events)
+    status = _status(observed, updates + planned.secret_updates, plan=planned.status_plan, gpu=planned.gpu_status)
+    return Desired(status=status, children=None, events=events, plan=result)
+
+
+def _render_input(observed: Observed, planned: _Planned) -> RenderInput:
+    """What the renderer needs of the spec and the plan."""
+    spec, result, constraints = planned.spec, planned.result, planned.constraints
+    return RenderInput(
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
         vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
-        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=product_label,
-        weights_gib_total=checkpoint_bytes(arch) / 2**30, replicas=desired_replicas(spec, observed.status),
+        extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count, gpu_product_label=planned.product_label,
+        weights_gib_total=checkpoint_bytes(planned.arch) / 2**30, replicas=desired_replicas(spec, observed.status),
         node_selector=dict(spec.node_selector),
         tolerations=tuple(t.to_dict() for t in spec.tolerations), affinity=spec.affinity.to_dict() if spec.affinity else None,
         env=tuple(e.to_dict() for e in spec.env),
@@ -581,9 +659,21 @@ def _desired_state(observed: Observed) -> Desired:
         trust_remote_code=bool(spec.flags.trust_remote_code),
         security_profile=spec.security.profile, run_as_user=spec.security.run_as_user,
     )
-    children = build_children(render)
+
+
+def _render_children(observed: Observed, planned: _Planned) -> tuple[RenderInput, list[dict[str, Any]]]:
+    """Step 7, when the plan fits: the children (PVC, Service, Deployment) rendered as data."""
+    render = _render_input(observed, planned)
+    return render, build_children(render)
+
+
+def _deployable_status(observed: Observed, planned: _Planned,
+                       rendered: tuple[RenderInput, list[dict[str, Any]]]) -> Desired:
+    """Step 7, when the plan fits: PlanFeasible with the args and KV tokens, rollout progress, the children."""
+    spec, result, gpu, resolved = planned.spec, planned.result, planned.gpu, planned.resolved
+    render, children = rendered
     ready = (observed.status.get("readyReplicas") or 0)
-    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(args) +
+    message = (f"{result.gpu_count}× {gpu.name}: " + " ".join(planned.args) +
                f" → {result.prediction.kv_cache_tokens} KV tokens")
     if not result.usable:
         trade = next((r for r in result.reasons if r.startswith("Trade-off:")), "")
@@ -603,15 +693,16 @@ def _desired_state(observed: Observed) -> Desired:
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,
                                             f"{ready}/{spec.replicas} pods ready"))
-    if changed:
+    events: list[Event] = []
+    if planned.changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
-        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in dropped)
-    events.extend(secret_events)
-    updates.extend(secret_updates)
+        events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in planned.dropped)
+    events.extend(planned.secret_events)
+    updates.extend(planned.secret_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
-    status = _status(observed, updates, plan=status_plan, gpu=gpu_status, endpoint=endpoint, selector=selector,
-                     replicas=render.replicas, ready_replicas=ready)
+    status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
+                     selector=selector, replicas=render.replicas, ready_replicas=ready)
     return Desired(status=status, children=children, events=events, plan=result)
 
 

@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from vllm_operator.api.v1alpha1 import KIND
+from vllm_operator.api.v1alpha1 import KIND, flags_from_api
 
 from .clock import DEFAULT_SPEED, format_duration
 from .cluster import DEFAULT_POOLS, NodePool, SimulatedCluster
@@ -317,7 +317,7 @@ class _Session:
         label = "plan" if first else "re-plan"
         if plan.get("fits"):
             tokens = plan.get("kvCacheTokens") or 0
-            self.view.line(now, t.name, f"{label}: {where} {format_flags(plan.get('flags') or {})} → "
+            self.view.line(now, t.name, f"{label}: {where} {format_flags(flags_from_api(plan.get('flags')) or {})} → "
                                         f"{tokens:,} KV tokens, {plan.get('maxConcurrency', 0):.2f}x concurrency")
         else:
             failure = plan.get("failure") or {}
@@ -330,9 +330,9 @@ class _Session:
     def _show_remediation(self, t: _Tracked, status: Mapping[str, Any], now: float) -> None:
         history = (status.get("remediation") or {}).get("history") or []
         for entry in history[t.history_seen:]:
-            before = entry.get("flagsBefore") or entry.get("flags_before") or {}
-            after = entry.get("flagsAfter") or entry.get("flags_after") or {}
-            kind = entry.get("failureClass") or entry.get("failure_class") or "?"
+            before = flags_from_api(entry.get("flagsBefore")) or {}
+            after = flags_from_api(entry.get("flagsAfter")) or {}
+            kind = entry.get("failureClass") or "?"
             message = _short(entry.get("message", ""), 130)
             if "→" not in message:
                 message += f"; {_changed_flags(before, after)}"
@@ -392,7 +392,7 @@ class _Session:
             obj = self.cluster.api.get_object("vllmservices", t.name, t.namespace) or {}
             spec, status = obj.get("spec") or {}, obj.get("status") or {}
             stats = self.cluster.kubelet.stats(t.name, t.namespace)
-            flags = dict((status.get("plan") or {}).get("flags") or {})
+            flags = dict(flags_from_api((status.get("plan") or {}).get("flags")) or {})
             gpu = status.get("gpu") or {}
             outcome = t.outcome or "Timeout"
             ok, why = t.scenario.expect.check(outcome, stats.failed_starts, flags)

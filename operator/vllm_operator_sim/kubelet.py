@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllm_operator.api.labels import ANNOTATION_VLLM_VERSION
+from vllm_operator.hub import resolve_model_id
+from vllm_operator.modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
 from vllm_operator.planner.memory import EngineFlags
 from vllm_operator.quantity import quantity_gib
-from vllm_operator.sources import ModelFiles, ModelSourceError, load_model_files, model_files_from_inline
 
 from .clock import SimClock
 from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
@@ -546,7 +547,7 @@ class Kubelet:
             return inline
         if model_id not in self._models:
             try:
-                self._models[model_id] = load_model_files(model_id, offline=True)
+                self._models[model_id] = resolve_model_id(model_id, offline=True)  # catalog or hub cache, never a path
             except (ModelSourceError, OSError, ValueError):
                 self._models[model_id] = None
         return self._models[model_id]

@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.modelfiles import ModelFiles
 from vllm_operator.planner import messages
 from vllm_operator.planner.arch import ModelArch, arch_from_config, checkpoint_bytes
 from vllm_operator.planner.failures import FailureKind
@@ -65,7 +66,6 @@ from vllm_operator.planner.versions import (
     version_from_image,
 )
 from vllm_operator.render.flags import flag_table
-from vllm_operator.sources import ModelFiles
 
 __all__ = [
     "HiddenFacts",

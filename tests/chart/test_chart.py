@@ -201,7 +201,7 @@ def test_default_deployment(chart: Any) -> None:
     app_version = chart.chart_yaml()["appVersion"]
 
     assert container["image"] == f"ghcr.io/vllm-operator/vllm-operator:{app_version}"
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 1  # a standby's takeover is not yet reliable (test_rbac.py)
     args = _args(container)
     assert args["--all-namespaces"] == [""]
     assert args["--peering"] == ["vllm-operator"]
@@ -236,7 +236,10 @@ def test_default_deployment(chart: Any) -> None:
     peering = chart.one(objects, "ClusterKopfPeering")
     assert peering["metadata"]["name"] == "vllm-operator"
     assert not chart.find(objects, "KopfPeering")
-    assert chart.one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    assert not chart.find(objects, "PodDisruptionBudget")  # one replica: a budget would block node drains
+    two = chart.objects(sets=["replicaCount=2"])
+    assert chart.one(two, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    assert chart.one(two, "Deployment")["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
 
     # A metrics Service whose port reaches the container's metrics port.
     service = chart.one(objects, "Service")
@@ -394,7 +397,7 @@ def test_image_digest_pins_the_image(chart: Any) -> None:
 @pytest.mark.parametrize(("sets", "message"), [
     (["unknownValue=1"], "additional properties 'unknownValue' not allowed"),
     (["image.registry=docker.io"], "additional properties 'registry' not allowed"),
-    (["peering.enabled=false"], "replicaCount"),  # two replicas without peering would both act
+    (["peering.enabled=false", "replicaCount=2"], "replicaCount"),  # two replicas without peering would both act
     (["watchNamespaces[0]=Team_A"], "watchNamespaces"),
     (["gpuCatalog.overrides[0].name=L4", "gpuCatalog.overrides[0].memory=24"], "memory"),
     (["gpuCatalog.overrides[0].name=L4", "gpuCatalog.overrides[0].tier=cloud"], "tier"),
@@ -419,7 +422,8 @@ def test_schema_gpu_rows_match_the_planner() -> None:
     operator would not."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     row = schema["properties"]["gpuCatalog"]["properties"]["overrides"]["items"]
-    assert set(row["properties"]) == set(GPUSpec.model_fields)
+    # utilization_set is the operator's own mark that an override set default_utilization, not a value to give
+    assert set(row["properties"]) == set(GPUSpec.model_fields) - {"utilization_set"}
     for field in ("arch", "tier"):
         assert row["properties"][field]["enum"] == list(typing.get_args(GPUSpec.model_fields[field].annotation))
 

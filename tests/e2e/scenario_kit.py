@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_operator.api.v1alpha1 import GROUP, KIND, VERSION
+from vllm_operator.api.v1alpha1 import GROUP, KIND, VERSION, flags_from_api
 from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator.quantity import quantity_gib
 from vllm_operator.sources import load_model_files
@@ -186,7 +186,7 @@ def replay(observed: Observed, flags: Mapping[str, Any], *, memory_limit_gib: fl
     limits = (container.get("resources") or {}).get("limits") or {}
     count = gpus if gpus is not None else int(str(limits.get("nvidia.com/gpu", 1)))
     memory = memory_limit_gib if memory_limit_gib is not None else observed.memory_limit_gib()
-    whole = {**dict.fromkeys(observed.flags), **flags}
+    whole = flags_from_api({**dict.fromkeys(observed.flags), **flags})
     return simulate_startup(with_flags(observed.args(), whole), str(container["image"]), gpu, observed.case.hidden,
                             load_model_files(model, offline=True), gpu_count=count, memory_limit_gib=memory)
 

@@ -73,7 +73,7 @@ def test_kill_9_inside_a_step_finishes_it_exactly_once_after_restart(cluster: Cl
 
     cluster.start_operator(process=True)  # nothing survives but what is in the API
     obj = cluster.wait_history(NAME, 1, timeout=TIMEOUT)
-    recorded = str(history(obj)[0]["flagsAfter"]["gpu_memory_utilization"])
+    recorded = str(history(obj)[0]["flagsAfter"]["gpuMemoryUtilization"])
     assert recorded != before
     cluster.wait_deployment(NAME, lambda d: flag(args_of(d), "--gpu-memory-utilization") == recorded,
                             timeout=TIMEOUT, message="the recorded step rolled out")
@@ -112,7 +112,7 @@ def test_a_ladder_killed_at_a_different_request_of_every_step_equals_the_ladder_
     # the fault-free ladder of this failure (tests/handlers/test_ladder_under_faults.py runs it): utilization,
     # then enforce-eager, then smaller batches
     after = [h["flagsAfter"] for h in steps]
-    assert [a["gpu_memory_utilization"] for a in after] == [0.95, 0.95, 0.95]
-    assert [a.get("enforce_eager", False) for a in after] == [False, True, True]
-    assert after[2].get("max_num_batched_tokens") == 1024 and "max_num_batched_tokens" not in after[1]
+    assert [a["gpuMemoryUtilization"] for a in after] == [0.95, 0.95, 0.95]
+    assert [a.get("enforceEager", False) for a in after] == [False, True, True]
+    assert after[2].get("maxNumBatchedTokens") == 1024 and "maxNumBatchedTokens" not in after[1]
     assert len(cluster.events(NAME, "RemediatedNoKVCacheMemory")) == max_steps

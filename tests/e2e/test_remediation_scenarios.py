@@ -66,7 +66,7 @@ CASES = [
     Case("kv-too-small-v083", _spec(LLAMA, image="vllm/vllm-openai:v0.8.3"), "Ready",
          HiddenFacts(extra_activation_gib=1.5),
          title="the same on vLLM 0.8.3, whose message has no estimated length (only needed vs available GiB)"),
-    Case("kv-min-context", _spec(LLAMA, workload={"contextLength": 24000}), "Ready",  # issue 16: L4 plans at 0.92
+    Case("kv-min-context", _spec(LLAMA, workload={"contextLength": 32768}), "Ready",  # L4 plans at 0.92 (issue 16)
          HiddenFacts(extra_activation_gib=1.5),
          title="vLLM's estimate is below workload.contextLength: the ladder raises utilization instead"),
     Case("free-gpu-memory", _spec(QWEN), "Ready", HiddenFacts(other_process_gib=3.0),
@@ -150,11 +150,11 @@ def _expect_remediated(o: Observed, classes: list[str], *, serving: bool = False
         assert 1 <= stats.failed_starts <= bound, why
     # the Deployment runs the final plan
     args = o.args()
-    assert arg(args, "--max-model-len") == str(o.flags["max_model_len"]), args
-    assert arg(args, "--gpu-memory-utilization") == str(o.flags["gpu_memory_utilization"]), args
-    assert arg(args, "--tensor-parallel-size") == str(o.flags["tensor_parallel_size"]), args
-    assert arg(args, "--max-num-seqs") == str(o.flags["max_num_seqs"]), args
-    assert ("--enforce-eager" in args) == bool(o.flags.get("enforce_eager")), args
+    assert arg(args, "--max-model-len") == str(o.flags["maxModelLen"]), args
+    assert arg(args, "--gpu-memory-utilization") == str(o.flags["gpuMemoryUtilization"]), args
+    assert arg(args, "--tensor-parallel-size") == str(o.flags["tensorParallelSize"]), args
+    assert arg(args, "--max-num-seqs") == str(o.flags["maxNumSeqs"]), args
+    assert ("--enforce-eager" in args) == bool(o.flags.get("enforceEager")), args
 
 
 def _expect_verdict(o: Observed) -> dict[str, Any]:
@@ -202,11 +202,11 @@ def test_kv_cache_too_small_shrinks_max_model_len_to_vllms_estimate(run: Run) ->
     failed = replay(o, first)  # the first plan, once more, in the simulator: vLLM's own estimate
     assert failed.failure_kind == "KVCacheTooSmall", failed.message
     estimate = int(re.search(r"estimated maximum model length is (\d+)", failed.message).group(1))  # type: ignore[union-attr]
-    assert o.flags["max_model_len"] < first["max_model_len"]
-    assert 0.75 * estimate <= o.flags["max_model_len"] <= estimate, (estimate, o.flags)  # computed, not halved
+    assert o.flags["maxModelLen"] < first["maxModelLen"]
+    assert 0.75 * estimate <= o.flags["maxModelLen"] <= estimate, (estimate, o.flags)  # computed, not halved
     assert str(estimate) in o.history[0]["message"]
-    assert {k: v for k, v in o.flags.items() if k not in ("max_model_len", "max_num_seqs")} == \
-        {k: v for k, v in first.items() if k not in ("max_model_len", "max_num_seqs")}
+    assert {k: v for k, v in o.flags.items() if k not in ("maxModelLen", "maxNumSeqs")} == \
+        {k: v for k, v in first.items() if k not in ("maxModelLen", "maxNumSeqs")}
     assert replay(o, o.flags).starts
 
 
@@ -221,9 +221,9 @@ def test_kv_cache_too_small_without_an_estimate_in_the_message_computes_one(run:
     numbers = re.search(r"\((\d+\.\d+) GiB KV cache is needed.*?\((\d+\.\d+) GiB\)", failed.message)
     assert numbers is not None, failed.message
     needed, available = float(numbers.group(1)), float(numbers.group(2))
-    fits = first["max_model_len"] * available / needed
-    assert 0.75 * fits <= o.flags["max_model_len"] <= fits, (fits, o.flags)
-    assert o.flags["max_model_len"] != first["max_model_len"] // 2
+    fits = first["maxModelLen"] * available / needed
+    assert 0.75 * fits <= o.flags["maxModelLen"] <= fits, (fits, o.flags)
+    assert o.flags["maxModelLen"] != first["maxModelLen"] // 2
 
 
 def test_kv_cache_too_small_below_the_workload_context_raises_utilization(run: Run) -> None:
@@ -231,8 +231,8 @@ def test_kv_cache_too_small_below_the_workload_context_raises_utilization(run: R
     classes = [h["failureClass"] for h in o.history]
     _expect_remediated(o, classes)
     assert classes and set(classes) == {"KVCacheTooSmall"}
-    assert o.flags["max_model_len"] >= 20000, o.flags
-    assert o.flags["gpu_memory_utilization"] > o.history[0]["flagsBefore"]["gpu_memory_utilization"]
+    assert o.flags["maxModelLen"] >= 20000, o.flags
+    assert o.flags["gpuMemoryUtilization"] > o.history[0]["flagsBefore"]["gpuMemoryUtilization"], o.history
     assert "workload.contextLength" in o.history[0]["message"]
 
 
@@ -241,7 +241,7 @@ def test_a_utilization_step_after_kv_cache_too_small_does_not_grow_the_context(r
     vLLM had just said does not fit, so a second failed start and step were needed."""
     o = run["kv-min-context"]
     first = o.history[0]
-    assert first["flagsAfter"]["max_model_len"] <= first["flagsBefore"]["max_model_len"], first
+    assert first["flagsAfter"]["maxModelLen"] <= first["flagsBefore"]["maxModelLen"], first
     assert len(o.history) == 1 and o.now.stats.failed_starts == 1, o.explain()
 
 
@@ -254,9 +254,9 @@ def test_insufficient_free_gpu_memory_lowers_utilization_to_what_is_free(run: Ru
     failed = replay(o, before)
     assert failed.failure_kind == "InsufficientFreeGPUMemory"
     free, total = (float(x) for x in re.search(r"\((\d+\.\d+)/(\d+\.\d+) GiB\)", failed.message).groups())  # type: ignore[union-attr]
-    util = o.flags["gpu_memory_utilization"]
-    assert util < before["gpu_memory_utilization"] and util * total <= free, (util, free, total)
-    assert o.remediation["profile"].get("gpu_free_gib") == pytest.approx(free, abs=0.01)
+    util = o.flags["gpuMemoryUtilization"]
+    assert util < before["gpuMemoryUtilization"] and util * total <= free, (util, free, total)
+    assert o.remediation["profile"].get("gpuFreeGib") == pytest.approx(free, abs=0.01)
     assert arg(o.args(), "--gpu-memory-utilization") == str(util)
 
 
@@ -266,16 +266,16 @@ def test_no_kv_cache_memory_raises_utilization(run: Run) -> None:
     o = run["no-kv-memory"]
     _expect_remediated(o, ["NoKVCacheMemory"])
     before = o.history[0]["flagsBefore"]
-    assert o.flags["gpu_memory_utilization"] > before["gpu_memory_utilization"], o.flags
-    assert o.flags["gpu_memory_utilization"] <= 0.95
-    assert o.flags["max_model_len"] == 4096  # pinned
+    assert o.flags["gpuMemoryUtilization"] > before["gpuMemoryUtilization"], o.flags
+    assert o.flags["gpuMemoryUtilization"] <= 0.95
+    assert o.flags["maxModelLen"] == 4096  # pinned
 
 
 def test_no_kv_cache_memory_with_utilization_pinned_enforces_eager(run: Run) -> None:
     o = run["no-kv-memory-util-pinned"]
     _expect_remediated(o, ["NoKVCacheMemory"])
-    assert o.flags["enforce_eager"] is True and "--enforce-eager" in o.args()
-    assert o.flags["gpu_memory_utilization"] == 0.9 and o.flags["max_model_len"] == 4096  # pinned
+    assert o.flags["enforceEager"] is True and "--enforce-eager" in o.args()
+    assert o.flags["gpuMemoryUtilization"] == 0.9 and o.flags["maxModelLen"] == 4096  # pinned
 
 
 # --- WeightsDoNotFit ---------------------------------------------------------------------------------------------
@@ -283,8 +283,8 @@ def test_no_kv_cache_memory_with_utilization_pinned_enforces_eager(run: Run) -> 
 def test_weights_that_do_not_fit_one_gpu_go_tensor_parallel_on_a_two_gpu_node(run: Run) -> None:
     o = run["weights-tp2"]
     _expect_remediated(o, ["WeightsDoNotFit"])
-    assert o.history[0]["flagsBefore"]["tensor_parallel_size"] == 1
-    assert o.flags["tensor_parallel_size"] == 2
+    assert o.history[0]["flagsBefore"]["tensorParallelSize"] == 1
+    assert o.flags["tensorParallelSize"] == 2
     resources = o.container()["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == "2", resources
     assert o.status["gpu"]["count"] == 2
@@ -298,7 +298,7 @@ def test_weights_that_do_not_fit_with_max_count_one_end_in_a_verdict_naming_max_
     assert set(o.failures()) == {"WeightsDoNotFit"}, o.failures()
     assert "WeightsDoNotFit" in degraded["message"] and "spec.gpu.maxCount" in degraded["message"], degraded
     assert "2 GPUs" in degraded["message"], degraded
-    assert o.flags["tensor_parallel_size"] == 1 and o.container()["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert o.flags["tensorParallelSize"] == 1 and o.container()["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
 # --- CUDAOOMStartup ----------------------------------------------------------------------------------------------
@@ -306,8 +306,8 @@ def test_weights_that_do_not_fit_with_max_count_one_end_in_a_verdict_naming_max_
 def test_cuda_oom_at_graph_capture_enforces_eager(run: Run) -> None:
     o = run["cuda-graphs-oom"]
     _expect_remediated(o, ["CUDAOOMStartup"])
-    assert o.flags.get("enforce_eager") is True and "--enforce-eager" in o.args()
-    assert not o.history[0]["flagsBefore"].get("enforce_eager")
+    assert o.flags.get("enforceEager") is True and "--enforce-eager" in o.args()
+    assert not o.history[0]["flagsBefore"].get("enforceEager")
     assert o.container()["image"] == "vllm/vllm-openai:v0.19.0"
     failed = replay(o, o.history[0]["flagsBefore"])
     assert failed.failure_kind == "CUDAOOMStartup" and failed.phase == "cuda_graphs", failed.phase
@@ -320,9 +320,9 @@ def test_cuda_oom_while_serving_lowers_max_num_seqs_until_the_traffic_is_served(
     steps = len(o.history)
     _expect_remediated(o, ["CUDAOOMServing"] * steps, serving=True)
     assert steps >= 1
-    seqs = [o.history[0]["flagsBefore"]["max_num_seqs"], *(h["flagsAfter"]["max_num_seqs"] for h in o.history)]
+    seqs = [o.history[0]["flagsBefore"]["maxNumSeqs"], *(h["flagsAfter"]["maxNumSeqs"] for h in o.history)]
     assert seqs == sorted(seqs, reverse=True) and len(set(seqs)) == len(seqs), seqs
-    assert seqs[0] > 16 >= o.flags["max_num_seqs"], seqs
+    assert seqs[0] > 16 >= o.flags["maxNumSeqs"], seqs
     assert all(f == "CUDAOOMServing" for f in o.failures()), o.failures()
     # Ready again under the same traffic: the last pod's Ready comes after the last serving failure
     last_failed = max(e.t for e in o.sim_events if e.kind == "failed")
@@ -337,7 +337,7 @@ def test_host_oom_raises_the_containers_memory_limit(run: Run) -> None:
     assert o.history[0]["flagsAfter"] == o.history[0]["flagsBefore"]  # vLLM's flags are not the problem
     assert "GiB" in o.history[0]["message"] and "→" in o.history[0]["message"]
     limit = o.memory_limit_gib()
-    raised = o.remediation["profile"]["host_memory_gib"]
+    raised = o.remediation["profile"]["hostMemoryGib"]
     assert limit == raised, (limit, raised)
     resources = o.container()["resources"]
     assert resources["limits"]["memory"] == resources["requests"]["memory"] == f"{int(raised)}Gi", resources
@@ -354,7 +354,7 @@ def test_host_oom_under_a_limitrange_cap_stops_after_max_steps(run: Run) -> None
     assert "spec.remediation.maxSteps=2" in degraded["message"], degraded
     assert len(o.operator_events("RemediatedHostOOMKilled")) == 2
     limits = [o.memory_limit_gib(), o.memory_limit_gib(o.later)]
-    assert limits[0] == limits[1] == o.remediation["profile"]["host_memory_gib"], limits
+    assert limits[0] == limits[1] == o.remediation["profile"]["hostMemoryGib"], limits
 
 
 # --- pinned flags: the verdict ------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_pinned_flags_that_block_every_remedy_give_a_verdict_with_a_value_that_w
     assert arg(args, "--max-model-len") == "16384" and arg(args, "--gpu-memory-utilization") == "0.9", args
     assert set(o.failures()) == {"KVCacheTooSmall"}
     # the value the verdict names really works (same GPU, same hidden facts)
-    assert replay(o, {**o.flags, "max_model_len": suggested}).starts
+    assert replay(o, {**o.flags, "maxModelLen": suggested}).starts
     assert not replay(o, o.flags).starts
 
 

@@ -132,7 +132,7 @@ def test_a_reconcile_past_its_time_bound_does_not_hold_up_the_others(
 
 
 @pytest.mark.parametrize(("spec", "reason"), [
-    ({"model": {"name": QWEN}, "image": "vllm/vllm-openai:latest"}, "InvalidSpec"),
+    ({"model": {"name": QWEN}, "gpu": {"product": "no-such-gpu"}}, "InvalidSpec"),
     ({"model": {"name": "no-such-org/no-such-model"}}, "ModelNotFound"),
 ])
 def test_invalid_and_unplannable_services_fill_every_column(cluster: Cluster, spec: dict[str, Any],

@@ -106,7 +106,7 @@ def test_a_rollout_that_fails_after_the_record_is_completed_not_undone(cluster: 
     obj = cluster.wait_history(NAME, 1, timeout=PROMPT)   # recorded first, while the Deployment cannot be written
     recorded = history(obj)[0]["flagsAfter"]
     rolled = cluster.wait_deployment(NAME, lambda d: flag(args_of(d), "--gpu-memory-utilization") == str(
-        recorded["gpu_memory_utilization"]), timeout=PROMPT, message="the recorded step rolled out")
+        recorded["gpuMemoryUtilization"]), timeout=PROMPT, message="the recorded step rolled out")
     assert rule.fired == 6
     cluster.wait_quiet(0.5, timeout=30)
     assert_ladder_invariants(cluster, NAME, max_steps=5)

@@ -93,7 +93,7 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
     h.wait_deployment("qwen")
     planned = h.wait_condition("qwen", "PlanFeasible", "True")["status"]["plan"]
     seqs = int(flag_value(_args(h, "qwen"), "--max-num-seqs") or 0)
-    assert seqs == planned["flags"]["max_num_seqs"] and seqs >= 4
+    assert seqs == planned["flags"]["maxNumSeqs"] and seqs >= 4
     kv_tokens = planned["kvCacheTokens"]
 
     # No pod yet: Prometheus answers, but has no series of this service.
@@ -122,12 +122,12 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
     expected = int(flag_value(container(lowered)["args"], "--max-num-seqs") or 0)
     assert max(seqs // 2, holds - 1) <= expected <= holds + 1 < seqs + 1   # kvCacheTokens / observed length
     service = h.wait_for(lambda: s if ((s := h.service("qwen")) or {}).get("status", {}).get("plan", {})
-                         .get("flags", {}).get("max_num_seqs") == expected else None, 10, "plan re-written")
+                         .get("flags", {}).get("maxNumSeqs") == expected else None, 10, "plan re-written")
     remediation = service["status"]["remediation"]
-    assert remediation["step"] == 1 and remediation["profile"] == {"max_num_seqs": expected}
+    assert remediation["step"] == 1 and remediation["profile"] == {"maxNumSeqs": expected}
     step = remediation["history"][-1]
     assert step["failureClass"] == "SustainedPreemption"
-    assert (step["flagsBefore"]["max_num_seqs"], step["flagsAfter"]["max_num_seqs"]) == (seqs, expected)
+    assert (step["flagsBefore"]["maxNumSeqs"], step["flagsAfter"]["maxNumSeqs"]) == (seqs, expected)
     assert f"max-num-seqs {seqs} → {expected}" in step["message"] and "preemptions/s" in step["evidence"]
     events = h.wait_for(lambda: h.events("qwen", reason=watch.MAX_NUM_SEQS_LOWERED), 10, "an Event")
     assert len(events) == 1 and events[0]["type"] == "Warning"

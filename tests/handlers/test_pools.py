@@ -45,7 +45,7 @@ def test_digest_image_with_spec_vllm_version(harness: Cluster) -> None:
     assert obj["status"]["plan"]["vllmVersion"] == "0.10.1"
     vllm = container(deployment)
     assert vllm["image"] == DIGEST
-    assert flag_value(vllm["args"], "--max-model-len") == str(obj["status"]["plan"]["flags"]["max_model_len"])
+    assert flag_value(vllm["args"], "--max-model-len") == str(obj["status"]["plan"]["flags"]["maxModelLen"])
 
 
 def test_digest_image_without_a_version_is_planned_for_the_newest_and_says_so(harness: Cluster) -> None:

@@ -45,7 +45,7 @@ def test_create_renders_deployment_and_service_with_the_planned_args(harness: Cl
     vllm = container(deployment)
     assert vllm["command"] == ["vllm", "serve"] and vllm["args"][0] == LLAMA_8B
     assert _is_subsequence(plan["args"], vllm["args"]), (plan["args"], vllm["args"])
-    tp = plan["flags"]["tensor_parallel_size"]
+    tp = plan["flags"]["tensorParallelSize"]
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == str(tp)
     assert vllm["resources"]["requests"]["nvidia.com/gpu"] == str(tp)
     assert flag_value(vllm["args"], "--tensor-parallel-size") == str(tp)
@@ -91,7 +91,7 @@ def test_tensor_parallel_plan_asks_for_that_many_gpus(harness: Cluster) -> None:
     h.create("qwen14", {"model": {"name": "Qwen/Qwen2.5-14B-Instruct"}})
     deployment = h.wait_deployment("qwen14")
     obj = h.wait_condition("qwen14", "PlanFeasible", "True")
-    assert obj["status"]["plan"]["flags"]["tensor_parallel_size"] == 2
+    assert obj["status"]["plan"]["flags"]["tensorParallelSize"] == 2
     assert obj["status"]["gpu"]["count"] == 2
     vllm = container(deployment)
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "2"
@@ -245,8 +245,8 @@ def test_pinned_flags_appear_verbatim(harness: Cluster) -> None:
     assert _is_subsequence(["--max-model-len", "8192"], args)
     assert _is_subsequence(["--gpu-memory-utilization", "0.85"], args)
     obj = h.wait_condition("pinned", "PlanFeasible", "True")
-    assert obj["status"]["plan"]["flags"]["max_model_len"] == 8192
-    assert obj["status"]["plan"]["flags"]["gpu_memory_utilization"] == 0.85
+    assert obj["status"]["plan"]["flags"]["maxModelLen"] == 8192
+    assert obj["status"]["plan"]["flags"]["gpuMemoryUtilization"] == 0.85
 
 
 # --- 6. GPU discovery from node labels -------------------------------------------------------------

@@ -146,7 +146,7 @@ def _kv_check(before: dict[str, Any], after: dict[str, Any], entry: dict[str, An
     # vLLM's estimate 20000, rounded down: the next attempt is computed, not halved
     assert flag(args_of(before), "--max-model-len") == "32768"
     assert flag(args_of(after), "--max-model-len") == "19456"
-    assert entry["flagsBefore"]["max_model_len"] == 32768 and entry["flagsAfter"]["max_model_len"] == 19456
+    assert entry["flagsBefore"]["maxModelLen"] == 32768 and entry["flagsAfter"]["maxModelLen"] == 19456
 
 
 FREE_GIB, TOTAL_GIB = 17.4, 21.84
@@ -161,7 +161,7 @@ def _free_check(before: dict[str, Any], after: dict[str, Any], entry: dict[str, 
     util = float(flag(args_of(after), "--gpu-memory-utilization") or 0)
     assert util < 0.9
     assert util * TOTAL_GIB <= FREE_GIB  # vLLM's own startup check passes next time
-    assert entry["flagsAfter"]["gpu_memory_utilization"] == util
+    assert entry["flagsAfter"]["gpuMemoryUtilization"] == util
 
 
 def _no_kv(c: Cluster, d: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +262,7 @@ def test_an_empty_termination_message_is_read_from_the_log_tail(cluster: Cluster
     entry = assert_step_recorded(cluster, obj, pod, "KVCacheTooSmall", step=1,
                                  evidence="estimated maximum model length is 20000")
     after = cluster.wait_deployment(NAME, changed_from(deployment))
-    assert flag(args_of(after), "--max-model-len") == "19456" == str(entry["flagsAfter"]["max_model_len"])
+    assert flag(args_of(after), "--max-model-len") == "19456" == str(entry["flagsAfter"]["maxModelLen"])
 
 
 # --- bounded -------------------------------------------------------------------------------------------------------
@@ -322,10 +322,10 @@ def _host_nth(c: Cluster, d: dict[str, Any], s: dict[str, Any], pod: str, restar
 RESTARTS = {
     # the args change: the handled pod is of an older template after the step
     "KVCacheTooSmall": Restart(_kv_nth, lambda d, n: flag(args_of(d), "--max-model-len") == ("19456", "14336")[n - 1],
-                               {"max_model_len": 14336}),
+                               {"maxModelLen": 14336}),
     # only the memory limit changes: the handled pod stays a pod of the current template (same plan annotation),
     # so only its failure key, kept in the status, keeps it from being acted on again
-    "HostOOMKilled": Restart(_host_nth, lambda d, n: memory_gib(d) == (39, 59)[n - 1], {"host_memory_gib": 59.0}),
+    "HostOOMKilled": Restart(_host_nth, lambda d, n: memory_gib(d) == (39, 59)[n - 1], {"hostMemoryGib": 59.0}),
 }
 
 
@@ -418,7 +418,7 @@ def test_a_pinned_max_model_len_is_never_changed(cluster: Cluster) -> None:
     stepped = cluster.wait_deployment(NAME, changed_from(deployment))
     assert flag(args_of(stepped), "--max-model-len") == "32768"
     assert flag(args_of(stepped), "--gpu-memory-utilization") == "0.95"  # raised instead
-    assert "max_model_len" not in remediation(obj)["profile"]
+    assert "maxModelLen" not in remediation(obj)["profile"]
 
     # again at the top of utilization: stop, naming the flag and the length that would fit
     cluster.crashed_pod(stepped, "qwen-p2", message=kv, restart_count=1)
@@ -576,10 +576,10 @@ def test_a_reconcile_with_the_status_from_before_a_step_does_not_revert_it(clust
     as_listed = cluster.service(NAME)
     cluster.crashed_pod(stepped, "qwen-b", message=crash_message(kv_error(service, 19456, 15000)), restart_count=2)
     remediate_service(cluster.namespace, NAME, logging.getLogger("test"))
-    assert remediation(cluster.service(NAME))["profile"] == {"max_model_len": 14336}
+    assert remediation(cluster.service(NAME))["profile"] == {"maxModelLen": 14336}
     meta = as_listed["metadata"]
     reconcile_service(NAME, cluster.namespace, meta["uid"], meta["generation"], as_listed["spec"],
                       as_listed["status"], logging.getLogger("test"))
     final = cluster.deployment(NAME)
     assert final is not None and flag(args_of(final), "--max-model-len") == "14336"
-    assert cluster.service(NAME)["status"]["plan"]["flags"]["max_model_len"] == 14336
+    assert cluster.service(NAME)["status"]["plan"]["flags"]["maxModelLen"] == 14336

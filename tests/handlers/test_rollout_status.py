@@ -46,7 +46,8 @@ def test_a_spec_change_on_a_full_pool_rolls_without_surge_and_never_claims_ready
                          message="the first profile never served")
         assert service()["status"]["state"] == "Ready"  # type: ignore[index]
 
-        cluster.apply(_service({"model": {"name": MODEL}, "flags": {"maxModelLen": 4096}}))
+        generation = cluster.apply(_service({"model": {"name": MODEL}, "flags": {"maxModelLen": 4096}}))[
+            "metadata"]["generation"]
         seen: list[tuple[str | None, str | None, str | None]] = []
 
         def new_profile_serves() -> bool:
@@ -55,7 +56,7 @@ def test_a_spec_change_on_a_full_pool_rolls_without_surge_and_never_claims_ready
             status = (obj or {}).get("status") or {}
             ready = _condition(obj, "Ready")
             seen.append((status.get("state"), ready.get("status"), ready.get("reason")))
-            if status.get("observedGeneration") == 2 and ready.get("status") == "True":
+            if status.get("observedGeneration") == generation and ready.get("status") == "True":
                 # Ready=True only once a pod of the new profile serves
                 args = [a for p in pods if any(c.get("type") == "Ready" and c.get("status") == "True"
                                                for c in (p.get("status") or {}).get("conditions") or [])

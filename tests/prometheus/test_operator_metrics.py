@@ -21,6 +21,7 @@ from prometheus_testkit import HOST, PrometheusStack, free_port, poll
 
 from kit.api import REPO, emulated_api, l4_node
 from kit.process import start_operator
+from vllm_operator.api.v1alpha1 import flags_from_api
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
 DASHBOARD = REPO / "charts" / "vllm-operator" / "dashboards" / "vllm-operator.json"
@@ -95,7 +96,7 @@ def test_the_endpoint_counts_reconciles_and_plans_and_gauges_each_service(operat
     assert _sample(samples, "vllm_operator_planned_kv_cache_tokens", namespace="default", service="huge") == 0
     for flag in ("max_num_seqs", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization"):
         value = _sample(samples, "vllm_operator_service_flag", namespace="default", service="qwen", flag=flag)
-        assert value == pytest.approx(plan["flags"][flag]), flag
+        assert value == pytest.approx(flags_from_api(plan["flags"])[flag]), flag
     assert _sample(samples, "vllm_operator_prometheus_reachable") == 0       # no --prometheus-url
     # The exposition is the plain text format prometheus-client writes; help and type lines are there.
     text = requests.get(op.metrics_url, timeout=5).text

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from simkit import SimHarness, deployment
 
-from vllm_operator.remediation.classifier import FailureClass, classify
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.remediation.classifier import classify
 from vllm_operator.remediation.evidence import evidence_from_pod
 from vllm_operator_sim.kubelet import backoff_delay
 from vllm_operator_sim.startup import HiddenFacts
@@ -84,7 +85,7 @@ def test_a_failing_start_crash_loops_with_growing_back_off(sim: SimHarness) -> N
     assert gaps[1] > gaps[0] + 8 and gaps[2] > gaps[1] + 18  # 10 s → 20 s → 40 s of back-off
     assert sim.kubelet.stats("chat").failed_starts >= 4
     failure = classify(evidence_from_pod(one_pod(sim, "chat"))[0])
-    assert failure is not None and failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure is not None and failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
 
 
 def test_backoff_delays() -> None:
@@ -100,7 +101,7 @@ def test_host_memory_over_the_limit_is_oom_killed(sim: SimHarness) -> None:
     terminated = container["state"].get("terminated") or container["lastState"]["terminated"]
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
     failure = classify(evidence_from_pod(one_pod(sim, "chat"))[0])
-    assert failure is not None and failure.kind is FailureClass.HostOOMKilled
+    assert failure is not None and failure.kind is FailureKind.HOST_OOM_KILLED
 
 
 def test_scheduling_by_free_gpus_and_node_selector(sim: SimHarness) -> None:
@@ -182,7 +183,7 @@ def test_traffic_over_the_hidden_limit_kills_a_ready_pod_while_serving(sim: SimH
     terminated = sim.container(pod)["state"].get("terminated") or sim.container(pod)["lastState"]["terminated"]
     assert terminated["exitCode"] == 1 and "CUDA out of memory" in terminated["message"]
     failure = classify(evidence_from_pod(pod)[0])
-    assert failure is not None and failure.kind is FailureClass.CUDAOOMServing
+    assert failure is not None and failure.kind is FailureKind.CUDA_OOM_SERVING
     assert sim.kubelet.stats("chat").failed_starts == 0
     # the same flags die again under the same load; fewer sequences survive it
     smaller = deployment("chat", LLAMA3_8B, {**FLAGS, "max_num_seqs": 6})

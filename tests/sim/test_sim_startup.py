@@ -12,7 +12,7 @@ from vllm_operator.planner.arch import arch_from_config
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.memory import EngineFlags, GPUFacts, activation_bytes, predict_startup
 from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION, profile_for
-from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
+from vllm_operator.remediation.classifier import Failure, classify_text
 from vllm_operator_sim.startup import (
     HiddenFacts,
     Phase,
@@ -102,7 +102,7 @@ def test_kv_cache_too_small_with_each_releases_message(image: str, wording: str,
     assert needle in outcome.message
     assert "the estimated maximum model length is" in outcome.message
     failure = classified(outcome)
-    assert failure.kind is FailureClass.KVCacheTooSmall
+    assert failure.kind is FailureKind.KV_CACHE_TOO_SMALL
     assert failure.wording == wording
     assert failure.max_model_len == 8192
     assert failure.estimated_max_model_len is not None and failure.estimated_max_model_len < 8192
@@ -118,7 +118,7 @@ def test_free_memory_failure_with_a_hidden_other_process(image: str, device: str
     assert f"Free memory on {device}{free:.2f}/21.84 GiB) on startup is less than desired GPU memory utilization " \
            "(0.9, 19.66 GiB)" in outcome.message
     failure = classified(outcome)
-    assert failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
     assert failure.free_gib == pytest.approx(free, abs=0.01) and failure.requested_gib == pytest.approx(19.66)
 
 
@@ -139,8 +139,8 @@ def test_weights_that_do_not_fit_the_gpu(image: str, wrapped: bool) -> None:
     assert outcome.failure_kind is FailureKind.WEIGHTS_DO_NOT_FIT
     assert outcome.message.startswith("ValueError: Failed to load model - not enough GPU memory.") is wrapped
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in outcome.message
-    assert classified(outcome).kind is FailureClass.WeightsDoNotFit
-    assert classified(outcome, whole_log=True).kind is FailureClass.WeightsDoNotFit
+    assert classified(outcome).kind is FailureKind.WEIGHTS_DO_NOT_FIT
+    assert classified(outcome, whole_log=True).kind is FailureKind.WEIGHTS_DO_NOT_FIT
 
 
 def test_a_0_33_image_logs_as_0_33_does() -> None:
@@ -176,7 +176,7 @@ def test_yarn_length_follows_the_release() -> None:
     new = simulate_startup(args, IMAGE_033, gpu("H100"), HiddenFacts(), arch)
     assert old.failure_kind is not FailureKind.MAX_MODEL_LEN_TOO_LONG
     assert new.failure_kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
-    assert classified(new).kind is FailureClass.MaxModelLenTooLong
+    assert classified(new).kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
 
 
 def test_weights_oom_before_0_13_is_pytorchs_own_text_placed_by_its_frames() -> None:
@@ -184,7 +184,7 @@ def test_weights_oom_before_0_13_is_pytorchs_own_text_placed_by_its_frames() -> 
                   tensor_parallel_size=1, max_model_len=8192)
     assert outcome.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
     # only the frames of the traceback say it was loading; they are in the log, beyond the message's 2 KB
-    assert classified(outcome, whole_log=True).kind is FailureClass.WeightsDoNotFit
+    assert classified(outcome, whole_log=True).kind is FailureKind.WEIGHTS_DO_NOT_FIT
 
 
 def test_host_memory_over_the_limit_is_an_oom_kill_while_loading() -> None:
@@ -194,7 +194,7 @@ def test_host_memory_over_the_limit_is_an_oom_kill_while_loading() -> None:
     assert (outcome.reason, outcome.exit_code) == ("OOMKilled", 137)
     assert outcome.failure_kind is FailureKind.HOST_OOM_KILLED
     assert "Loading safetensors checkpoint shards:" in outcome.log_text(START).splitlines()[-1]
-    assert classified(outcome).kind is FailureClass.HostOOMKilled
+    assert classified(outcome).kind is FailureKind.HOST_OOM_KILLED
     # the container's own limit counts too
     small = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), IMAGE_026, gpu("L4"),
                              HiddenFacts(extra_host_memory_gib=20.0), model(LLAMA3_8B), memory_limit_gib=24.0)
@@ -206,28 +206,28 @@ def test_cuda_graph_capture_out_of_memory() -> None:
     assert not outcome.starts and outcome.phase is Phase.CUDA_GRAPHS
     assert outcome.failure_kind is FailureKind.CUDA_OOM_STARTUP
     failure = classified(outcome, whole_log=True)
-    assert failure.kind is FailureClass.CUDAOOMStartup and failure.phase == "cudagraph"
-    assert classified(outcome).kind is FailureClass.CUDAOOMStartup
+    assert failure.kind is FailureKind.CUDA_OOM_STARTUP and failure.phase == "cudagraph"
+    assert classified(outcome).kind is FailureKind.CUDA_OOM_STARTUP
     assert run(hidden=HiddenFacts(extra_cudagraph_gib=2.5), enforce_eager=True, **PLANNED_8B_L4).starts
 
 
 def test_no_memory_left_for_the_kv_cache() -> None:
     outcome = run(hidden=HiddenFacts(extra_activation_gib=4.5), **PLANNED_8B_L4)
     assert outcome.failure_kind is FailureKind.NO_KV_CACHE_MEMORY
-    assert classified(outcome).kind is FailureClass.NoKVCacheMemory
+    assert classified(outcome).kind is FailureKind.NO_KV_CACHE_MEMORY
 
 
 def test_max_model_len_above_the_models_context() -> None:
     outcome = run(tensor_parallel_size=1, max_model_len=16384)
     assert outcome.failure_kind is FailureKind.MAX_MODEL_LEN_TOO_LONG and outcome.phase is Phase.CONFIG
-    assert classified(outcome).kind is FailureClass.MaxModelLenTooLong
+    assert classified(outcome).kind is FailureKind.MAX_MODEL_LEN_TOO_LONG
 
 
 def test_parallelism_that_does_not_divide_the_model_or_exceeds_the_gpus() -> None:
     odd = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=3), IMAGE_026, gpu("L4"), None,
                            model(LLAMA3_8B), gpu_count=4)
     assert odd.failure_kind is FailureKind.INVALID_PARALLELISM
-    assert classified(odd).kind is FailureClass.InvalidParallelism
+    assert classified(odd).kind is FailureKind.INVALID_PARALLELISM
     wide = simulate_startup(serve_args(LLAMA3_8B, tensor_parallel_size=2), IMAGE_026, gpu("L4"), None,
                             model(LLAMA3_8B), gpu_count=1)
     assert wide.failure_kind is FailureKind.INVALID_PARALLELISM
@@ -238,7 +238,7 @@ def test_argument_errors_exit_2_as_argparse_does() -> None:
     outcome = run(no_such_flag=1)
     assert (outcome.exit_code, outcome.phase) == (2, Phase.ARGS)
     assert outcome.message == "vllm serve: error: unrecognized arguments: --no-such-flag 1"
-    assert classified(outcome).kind is FailureClass.InvalidArgument
+    assert classified(outcome).kind is FailureKind.INVALID_ARGUMENT
     # a flag the image's release does not have yet
     old = run(image="vllm/vllm-openai:v0.10.0", kv_cache_memory_bytes=2**30)
     assert old.exit_code == 2 and "--kv-cache-memory-bytes" in old.message
@@ -255,7 +255,7 @@ def test_parse_vllm_args_reads_both_command_styles() -> None:
 def test_an_unknown_model_fails_as_the_hub_says() -> None:
     outcome = simulate_startup(serve_args("acme/not-a-model"), IMAGE_026, gpu("L4"), None, None)
     assert outcome.failure_kind is FailureKind.MODEL_NOT_FOUND
-    assert classified(outcome).kind is FailureClass.ModelNotFound
+    assert classified(outcome).kind is FailureKind.MODEL_NOT_FOUND
 
 
 def test_every_failure_keeps_its_root_cause_in_the_termination_message() -> None:

@@ -107,6 +107,12 @@ def test_pinned_flags_reach_the_args_or_name_the_release() -> None:
     desired = reconcile.desired_state(adversarial.observe(removed, "svc", ()))
     message = next(c.message for c in desired.status.conditions if c.type == "Degraded")
     assert desired.children is None and "spec.flags.swapSpace" in message and "0.18.0" in message
+    trusted = {**lora, "flags": {"trustRemoteCode": True}}
+    desired = reconcile.desired_state(adversarial.observe(trusted, "svc", ()))
+    assert desired.children is not None and desired.plan is not None
+    args = next(c for c in desired.children if c["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert args.count("--trust-remote-code") == 1  # rendered once, by the renderer, not also as a planned flag
 
 
 def test_literal_secrets_get_a_warning_condition_once() -> None:
@@ -170,3 +176,24 @@ def test_patterned_fields_refuse_payloads_and_accept_real_values(path: tuple[Any
     for payload in ANCHOR_PAYLOADS + (PATH_PAYLOADS if path in PATH_FIELDS else []):
         errors = validate_spec(spec_with(payload))
         assert errors and all(e.field.startswith(prefix) for e in errors), (payload, errors)
+
+
+@pytest.mark.parametrize("spec", [
+    {"model": {"name": "org/m", "configMapRef": {"name": "../kube-system/x"}}},
+    {"model": {"name": "org/m", "configMapRef": {"name": "cm\nkind: Secret"}}},
+    {"model": {"name": "../etc/passwd"}},
+    {"model": {"name": "org/m"}, "gpu": {"count": 0}},
+], ids=["configmap-path", "configmap-newline", "model-path", "invalid-elsewhere"])
+def test_an_invalid_spec_never_reaches_the_model_resolver(spec: dict[str, Any]) -> None:
+    """The handlers' resolver (ConfigMap read, hub download) runs only after the whole spec validated."""
+    calls: list[str] = []
+
+    def resolver() -> tuple[Any, str | None]:
+        calls.append("resolved")
+        return None, "not reached"
+
+    observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1, spec=spec, status={},
+                                  now=adversarial.NOW, resolve_model=resolver)
+    desired = reconcile.desired_state(observed)
+    assert next(c for c in desired.status.conditions if c.type == "Degraded").reason == "InvalidSpec"
+    assert calls == []

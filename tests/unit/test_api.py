@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from vllm_operator.api.v1alpha1 import (
     API_VERSION,
     DEFAULT_IMAGE,
     QUANTIZATION_METHODS,
-    GPUSpec,
+    GPURequest,
     ModelCacheSpec,
     PinnedFlags,
     PlanStatus,
@@ -439,10 +440,10 @@ def test_rules_in_different_objects_are_reported_together_when_fields_are_valid(
 
 def test_gpu_and_model_cache_models_check_their_rules_on_construction() -> None:
     with pytest.raises(ValidationError):
-        GPUSpec(count=9)
+        GPURequest(count=9)
     with pytest.raises(ValidationError):
         ModelCacheSpec()
-    assert GPUSpec(count=8).count == 8
+    assert GPURequest(count=8).count == 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -599,9 +600,9 @@ STATUS: dict[str, Any] = {
     "plan": {
         "fits": True,
         "flags": {
-            "max_model_len": 32768,
-            "gpu_memory_utilization": 0.9,
-            "enforce_eager": False,
+            "maxModelLen": 32768,
+            "gpuMemoryUtilization": 0.9,
+            "enforceEager": False,
             "dtype": "auto",
         },
         "args": ["--max-model-len", "32768"],
@@ -618,7 +619,7 @@ STATUS: dict[str, Any] = {
         "maxConcurrency": 13.4,
         "reasons": ["max_model_len: the model's max_position_embeddings"],
         "failure": None,
-        "options": [{"summary": "use fp8 KV cache", "flags": {"kv_cache_dtype": "fp8"}, "extra": {"k": 1}}],
+        "options": [{"summary": "use fp8 KV cache", "flags": {"kvCacheDtype": "fp8"}, "extra": {"k": 1}}],
         "vllmVersion": "0.11.0",
         "specHash": "abc",
     },
@@ -629,7 +630,7 @@ STATUS: dict[str, Any] = {
     "endpoint": "http://x.default.svc:8000/v1",
     "remediation": {
         "step": 1,
-        "profile": {"max_num_seqs": 128},
+        "profile": {"maxNumSeqs": 128},
         "history": [
             {
                 "step": 1,
@@ -638,8 +639,8 @@ STATUS: dict[str, Any] = {
                 "evidence": "torch.OutOfMemoryError",
                 "podUID": "u-1",
                 "restartCount": 2,
-                "flagsBefore": {"max_num_seqs": 256},
-                "flagsAfter": {"max_num_seqs": 128},
+                "flagsBefore": {"maxNumSeqs": 256},
+                "flagsAfter": {"maxNumSeqs": 128},
                 "message": "halved max_num_seqs",
             }
         ],
@@ -701,6 +702,17 @@ def test_condition_types_and_reasons_are_camel_case_and_unique() -> None:
         "REMEDIATION_EXHAUSTED",
     ]:
         assert getattr(c, name) in c.ALL_REASONS
+
+
+def test_every_reason_is_used_by_the_operator() -> None:
+    """A reason no module sets is vocabulary nobody speaks: it is removed, not kept "for later"."""
+    package = Path(c.__file__).resolve().parents[1]
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.resolve() != Path(c.__file__).resolve())
+    reasons = [name for name in dir(c) if name.isupper() and not name.startswith("STATE_")
+               and isinstance(getattr(c, name), str) and getattr(c, name) in c.ALL_REASONS]
+    assert len(reasons) == len(c.ALL_REASONS)
+    unused = [name for name in reasons if not re.search(rf"\b{name}\b", sources)]
+    assert unused == []
 
 
 def test_format_time() -> None:
@@ -766,7 +778,7 @@ def test_set_condition_keeps_order_and_other_conditions() -> None:
 def test_long_messages_are_truncated() -> None:
     conds = c.set_condition(
         [],
-        c.ConditionUpdate(c.DEGRADED, "True", c.CUDA_OUT_OF_MEMORY, "x" * 40000),
+        c.ConditionUpdate(c.DEGRADED, "True", c.CONTAINER_CRASH_LOOP_BACK_OFF, "x" * 40000),
         observed_generation=1,
         now=T0,
     )
@@ -835,7 +847,7 @@ def test_status_patch_merges_nested_objects() -> None:
         now=T0,
         plan=plan.model_copy(update={"flags": {**plan.flags, "max_model_len": 16384}}),
     )
-    assert c.status_patch(STATUS, new) == {"plan": {"flags": {"max_model_len": 16384}}}
+    assert c.status_patch(STATUS, new) == {"plan": {"flags": {"maxModelLen": 16384}}}
     assert c.status_patch(None, new)["plan"]["fits"] is True
 
 
@@ -855,7 +867,7 @@ def _conditions(*updates: tuple[str, str, str]) -> list[Any]:
     (((c.DEGRADED, "True", c.MODEL_NOT_FOUND),), False, "ModelNotFound"),
     (((c.DEGRADED, "True", c.UNSCHEDULABLE), (c.READY, "False", c.SERVING_PREVIOUS_PROFILE)), False, "Unschedulable"),
     (((c.DEGRADED, "True", c.REMEDIATING),), False, "Remediating"),
-    (((c.DEGRADED, "True", c.CUDA_OUT_OF_MEMORY),), False, "CUDAOutOfMemory"),
+    (((c.DEGRADED, "True", c.CONTAINER_OOM_KILLED),), False, "ContainerOOMKilled"),
     # exhausted while an old pod still serves: never "Ready"
     (((c.READY, "True", c.AVAILABLE), (c.DEGRADED, "True", c.REMEDIATION_EXHAUSTED)), True, "RemediationExhausted"),
     (((c.READY, "True", c.AVAILABLE),), True, "RemediationExhausted"),

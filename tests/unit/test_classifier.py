@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from vllm_operator.planner.failures import FailureKind
 from vllm_operator.remediation.classifier import (
     MEMORY_FAILURES,
     Failure,
-    FailureClass,
     classify,
     classify_text,
 )
@@ -33,7 +33,7 @@ def _classify_entry(entry: dict[str, Any], text: str | None = None) -> Failure:
 
 
 def _check(failure: Failure, expect: dict[str, Any]) -> None:
-    assert failure.kind == FailureClass(expect["kind"]), failure
+    assert failure.kind == FailureKind(expect["kind"]), failure
     for key, want in expect.items():
         if key == "kind":
             continue
@@ -58,8 +58,8 @@ def test_corpus_is_big_enough_and_sourced() -> None:
     for entry in NEAR_MISSES:
         assert entry.get("why") and entry.get("must_not"), entry["id"]
     # every class is represented (ImagePull needs the kubelet's reason, tested below)
-    covered = {FailureClass(e["expect"]["kind"]) for e in TEXTS}
-    assert covered >= set(FailureClass) - {FailureClass.ImagePull}
+    covered = {FailureKind(e["expect"]["kind"]) for e in TEXTS}
+    assert covered >= set(FailureKind) - {FailureKind.IMAGE_PULL}
     # every KV-cache wording era is represented
     kv_wordings = {e["expect"].get("wording") for e in TEXTS if e["expect"]["kind"] == "KVCacheTooSmall"}
     assert kv_wordings >= {"v0", "v1-gb", "v1-no-estimate", "v1-broken-estimate", "v1-models's", "v1"}
@@ -101,7 +101,7 @@ def test_last_occurrence_wins() -> None:
         "utilization (0.9, 71.28 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n"
     )
     failure = classify_text(text)
-    assert failure.kind is FailureClass.InsufficientFreeGPUMemory
+    assert failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
     assert failure.free_gib == 10.0
 
 
@@ -116,7 +116,7 @@ def test_summaries_are_informative() -> None:
 def test_excerpt_is_clipped_and_summary_one_line() -> None:
     long = "ValueError: No available memory for the cache blocks. " + "x" * 2000
     failure = classify_text(long)
-    assert failure.kind is FailureClass.NoKVCacheMemory
+    assert failure.kind is FailureKind.NO_KV_CACHE_MEMORY
     assert len(failure.excerpt) == 500 and failure.excerpt.endswith("…")
     unknown = classify_text("RuntimeError: boom\n" + "y" * 3000 + "\n", exit_code=1)
     assert "\n" not in unknown.summary and len(unknown.summary) <= 400
@@ -124,7 +124,7 @@ def test_excerpt_is_clipped_and_summary_one_line() -> None:
 
 def test_empty_text_is_unknown() -> None:
     failure = classify_text("", exit_code=1, terminated_reason="Error")
-    assert failure.kind is FailureClass.Unknown
+    assert failure.kind is FailureKind.UNKNOWN
     assert "exit code 1" in failure.summary
 
 
@@ -135,29 +135,34 @@ def test_unknown_prefers_the_last_real_exception_over_wrappers() -> None:
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
     )
     failure = classify_text(text, exit_code=1)
-    assert failure.kind is FailureClass.Unknown
+    assert failure.kind is FailureKind.UNKNOWN
     assert failure.summary.startswith("ImportError: libcuda.so.1")
 
 
 def test_memory_related() -> None:
     assert classify_text(TEXTS[0]["text"]).memory_related
     assert not classify_text("vllm serve: error: unrecognized arguments: --foo").memory_related
-    assert FailureClass.InvalidParallelism not in MEMORY_FAILURES
-    assert FailureClass.HostOOMKilled in MEMORY_FAILURES
+    assert FailureKind.INVALID_PARALLELISM not in MEMORY_FAILURES
+    assert FailureKind.HOST_OOM_KILLED in MEMORY_FAILURES
 
 
 def test_failure_is_frozen_and_bounded() -> None:
     failure = classify_text("", exit_code=1)
     with pytest.raises(ValidationError):
-        failure.kind = FailureClass.KVCacheTooSmall  # type: ignore[misc]
+        failure.kind = FailureKind.KV_CACHE_TOO_SMALL  # type: ignore[misc]
     with pytest.raises(ValidationError):
-        Failure(kind=FailureClass.Unknown, summary="x", excerpt="y" * 501)
+        Failure(kind=FailureKind.UNKNOWN, summary="x", excerpt="y" * 501)
 
 
-def test_failure_classes_match_the_planner() -> None:
-    from vllm_operator.planner.failures import FailureKind  # a rename must fail here, not skip
+def test_the_classifier_and_the_planner_share_one_failure_vocabulary() -> None:
+    """What the planner predicts and what the classifier reads back are members of the same enum."""
+    field_type = Failure.model_fields["kind"].annotation
+    assert field_type is FailureKind
+    from vllm_operator.planner import messages
+    from vllm_operator.planner.versions import profile_for
 
-    assert {c.value for c in FailureClass} == {k.value for k in FailureKind}
+    read_back = classify_text(messages.no_kv_memory_message(profile_for("0.26.0"))).kind
+    assert type(read_back) is FailureKind and read_back is FailureKind.NO_KV_CACHE_MEMORY
 
 
 @pytest.mark.parametrize("version", ["0.6.3", "0.7.3", "0.8.5", "0.9.2", "0.11.0", "0.13.0", "0.21.0", "0.33.0"])
@@ -172,23 +177,23 @@ def test_reads_back_what_the_planner_renders(version: str) -> None:
             p, max_model_len=131072, needed_gib=16.0, available_gib=3.33, estimated_max_len=27264, kv_tokens=27264
         )
     )
-    assert kv.kind is FailureClass.KVCacheTooSmall and kv.max_model_len == 131072
-    assert classify_text(messages.no_kv_memory_message(p)).kind is FailureClass.NoKVCacheMemory
+    assert kv.kind is FailureKind.KV_CACHE_TOO_SMALL and kv.max_model_len == 131072
+    assert classify_text(messages.no_kv_memory_message(p)).kind is FailureKind.NO_KV_CACHE_MEMORY
     free = classify_text(
         messages.free_memory_message(p, device=1, free_gib=60.87, total_gib=79.19, util=0.95, requested_gib=75.23)
     )
-    assert free.kind is FailureClass.InsufficientFreeGPUMemory and free.requested_gib == 75.23
+    assert free.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY and free.requested_gib == 75.23
     oom = messages.cuda_oom_message(
         device=0, tried_mib=786.0, total_gib=79.19, free_mib=552.5, in_use_gib=78.64, torch_gib=74.91
     )
     weights = classify_text(messages.weights_oom_message(p, oom))
-    expected = FailureClass.WeightsDoNotFit if p.version_tuple >= (0, 13, 0) else FailureClass.CUDAOOMStartup
+    expected = FailureKind.WEIGHTS_DO_NOT_FIT if p.version_tuple >= (0, 13, 0) else FailureKind.CUDA_OOM_STARTUP
     assert weights.kind is expected and weights.tried_to_allocate_mib == 786.0
-    assert classify_text(messages.heads_divisibility_message(40, 3)).kind is FailureClass.InvalidParallelism
+    assert classify_text(messages.heads_divisibility_message(40, 3)).kind is FailureKind.INVALID_PARALLELISM
     shard = classify_text(messages.shard_divisibility_message(151936, 5))
-    assert shard.kind is FailureClass.InvalidParallelism and shard.divisor == 5
+    assert shard.kind is FailureKind.INVALID_PARALLELISM and shard.divisor == 5
     too_long = classify_text(messages.max_len_too_long_message(8192, 2048))
-    assert too_long.kind is FailureClass.MaxModelLenTooLong and too_long.derived_max_model_len == 2048
+    assert too_long.kind is FailureKind.MAX_MODEL_LEN_TOO_LONG and too_long.derived_max_model_len == 2048
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -265,7 +270,7 @@ def test_crashloop_with_kv_error() -> None:
     assert ev.started_at is not None and ev.finished_at is not None and ev.started_at.tzinfo is not None
     assert ev.was_ready_before is False  # never Ready since before the run started
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.KVCacheTooSmall
+    assert failure is not None and failure.kind is FailureKind.KV_CACHE_TOO_SMALL
     assert failure.estimated_max_model_len == 101088 and failure.exit_code == 1
 
 
@@ -279,7 +284,7 @@ def test_oom_killed() -> None:
     [ev] = evidence_from_pod(_pod([_crashloop_status(terminated, restarts=1)]))
     assert ev.terminated_reason == "OOMKilled" and ev.termination_message == ""
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.HostOOMKilled and failure.memory_related
+    assert failure is not None and failure.kind is FailureKind.HOST_OOM_KILLED and failure.memory_related
 
 
 def test_running_and_ready_is_healthy() -> None:
@@ -345,7 +350,7 @@ def test_image_pull_backoff() -> None:
     }
     [ev] = evidence_from_pod(_pod([status], phase="Pending"))
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.ImagePull and not failure.memory_related
+    assert failure is not None and failure.kind is FailureKind.IMAGE_PULL and not failure.memory_related
     assert "v0.99.0" in failure.summary
 
 
@@ -358,7 +363,7 @@ def test_create_container_config_error() -> None:
     }
     [ev] = evidence_from_pod(_pod([status], phase="Pending"))
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.Unknown
+    assert failure is not None and failure.kind is FailureKind.UNKNOWN
     assert failure.summary == 'CreateContainerConfigError: secret "hf-token" not found'
 
 
@@ -378,11 +383,11 @@ def test_was_ready_before_inferred_from_the_ready_condition() -> None:
     [ev] = evidence_from_pod(pod)
     assert ev.was_ready_before is True
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.CUDAOOMServing
+    assert failure is not None and failure.kind is FailureKind.CUDA_OOM_SERVING
     # never Ready in that run -> startup OOM; the caller may also override the inference
     [ev2] = evidence_from_pod(pod, was_ready_before=False)
     failure2 = classify(ev2)
-    assert failure2 is not None and failure2.kind is FailureClass.CUDAOOMStartup
+    assert failure2 is not None and failure2.kind is FailureKind.CUDA_OOM_STARTUP
 
 
 def test_termination_message_falls_back_to_the_log_tail() -> None:
@@ -394,10 +399,10 @@ def test_termination_message_falls_back_to_the_log_tail() -> None:
     [ev] = evidence_from_pod(_pod([_crashloop_status(terminated)]), log_tail=KV_MESSAGE)
     assert ev.log_tail == KV_MESSAGE
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.KVCacheTooSmall
+    assert failure is not None and failure.kind is FailureKind.KV_CACHE_TOO_SMALL
     # without a log tail the wrapper is all there is
     bare = classify(ev.model_copy(update={"log_tail": None}))
-    assert bare is not None and bare.kind is FailureClass.Unknown and "Engine core" in bare.summary
+    assert bare is not None and bare.kind is FailureKind.UNKNOWN and "Engine core" in bare.summary
 
 
 def test_evicted_for_memory() -> None:
@@ -410,7 +415,7 @@ def test_evicted_for_memory() -> None:
     )
     [ev] = evidence_from_pod(pod)
     failure = classify(ev)
-    assert failure is not None and failure.kind is FailureClass.HostOOMKilled
+    assert failure is not None and failure.kind is FailureKind.HOST_OOM_KILLED
     assert "low on resource: memory" in failure.summary
 
 
@@ -446,7 +451,7 @@ def test_all_containers_and_init_containers() -> None:
     ]
     [fetch] = evidence_from_pod(pod, container="fetch-weights")
     failure = classify(fetch)
-    assert failure is not None and failure.kind is FailureClass.Unknown and "No space" in failure.summary
+    assert failure is not None and failure.kind is FailureKind.UNKNOWN and "No space" in failure.summary
     assert evidence_from_pod(pod, container="missing") == []
 
 

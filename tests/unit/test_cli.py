@@ -262,6 +262,23 @@ def test_malformed_config_directory(capsys: pytest.CaptureFixture[str], tmp_path
     assert expected in err
 
 
+def test_local_config_gets_the_operators_architecture_bounds(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    """A local config.json is bounded as a spec's is: 100,000 layers is refused before any arithmetic on them."""
+    from vllm_operator.planner.arch import ARCH_BOUNDS
+
+    layers = 100_000
+    assert layers > ARCH_BOUNDS["num_hidden_layers"]
+    model = tmp_path / "huge-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": layers,
+        "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}))
+    code, out, err = run(capsys, "plan", "--model", str(model), "--gpu", "h100")
+    assert_one_line_error(code, out, err)
+    assert "num_hidden_layers" in err and str(layers) in err and "outside" in err
+
+
 def test_missing_path_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert_one_line_error(*run(capsys, "plan", "--model", str(tmp_path / "nope"), "--gpu", "h100"))
 

@@ -137,8 +137,8 @@ def test_printer_columns(crd: dict[str, Any]) -> None:
                                   "jsonPath": '.status.conditions[?(@.type=="Degraded")].message'}
     assert columns["Model"]["jsonPath"] == ".spec.model.name"
     assert columns["GPU"]["jsonPath"] == ".status.gpu.product"
-    assert columns["TP"]["jsonPath"] == ".status.plan.flags.tensor_parallel_size"
-    assert columns["MaxLen"]["jsonPath"] == ".status.plan.flags.max_model_len"
+    assert columns["TP"]["jsonPath"] == ".status.plan.flags.tensorParallelSize"
+    assert columns["MaxLen"]["jsonPath"] == ".status.plan.flags.maxModelLen"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     assert columns["Reason"]["priority"] == 1
@@ -228,6 +228,9 @@ def test_camel_case_names_in_the_schema(schema: dict[str, Any]) -> None:
         "nonTorchGiB",
         "cudagraphGiB",
         "kvCacheGiB",
+        "headroomGiB",
+        "persistentGiB",
+        "estimated",
     }
 
 

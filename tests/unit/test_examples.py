@@ -14,7 +14,7 @@ import yaml
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import validate_spec
-from vllm_operator.sources import find_in_catalog
+from vllm_operator.modelfiles import find_in_catalog
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -65,10 +65,10 @@ def test_a_step_records_profile_entry_and_key_and_renders_new_pods() -> None:
     assert isinstance(outcome, ladder.Outcome) and outcome.action == "step"
     recorded = outcome.status.to_dict()["remediation"]
     assert recorded["step"] == 1 and recorded["lastFailureKey"] == found.key
-    assert recorded["profile"] == {"min_utilization": 0.95}
+    assert recorded["profile"] == {"minUtilization": 0.95}
     (entry,) = recorded["history"]
     assert entry["podUID"] == "uid-pod-a" and entry["flagsBefore"] == status["plan"]["flags"]
-    assert entry["flagsAfter"]["gpu_memory_utilization"] == 0.95
+    assert entry["flagsAfter"]["gpuMemoryUtilization"] == 0.95
     assert ladder.template_hash(outcome.children) != ladder.template_hash(_observed(status).render(status).children)
     # the Event is a function of the recorded entry alone (a restarted operator posts the very same one)
     assert outcome.events == [ladder.step_event(RemediationEvent.model_validate(entry))]
@@ -119,7 +119,7 @@ def test_a_step_inside_the_minimum_interval_is_deferred_to_its_due_time() -> Non
 @pytest.mark.parametrize("lowers", [True, False])
 def test_a_metric_driven_change_is_a_ladder_step(lowers: bool) -> None:
     status = _planned()
-    seqs = status["plan"]["flags"]["max_num_seqs"]
+    seqs = status["plan"]["flags"]["maxNumSeqs"]
     change = ladder.ProfileChange(failure_class="SustainedPreemption",
                                   changes={"max_num_seqs": seqs // 2 if lowers else seqs * 2},
                                   message="preempting", lowers="max_num_seqs")
@@ -129,7 +129,7 @@ def test_a_metric_driven_change_is_a_ladder_step(lowers: bool) -> None:
         return
     assert isinstance(outcome, ladder.Outcome) and outcome.action == "step"
     recorded = outcome.status.to_dict()["remediation"]
-    assert recorded["step"] == 1 and recorded["profile"] == {"max_num_seqs": seqs // 2}
+    assert recorded["step"] == 1 and recorded["profile"] == {"maxNumSeqs": seqs // 2}
     assert outcome.events[0].reason == "MaxNumSeqsLowered"
 
 

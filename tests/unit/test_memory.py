@@ -471,7 +471,7 @@ def test_0_27_counts_the_v2_sampler_state_and_allocator_leftovers(load_arch: Loa
     assert after.memory.persistent_gib == pytest.approx(state + 0.3, abs=0.01)
     assert before.memory.kv_cache_gib - after.memory.kv_cache_gib == pytest.approx(state + 0.3, abs=0.02)
     assert "persistent_gib" in after.memory.estimated
-    assert before.memory.estimated == ("activation_gib", "kv_cache_gib")  # MRV2's sampler peak
+    assert before.memory.estimated == ["activation_gib", "kv_cache_gib"]  # MRV2's sampler peak
 
 
 def test_v1_runner_has_no_sampler_state(load_arch: LoadArch) -> None:
@@ -556,7 +556,7 @@ def test_the_plan_text_names_the_estimates(load_arch: LoadArch) -> None:
     l4 = load_gpu_catalog().get("L4")
     old = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.21.0"))
     new = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=l4, vllm_version="0.33.0"))
-    assert old.memory.estimated == () and "estimates" not in render_plan_text(old)
+    assert old.memory.estimated == [] and "estimates" not in render_plan_text(old)
     assert set(new.memory.estimated) == {"activation_gib", "cudagraph_gib", "persistent_gib", "kv_cache_gib"}
     text = render_plan_text(new)
     assert "CUDA graphs (Model Runner V2 estimate)" in text and "allocator leftovers" in text

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from vllm_operator.sources import find_in_catalog, list_catalog, load_model_files
+from vllm_operator.modelfiles import find_in_catalog, list_catalog
+from vllm_operator.sources import load_model_files
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOG_DIR = REPO / "operator" / "vllm_operator" / "catalog" / "models"
@@ -174,6 +176,9 @@ def test_row_is_valid_json_with_the_required_fields(path: Path) -> None:
     assert isinstance(row["total_size"], int) and row["total_size"] > 0
     assert isinstance(row["total_size_estimated"], bool)
     assert isinstance(row["source"], str) and len(row["source"]) > 20
+    assert "shared/" not in row["source"], "cite the copy in the repository (benchmarks/data/models/)"
+    for cited in re.findall(r"benchmarks/data/models/([\w.\-]+)", row["source"]):
+        assert (_shared_models_dir() / cited / "config.json").is_file(), cited
     assert isinstance(row["aliases"], list) and row["aliases"]
     assert all(a == a.lower() and a.strip() == a and " " not in a for a in row["aliases"])
     config = row["config"]

@@ -521,7 +521,7 @@ def test_vllm_defaults_plan_does_not_search(make: Make) -> None:
     assert "models's max seq len (131072)" in result.failure.message
 
 
-# --- calibration: replay real vLLM startups (../shared/data) -------------------------------------------------
+# --- calibration: replay real vLLM startups (benchmarks/data) -----------------------------------------------------
 
 _RECORD_GPUS = {"H100": "h100", "L4": "l4", "L40S": "l40s", "A100 40GB": "a100-40gb", "A100": "a100-80gb"}
 

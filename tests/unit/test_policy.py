@@ -21,9 +21,10 @@ import yaml
 
 from vllm_operator.api.v1alpha1 import RemediationSpec, RemediationStatus, parse_spec
 from vllm_operator.planner import Constraints, messages
+from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.versions import profile_for
 from vllm_operator.reconcile import constraints_from_status
-from vllm_operator.remediation.classifier import Failure, FailureClass, classify_text
+from vllm_operator.remediation.classifier import Failure, classify_text
 from vllm_operator.remediation.ladder import current_from
 from vllm_operator.remediation.policy import (
     Action,
@@ -71,7 +72,7 @@ def kv_failure(version: str, *, max_model_len: int = 32768, estimate: int = 2000
     text = messages.kv_too_small_message(profile_for(version), max_model_len=max_model_len, needed_gib=needed,
                                          available_gib=available, estimated_max_len=estimate, kv_tokens=estimate)
     failure = classify_text(text, exit_code=1, terminated_reason="Error")
-    assert failure.kind is FailureClass.KVCacheTooSmall, text
+    assert failure.kind is FailureKind.KV_CACHE_TOO_SMALL, text
     return failure
 
 
@@ -79,7 +80,7 @@ def free_failure(free: float = 17.4, total: float = L4_GIB, util: float = 0.9, v
     text = messages.free_memory_message(profile_for(version), device=0, free_gib=free, total_gib=total, util=util,
                                         requested_gib=round(total * util, 2))
     failure = classify_text(text, exit_code=1)
-    assert failure.kind is FailureClass.InsufficientFreeGPUMemory, text
+    assert failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY, text
     return failure
 
 
@@ -98,29 +99,29 @@ TOO_LONG = classify_text(messages.max_len_too_long_message(65536, 32768), exit_c
 KV = kv_failure("0.26.0")
 FREE = free_failure()
 
-REPRESENTATIVE: dict[FailureClass, Failure] = {
-    FailureClass.KVCacheTooSmall: KV,
-    FailureClass.InsufficientFreeGPUMemory: FREE,
-    FailureClass.NoKVCacheMemory: NO_KV,
-    FailureClass.WeightsDoNotFit: WEIGHTS,
-    FailureClass.CUDAOOMStartup: OOM_STARTUP,
-    FailureClass.CUDAOOMServing: OOM_SERVING,
-    FailureClass.HostOOMKilled: HOST_OOM,
-    FailureClass.InvalidParallelism: HEADS,
-    FailureClass.MaxModelLenTooLong: TOO_LONG,
-    FailureClass.Unknown: corpus("unknown-illegal-memory-access"),
-    FailureClass.ModelNotFound: corpus("hf-repo-not-found"),
-    FailureClass.ImagePull: classify_text('Back-off pulling image "vllm/vllm-openai:v0.26.0"',
+REPRESENTATIVE: dict[FailureKind, Failure] = {
+    FailureKind.KV_CACHE_TOO_SMALL: KV,
+    FailureKind.INSUFFICIENT_FREE_GPU_MEMORY: FREE,
+    FailureKind.NO_KV_CACHE_MEMORY: NO_KV,
+    FailureKind.WEIGHTS_DO_NOT_FIT: WEIGHTS,
+    FailureKind.CUDA_OOM_STARTUP: OOM_STARTUP,
+    FailureKind.CUDA_OOM_SERVING: OOM_SERVING,
+    FailureKind.HOST_OOM_KILLED: HOST_OOM,
+    FailureKind.INVALID_PARALLELISM: HEADS,
+    FailureKind.MAX_MODEL_LEN_TOO_LONG: TOO_LONG,
+    FailureKind.UNKNOWN: corpus("unknown-illegal-memory-access"),
+    FailureKind.MODEL_NOT_FOUND: corpus("hf-repo-not-found"),
+    FailureKind.IMAGE_PULL: classify_text('Back-off pulling image "vllm/vllm-openai:v0.26.0"',
                                           waiting_reason="ImagePullBackOff"),
-    FailureClass.InvalidArgument: corpus("argparse-unrecognized"),
-    FailureClass.PipelineParallelUnsupported: corpus("pp-unsupported-v0"),
+    FailureKind.INVALID_ARGUMENT: corpus("argparse-unrecognized"),
+    FailureKind.PIPELINE_PARALLEL_UNSUPPORTED: corpus("pp-unsupported-v0"),
 }
 
 
 def test_the_representative_failures_are_read_as_their_class() -> None:
     for kind, failure in REPRESENTATIVE.items():
         assert failure.kind is kind, (kind, failure.summary)
-    assert set(REPRESENTATIVE) == set(FailureClass)
+    assert set(REPRESENTATIVE) == set(FailureKind)
 
 
 # --- feeding a step back, as the planner and the next status would ---------------------------------------------
@@ -329,7 +330,7 @@ def test_weights_do_not_fit_doubles_tensor_parallelism_within_max_count(tp: int,
 @pytest.mark.parametrize("entry", ["oom-load-wrapper-0.13", "oom-loading-markers-0.8", "oom-loading-torch20-v0"])
 def test_weights_do_not_fit_beyond_max_count_stops_naming_it(entry: str) -> None:
     failure = corpus(entry)
-    assert failure.kind is FailureClass.WeightsDoNotFit
+    assert failure.kind is FailureKind.WEIGHTS_DO_NOT_FIT
     verdict = step(failure, current(flags={**FLAGS, "tensor_parallel_size": 4}, max_gpus=4))
     assert verdict.action is Action.EXHAUSTED and verdict.constraints is None
     assert "spec.gpu.maxCount" in verdict.message and "8" in verdict.message
@@ -386,7 +387,7 @@ def test_cuda_oom_while_serving_with_max_num_seqs_pinned_shrinks_batched_tokens(
                                    "oom-sampler-warmup-0.11", "oom-capture-torch21-v0"])
 def test_cuda_oom_at_startup_enforces_eager_first(entry: str) -> None:
     failure = corpus(entry)
-    assert failure.kind is FailureClass.CUDAOOMStartup
+    assert failure.kind is FailureKind.CUDA_OOM_STARTUP
     assert step(failure, current()).changed == {"force_enforce_eager": True}
 
 
@@ -469,9 +470,9 @@ def test_max_model_len_too_long_plans_the_models_own_context(entry: str, derived
 
 # --- not memory: surface, change nothing -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", [FailureClass.Unknown, FailureClass.ImagePull, FailureClass.ModelNotFound,
-                                  FailureClass.InvalidArgument, FailureClass.PipelineParallelUnsupported])
-def test_failures_no_flag_can_fix_are_surfaced_with_their_summary(kind: FailureClass) -> None:
+@pytest.mark.parametrize("kind", [FailureKind.UNKNOWN, FailureKind.IMAGE_PULL, FailureKind.MODEL_NOT_FOUND,
+                                  FailureKind.INVALID_ARGUMENT, FailureKind.PIPELINE_PARALLEL_UNSUPPORTED])
+def test_failures_no_flag_can_fix_are_surfaced_with_their_summary(kind: FailureKind) -> None:
     failure = REPRESENTATIVE[kind]
     decision = step(failure, current())
     assert decision.action is Action.SURFACE
@@ -481,10 +482,10 @@ def test_failures_no_flag_can_fix_are_surfaced_with_their_summary(kind: FailureC
 
 # --- bounded, idempotent -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", [k for k in FailureClass if k in (
-    FailureClass.KVCacheTooSmall, FailureClass.NoKVCacheMemory, FailureClass.CUDAOOMServing,
-    FailureClass.WeightsDoNotFit, FailureClass.HostOOMKilled, FailureClass.InsufficientFreeGPUMemory)])
-def test_at_max_steps_the_ladder_stops_and_says_what_to_change(kind: FailureClass) -> None:
+@pytest.mark.parametrize("kind", [k for k in FailureKind if k in (
+    FailureKind.KV_CACHE_TOO_SMALL, FailureKind.NO_KV_CACHE_MEMORY, FailureKind.CUDA_OOM_SERVING,
+    FailureKind.WEIGHTS_DO_NOT_FIT, FailureKind.HOST_OOM_KILLED, FailureKind.INSUFFICIENT_FREE_GPU_MEMORY)])
+def test_at_max_steps_the_ladder_stops_and_says_what_to_change(kind: FailureKind) -> None:
     verdict = step(REPRESENTATIVE[kind], current(step=5, max_steps=5, host_memory_gib=26.0))
     assert verdict.action is Action.EXHAUSTED and verdict.constraints is None
     assert "spec.remediation.maxSteps=5" in verdict.message
@@ -509,7 +510,7 @@ def test_the_same_failure_is_ignored_before_anything_else() -> None:
                 current(history_keys=frozenset({KEY}), enabled=False),
                 current(history_keys=frozenset({KEY}), step=9, max_steps=5),
                 current(history_keys=frozenset({KEY}), last_step_time=NOW)):
-        for failure in (KV, REPRESENTATIVE[FailureClass.ModelNotFound]):
+        for failure in (KV, REPRESENTATIVE[FailureKind.MODEL_NOT_FOUND]):
             assert step(failure, cur).action is Action.IGNORE
     # another restart of the same pod is a new failure
     assert decide(KV, KEY.replace("/3", "/4"), current(history_keys=frozenset({KEY})), NOW).action is Action.STEP
@@ -607,7 +608,7 @@ def test_no_decision_ever_changes_a_pinned_flag() -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(REPRESENTATIVE, key=str))
-def test_walking_a_ladder_never_touches_a_pinned_flag_and_always_ends(kind: FailureClass) -> None:
+def test_walking_a_ladder_never_touches_a_pinned_flag_and_always_ends(kind: FailureKind) -> None:
     failure = REPRESENTATIVE[kind]
     for pinned in _subsets(PINNABLE):
         for memory_pinned in (False, True):

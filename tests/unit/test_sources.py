@@ -22,18 +22,16 @@ from urllib.parse import unquote
 
 import pytest
 
-from vllm_operator import sources
-from vllm_operator.sources import (
-    HubAccessDenied,
-    HubRepoNotFound,
-    HubUnreachable,
+from vllm_operator import hub, sources
+from vllm_operator.hub import HubAccessDenied, HubRepoNotFound, HubUnreachable
+from vllm_operator.modelfiles import (
     ModelFiles,
     ModelSourceError,
     find_in_catalog,
     list_catalog,
-    load_model_files,
     model_files_from_inline,
 )
+from vllm_operator.sources import load_model_files
 
 LLAMA_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
@@ -617,6 +615,30 @@ def test_injected_hub_client_files(tmp_path: Path) -> None:
     assert hub.calls == ["config.json", "model.safetensors.index.json"]
 
 
-def test_sources_does_not_import_kubernetes() -> None:
-    text = Path(sources.__file__).read_text()
-    assert "import kubernetes" not in text and "from kubernetes" not in text
+def test_model_sources_do_not_import_kubernetes() -> None:
+    for module in (sources, hub):
+        text = Path(module.__file__ or "").read_text()
+        assert "import kubernetes" not in text and "from kubernetes" not in text, module
+
+
+@pytest.mark.parametrize("ref", ["./model", "/etc", "../x/y", "a/b/c", "org/../name", "", "org/name\n"])
+def test_the_operators_resolver_refuses_paths_before_touching_anything(tmp_path: Path, ref: str) -> None:
+    """hub.resolve_model_id (the handlers' resolver) takes a catalog id or a hub repo id, never a path."""
+    scripted = ScriptedHub(root=tmp_path)
+    with pytest.raises(ModelSourceError, match="spec.model.name"):
+        hub.resolve_model_id(ref, hub=scripted)
+    assert scripted.calls == []
+
+
+def test_the_operators_resolver_reads_an_existing_directory_name_as_a_hub_id(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repo id that is also a local directory (relative to the working directory) goes to the hub, not to disk."""
+    write_model_dir(tmp_path / "acme" / "x", config={**LLAMA_CONFIG, "hidden_size": 1024})
+    monkeypatch.chdir(tmp_path)
+    hub_root = tmp_path / "hub"
+    write_model_dir(hub_root)
+    scripted = ScriptedHub(root=hub_root)
+    files = hub.resolve_model_id("acme/x", hub=scripted)
+    assert files.source.startswith("scripted hub") and files.config["hidden_size"] == 2048
+    local = load_model_files("acme/x", hub=scripted)  # the CLI's loader does read the directory
+    assert local.source.startswith("local directory") and local.config["hidden_size"] == 1024

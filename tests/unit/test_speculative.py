@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vllm_operator.api.v1alpha1 import parse_spec
+from vllm_operator.api.v1alpha1 import PinnedFlags, SpeculativeConfig, parse_spec
 from vllm_operator.cli import main
 from vllm_operator.planner.arch import LayerKind, ModelArch
 from vllm_operator.planner.memory import (
@@ -21,7 +21,6 @@ from vllm_operator.planner.memory import (
     profile_for_model,
     speculative_memory,
 )
-from vllm_operator.planner.plan import PinnedFlags
 from vllm_operator.planner.speculative import (
     Speculation,
     SpeculativeConfigError,
@@ -30,7 +29,7 @@ from vllm_operator.planner.speculative import (
     with_draft_arch,
 )
 from vllm_operator.planner.versions import profile_for
-from vllm_operator.reconcile import with_catalog_draft
+from vllm_operator.reconcile import catalog_speculation
 from vllm_operator.render.manifests import render_args, unsupported_pinned
 
 LoadArch = Callable[[str], ModelArch]
@@ -245,15 +244,17 @@ def test_flag_exists_from_0_8_2() -> None:
 def test_spec_flags_render_vllm_json_and_reach_the_planner_with_a_catalog_draft() -> None:
     doc = {"model": {"name": LLAMA_8B}, "flags": {"speculativeConfig": {
         "method": "draft_model", "model": LLAMA_1B, "numSpeculativeTokens": 4}}}
-    value = parse_spec(doc).flags.to_vllm()["speculative_config"]
+    flags = parse_spec(doc).flags
+    value = flags.to_vllm()["speculative_config"]
     assert json.loads(value) == {"method": "draft_model", "num_speculative_tokens": 4, "model": LLAMA_1B}
-    pinned = with_catalog_draft(PinnedFlags(speculative_config=value))
-    assert pinned.speculative_config is not None and pinned.speculative_config.draft_arch is not None
-    assert pinned.speculative_config.draft_arch.num_layers == 16
-    assert pinned.model_dump()["speculative_config"] == value  # rendered back as the same JSON
-    unknown = with_catalog_draft(PinnedFlags(speculative_config='{"method": "eagle", "model": "org/x", '
-                                                                '"num_speculative_tokens": 2}'))
-    assert unknown.speculative_config is not None and unknown.speculative_config.draft_arch is None
+    speculation = catalog_speculation(flags)
+    assert speculation is not None and speculation.draft_arch is not None
+    assert speculation.draft_arch.num_layers == 16
+    assert speculation.to_json() == value  # rendered back as the same JSON
+    unknown = catalog_speculation(PinnedFlags(speculative_config=SpeculativeConfig(
+        method="eagle", model="org/x", num_speculative_tokens=2)))
+    assert unknown is not None and unknown.draft_arch is None
+    assert catalog_speculation(PinnedFlags()) is None
 
 
 def test_with_draft_arch_ignores_an_unreadable_config() -> None:
@@ -278,6 +279,7 @@ def test_check_parses_a_pasted_speculative_config(capsys: pytest.CaptureFixture[
     doc = json.loads(out)
     assert doc["kv_bytes_per_token"] == 131_072 + 32_768
     assert doc["args"][doc["args"].index("--speculative-config") + 1] == config
+    assert doc["args"].count("--speculative-config") == 1
     assert any("speculative decoding (draft_model, k=4)" in reason for reason in doc["reasons"])
 
 
@@ -305,8 +307,8 @@ def test_planner_leaves_sampler_rows_for_k_plus_one_tokens(load_arch: LoadArch) 
 
     gpu = load_gpu_catalog().get("L4")
     config = '{"method": "eagle3", "model": "org/head", "num_speculative_tokens": 3}'
-    result = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=gpu, pinned=PinnedFlags(speculative_config=config),
-                              vllm_version="0.33.0"))
+    pinned = PinnedFlags(speculative_config=SpeculativeConfig.model_validate(json.loads(config)))
+    result = plan(PlanRequest(arch=load_arch(LLAMA_8B), gpu=gpu, pinned=pinned, vllm_version="0.33.0"))
     assert result.fits
     assert result.flags["speculative_config"] == parse_speculative_config(config).to_json()
     assert "speculative_config" in result.pinned

@@ -66,11 +66,9 @@ PLAN_FITS: Final = "PlanFits"
 PLAN_INFEASIBLE: Final = "PlanInfeasible"
 #: The plan fits, for the newest known vLLM release: the image reference names none (digest, mirror tag, latest).
 VERSION_ASSUMED: Final = "VersionAssumed"
-PLANNING: Final = "Planning"
 INVALID_SPEC: Final = "InvalidSpec"
 GPU_NOT_FOUND: Final = "GPUNotFound"
 MODEL_NOT_FOUND: Final = "ModelNotFound"
-MODEL_CONFIG_UNAVAILABLE: Final = "ModelConfigUnavailable"
 
 # Rollout (Ready, Progressing)
 DEPLOYING: Final = "Deploying"
@@ -88,17 +86,11 @@ ROLLING_WITHOUT_SURGE: Final = "RollingWithoutSurge"
 # Remediation (Progressing, Degraded)
 REMEDIATING: Final = "Remediating"
 REMEDIATION_EXHAUSTED: Final = "RemediationExhausted"
-REMEDIATION_DISABLED: Final = "RemediationDisabled"
-STEPPED_BACK: Final = "SteppedBack"
 
-# Failure classes read from vLLM pods (Degraded, Ready=False)
-KV_CACHE_TOO_SMALL: Final = "KVCacheTooSmall"
-NO_CACHE_BLOCKS: Final = "NoCacheBlocks"
-INSUFFICIENT_FREE_GPU_MEMORY: Final = "InsufficientFreeGPUMemory"
-CUDA_OUT_OF_MEMORY: Final = "CUDAOutOfMemory"
+# A vLLM pod failed (Degraded): the failure's own kind is in status.remediation and in the Event's reason,
+# `PodFailed<FailureKind>` (planner.failures)
 CONTAINER_OOM_KILLED: Final = "ContainerOOMKilled"
 CONTAINER_CRASH_LOOP_BACK_OFF: Final = "ContainerCrashLoopBackOff"
-STARTUP_TIMEOUT: Final = "StartupTimeout"
 IMAGE_PULL_FAILED: Final = "ImagePullFailed"
 UNSCHEDULABLE: Final = "Unschedulable"
 
@@ -113,11 +105,9 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     PLAN_FITS,
     PLAN_INFEASIBLE,
     VERSION_ASSUMED,
-    PLANNING,
     INVALID_SPEC,
     GPU_NOT_FOUND,
     MODEL_NOT_FOUND,
-    MODEL_CONFIG_UNAVAILABLE,
     DEPLOYING,
     AVAILABLE,
     PODS_NOT_READY,
@@ -128,15 +118,8 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     ROLLING_WITHOUT_SURGE,
     REMEDIATING,
     REMEDIATION_EXHAUSTED,
-    REMEDIATION_DISABLED,
-    STEPPED_BACK,
-    KV_CACHE_TOO_SMALL,
-    NO_CACHE_BLOCKS,
-    INSUFFICIENT_FREE_GPU_MEMORY,
-    CUDA_OUT_OF_MEMORY,
     CONTAINER_OOM_KILLED,
     CONTAINER_CRASH_LOOP_BACK_OFF,
-    STARTUP_TIMEOUT,
     IMAGE_PULL_FAILED,
     UNSCHEDULABLE,
     RECONCILE_ERROR,
@@ -297,8 +280,8 @@ _STATE_BY_DEGRADED: Final[dict[str, str]] = {
 
 def state_of(conditions: Sequence[Condition], *, exhausted: bool = False) -> str:
     """One word for the STATUS column, read like `kubectl get pods`: what is wrong when something is (the Degraded
-    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a failure class
-    such as CUDAOutOfMemory), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
+    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a pod
+    failure such as ContainerCrashLoopBackOff), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
     degraded = find_condition(conditions, DEGRADED)
     if exhausted:
         return REMEDIATION_EXHAUSTED
@@ -347,4 +330,39 @@ def status_patch(old: VLLMServiceStatus | Mapping[str, Any] | None, new: VLLMSer
     old_dict.pop("kopf", None)
     new_dict = new.to_dict()
     new_dict.pop("kopf", None)
-    return _merge_patch(old_dict, new_dict)
+    patch = _merge_patch(old_dict, new_dict)
+    if isinstance(old, Mapping):
+        _respell(old, new_dict, patch)
+    return patch
+
+
+#: Where status holds flag maps (dicts, and lists of entries holding them): keys once written in vLLM's
+#: snake_case (`max_model_len`), camelCase (`maxModelLen`) since v1alpha1 follows the API conventions.
+_FLAG_MAPS = (("plan", "flags"), ("remediation", "profile"))
+_FLAG_MAP_LISTS = (("plan", "options"), ("remediation", "history"))
+
+
+def _respell(raw: Mapping[str, Any], new: Mapping[str, Any], patch: dict[str, Any]) -> None:
+    """Drop flag-map keys an older operator stored in snake_case: parsed, they read the same as the new
+    camelCase keys, so the model diff alone would leave both spellings in the stored object."""
+    for parent, field in _FLAG_MAPS:
+        stored, wanted = _at(raw, parent, field), _at(new, parent, field)
+        if isinstance(stored, Mapping) and isinstance(wanted, Mapping) and stored.keys() - wanted.keys():
+            patch.setdefault(parent, {})[field] = {**dict.fromkeys(stored.keys() - wanted.keys()), **wanted}
+    for parent, field in _FLAG_MAP_LISTS:
+        stored, wanted = _at(raw, parent, field), _at(new, parent, field)
+        if isinstance(stored, list) and isinstance(wanted, list) and any(map(_snake_flags, stored)):
+            patch.setdefault(parent, {})[field] = wanted
+
+
+def _snake_flags(entry: Any) -> bool:
+    """A history entry or plan option with a flag map keyed the old way."""
+    if not isinstance(entry, Mapping):
+        return False
+    maps = (entry.get(name) for name in ("flags", "flagsBefore", "flagsAfter", "profileBefore"))
+    return any(isinstance(m, Mapping) and any("_" in str(key) for key in m) for m in maps)
+
+
+def _at(status: Mapping[str, Any], parent: str, field: str) -> Any:
+    section = status.get(parent)
+    return section.get(field) if isinstance(section, Mapping) else None

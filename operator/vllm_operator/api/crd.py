@@ -60,8 +60,8 @@ HEADER = (
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.gpu.product"},
-    {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensor_parallel_size"},
-    {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.max_model_len"},
+    {"name": "TP", "type": "integer", "jsonPath": ".status.plan.flags.tensorParallelSize"},
+    {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.flags.maxModelLen"},
     {"name": "Status", "type": "string", "jsonPath": ".status.state"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {

@@ -39,6 +39,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    WrapSerializer,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -66,7 +67,7 @@ __all__ = [
     "EnvVar",
     "EnvVarSource",
     "FlagValue",
-    "GPUSpec",
+    "GPURequest",
     "GPUStatus",
     "HFTokenSecretRef",
     "MemoryBreakdown",
@@ -92,6 +93,9 @@ __all__ = [
     "VLLMServiceSpec",
     "VLLMServiceStatus",
     "WorkloadSpec",
+    "flag_key",
+    "flag_name",
+    "flags_from_api",
     "parse_spec",
     "validate_spec",
     "SpeculativeConfig",
@@ -253,9 +257,50 @@ def inline_json_problem(value: Any) -> str | None:
 #: The value of one vLLM flag: a bool, a number or a string.
 FlagValue = bool | int | float | str
 
-#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`), e.g. a plan or a remediation profile.
+_SNAKE_PART = re.compile(r"_([a-z0-9])")
+_CAMEL_HUMP = re.compile(r"([A-Z])")
+
+
+def flag_key(name: str) -> str:
+    """The API (camelCase) key of a vLLM flag given by its snake_case name: `max_model_len` -> `maxModelLen`.
+
+    The same spelling as `spec.flags` uses (pydantic's `to_camel`), so `status.plan.flags.maxModelLen` and
+    `spec.flags.maxModelLen` name one flag. Already camelCase names are returned unchanged."""
+    return _SNAKE_PART.sub(lambda m: m.group(1).upper(), name)
+
+
+def flag_name(key: str) -> str:
+    """vLLM's snake_case name of a flag given by its API key: `maxModelLen` -> `max_model_len`.
+
+    The inverse of `flag_key` for snake_case names made of lowercase words; snake_case input is returned
+    unchanged, so a status written by an older operator (snake_case keys) reads the same."""
+    return _CAMEL_HUMP.sub(lambda m: "_" + m.group(1).lower(), key)
+
+
+def flags_from_api(flags: Any) -> Any:
+    """A flag map as stored in status (camelCase keys) keyed by vLLM's snake_case names; anything else as is.
+
+    The one reader of raw status flag maps (`status.plan.flags`, `status.remediation.profile`, a history
+    entry's `flagsBefore`/`flagsAfter`/`profileBefore`): code that reads a status dict without parsing it
+    into the models below goes through this."""
+    if not isinstance(flags, Mapping):
+        return flags
+    return {flag_name(str(key)): value for key, value in flags.items()}
+
+
+def _flags_to_api(flags: dict[str, FlagValue], handler: Any, info: Any) -> Any:
+    if info.by_alias:
+        flags = {flag_key(key): value for key, value in flags.items()}
+    return handler(flags)
+
+
+#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`) in Python, e.g. a plan or a remediation
+#: profile; the API (status) spells the keys in camelCase (`maxModelLen`), as `spec.flags` does. Both
+#: spellings are read.
 FlagMap = Annotated[
     dict[str, FlagValue],
+    BeforeValidator(flags_from_api),
+    WrapSerializer(_flags_to_api),
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
 
@@ -494,8 +539,11 @@ class ModelSpec(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
-class GPUSpec(_Model):
-    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset."""
+class GPURequest(_Model):
+    """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset.
+
+    (`spec.gpu`, what the user asks for; the hardware itself, one catalog entry, is `planner.gpus.GPUSpec`.)
+    """
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
@@ -562,7 +610,7 @@ class GPUSpec(_Model):
         return []
 
     @model_validator(mode="after")
-    def _check_rules(self) -> GPUSpec:
+    def _check_rules(self) -> GPURequest:
         _raise_violations(self._violations())
         return self
 
@@ -1185,8 +1233,8 @@ class VLLMServiceSpec(_Model):
     )
 
     model: ModelSpec = Field(description="The model to serve.")
-    gpu: GPUSpec = Field(
-        default_factory=GPUSpec, description="GPUs per pod; discovered and planned when unset."
+    gpu: GPURequest = Field(
+        default_factory=GPURequest, description="GPUs per pod; discovered and planned when unset."
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -1383,7 +1431,8 @@ class Condition(_StatusModel):
 
 
 class MemoryBreakdown(_StatusModel):
-    """Where the planned GPU memory goes, per GPU, in GiB."""
+    """Where the planned GPU memory goes, per GPU, in GiB, as vLLM's startup log reports it (the tightest worker or
+    pipeline stage). The planner computes it (`planner.memory.predict_startup`) and status shows it as computed."""
 
     gpu_total_gib: float = Field(alias="gpuTotalGiB", ge=0, description="Total memory of one GPU.")
     requested_gib: float = Field(
@@ -1400,6 +1449,19 @@ class MemoryBreakdown(_StatusModel):
         alias="cudagraphGiB", ge=0, description="CUDA graphs (0 with enforce-eager)."
     )
     kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="What is left for the KV cache.")
+    headroom_gib: float = Field(
+        default=0.0, alias="headroomGiB", ge=0,
+        description="Total minus requested: CUDA context, CUDA graphs (before vLLM 0.21), other processes.",
+    )
+    persistent_gib: float = Field(
+        default=0.0, alias="persistentGiB", ge=0,
+        description="Taken out of the KV cache budget besides the above (vLLM 0.27+): Model Runner V2's sampler "
+                    "state and allocator leftovers.",
+    )
+    estimated: list[str] = Field(
+        default_factory=list,
+        description="The figures above (field names) that rest on an estimate no vLLM log has calibrated yet.",
+    )
 
 
 class PlanFailure(_StatusModel):
@@ -1428,7 +1490,7 @@ class PlanStatus(_StatusModel):
     fits: bool = Field(description="Whether the model and the workload fit the GPUs with these flags.")
     flags: FlagMap = Field(
         default_factory=dict,
-        description="Planned and pinned vLLM flags by vLLM's snake_case name, e.g. max_model_len: 32768.",
+        description="Planned and pinned vLLM flags, named as in spec.flags, e.g. maxModelLen: 32768.",
     )
     args: list[str] = Field(
         default_factory=list, description="The vLLM command-line arguments rendered from the plan."
@@ -1466,7 +1528,7 @@ class RemediationEvent(_StatusModel):
     time: str = Field(
         json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
     )
-    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOutOfMemory.")
+    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOOMStartup.")
     evidence: str = Field(
         default="", description="The log line or termination message the class was read from."
     )
@@ -1488,7 +1550,7 @@ class RemediationStatus(_StatusModel):
     )
     profile: FlagMap = Field(
         default_factory=dict,
-        description="Constraints the ladder learned (e.g. max_model_len, gpu_free_gib), applied on top of the plan.",
+        description="Constraints the ladder learned (e.g. maxModelLen, gpuFreeGib), applied on top of the plan.",
     )
     history: list[RemediationEvent] = Field(default_factory=list, description="Steps taken, oldest first.")
     exhausted: bool = Field(default=False, description="No further step is allowed or would help.")
@@ -1532,7 +1594,7 @@ class VLLMServiceStatus(_StatusModel):
         default=None,
         description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
                     "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
-                    "Unschedulable, Remediating, RemediationExhausted, a failure class such as CUDAOutOfMemory).",
+                    "Unschedulable, Remediating, RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."

@@ -350,7 +350,7 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
     name, namespace = meta["name"], meta["namespace"]
     before = decision.replicas_before
     if decision.action is MetricsAction.RECOMMEND_REPLICAS:
-        flags_after: dict[str, Any] = {"recommendedReplicas": decision.replicas}
+        flags_after: dict[str, Any] = {"recommended_replicas": decision.replicas}
         if before is not None:
             flags_after["replicas"] = before
         event_type, reason = "Warning", REPLICAS_RECOMMENDED

@@ -12,7 +12,8 @@ from typing import Any
 
 from .. import reconcile
 from ..api.v1alpha1 import DEFAULT_IMAGE
-from ..sources import ModelFiles, ModelSourceError, model_files_from_inline, resolve_model_id
+from ..hub import resolve_model_id
+from ..modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from . import config, kube
 
 

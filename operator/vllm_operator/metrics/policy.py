@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from ..api.v1alpha1 import MetricsStatus, VLLMServiceSpec
+from ..api.v1alpha1 import MetricsStatus, VLLMServiceSpec, flags_from_api
 from ..planner import Constraints
 
 __all__ = [
@@ -362,7 +362,7 @@ def decide(observation: Observation, *, spec: VLLMServiceSpec, status: Mapping[s
 def _lower_max_num_seqs(obs: Observation, w: _Window, spec: VLLMServiceSpec, status: Mapping[str, Any],
                         s: PolicySettings, evidence: str, notes: list[str]) -> MetricsDecision | None:
     plan = status.get("plan") or {}
-    flags = plan.get("flags") or {}
+    flags = flags_from_api(plan.get("flags")) or {}
     remediation = status.get("remediation") or {}
     current = flags.get("max_num_seqs")
     if spec.flags.max_num_seqs is not None:
@@ -396,7 +396,7 @@ def _lower_max_num_seqs(obs: Observation, w: _Window, spec: VLLMServiceSpec, sta
     if target >= current:
         notes.append(f"the cache holds {holds} sequences ({why}), not fewer than max-num-seqs {current}")
         return None
-    base = _constraints(remediation.get("profile") or {})
+    base = _constraints(flags_from_api(remediation.get("profile")) or {})
     if base.max_num_seqs is not None and base.max_num_seqs <= target:
         notes.append(f"max_num_seqs is already limited to {base.max_num_seqs}")
         return None
@@ -458,8 +458,8 @@ def _already_recommended(status: Mapping[str, Any], failure_class: str, needed: 
     """The latest history entry already advised this count for this symptom: say it once, not every cooldown."""
     history = (status.get("remediation") or {}).get("history") or []
     last = history[-1] if history and isinstance(history[-1], Mapping) else {}
-    after = last.get("flagsAfter") or {}
-    return bool(last.get("failureClass") == failure_class and after.get("recommendedReplicas") == needed)
+    after = flags_from_api(last.get("flagsAfter")) or {}
+    return bool(last.get("failureClass") == failure_class and after.get("recommended_replicas") == needed)
 
 
 def _replicas_needed(obs: Observation, w: _Window, current: int) -> int:

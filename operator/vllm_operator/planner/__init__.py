@@ -3,12 +3,12 @@
 Imports no Kubernetes client (checked by import-linter, see pyproject.toml).
 """
 
+from ..api.v1alpha1 import PinnedFlags
 from .arch import ArchError, ModelArch, arch_from_config
 from .failures import FailureKind
 from .memory import (
     EngineFlags,
     GPUFacts,
-    MemoryBreakdown,
     PredictedFailure,
     StartupPrediction,
     predict_startup,
@@ -16,7 +16,6 @@ from .memory import (
 from .plan import (
     Constraints,
     Option,
-    PinnedFlags,
     Plan,
     PlanRequest,
     Workload,
@@ -27,7 +26,7 @@ from .plan import (
 from .versions import NEWEST_KNOWN_VERSION, VersionError, profile_for, version_from_image
 
 __all__ = [
-    "ArchError", "Constraints", "EngineFlags", "FailureKind", "GPUFacts", "MemoryBreakdown", "ModelArch",
+    "ArchError", "Constraints", "EngineFlags", "FailureKind", "GPUFacts", "ModelArch",
     "NEWEST_KNOWN_VERSION", "Option", "PinnedFlags", "Plan", "PlanRequest", "PredictedFailure", "StartupPrediction",
     "VersionError", "Workload", "arch_from_config", "flags_to_args", "plan", "predict_startup", "profile_for",
     "version_from_image", "with_vllm_defaults",

@@ -171,7 +171,7 @@ def default_utilization_for(tier: Tier, memory_gib: float, uma: bool = False) ->
 
 #: GiB other processes hold on a GPU that also drives a desktop (compositor, browser) before vLLM starts. Evidence:
 #: an RTX 4080 with a desktop had 1.30 GiB in use at vLLM's start (15.99 total, 14.69 free), of which ~0.5 GiB is
-#: vLLM's own context: ~0.8 GiB (../shared/data); the catalog header's 0.3-1.5 GiB for compositors.
+#: vLLM's own context: ~0.8 GiB (benchmarks/data/vllm-startup-logs.jsonl); the catalog header's 0.3-1.5 GiB for compositors.
 DESKTOP_RESERVE_GIB: dict[str, float] = {"consumer": 0.8, "workstation": 0.75, "datacenter": 0.0}
 #: What must stay free after vLLM's budget for what grows after its memory profile (allocator fragmentation,
 #: cuBLAS/NCCL workspaces, sampler spikes): a fixed part plus a share of the GPU. Evidence: the RTX 4080 record
@@ -179,7 +179,7 @@ DESKTOP_RESERVE_GIB: dict[str, float] = {"consumer": 0.8, "workstation": 0.75, "
 #: graph capture (v0.19); 1 GiB + 1 % keeps a margin over both, and 50+ H100 starts at 0.95 kept ~3.5 GiB.
 SLACK_GIB = 1.0
 SLACK_SHARE = 0.01
-#: The highest utilization the evidence supports at scale (H100 starts at 0.95 in ../shared/data); never planned above.
+#: The highest utilization the evidence supports at scale (H100 starts at 0.95 in benchmarks/data/vllm-startup-logs.jsonl); never planned above.
 MAX_SAFE_UTILIZATION = 0.95
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import MemoryBreakdown
 from . import messages
 from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
 from .failures import FailureKind
@@ -81,24 +82,6 @@ class GPUFacts(BaseModel):
     other_used_gib: float = Field(0.0, description="memory held by other processes when vLLM starts")
     uma: bool = False
     nvlink: bool = True
-
-
-class MemoryBreakdown(BaseModel):
-    """Per-GPU memory, in GiB, as the startup log reports it (the tightest worker/stage)."""
-
-    gpu_total_gib: float
-    requested_gib: float
-    weights_gib: float
-    activation_gib: float
-    non_torch_gib: float
-    cudagraph_gib: float
-    kv_cache_gib: float
-    headroom_gib: float = Field(description="total minus requested: CUDA context, graphs (before v0.21), others")
-    persistent_gib: float = Field(
-        0.0, description="taken out of the KV budget besides the above (vLLM 0.27+): Model Runner V2's sampler state "
-                         "and allocator leftovers")
-    estimated: tuple[str, ...] = Field(
-        (), description="the figures above that rest on an estimate no vLLM log has calibrated yet (field names)")
 
 
 class PredictedFailure(BaseModel):
@@ -492,7 +475,7 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         kv_cache_gib=_round2(max(avail, 0)),
         headroom_gib=_round2(total - requested),
         persistent_gib=_round2(persistent),
-        estimated=_estimated_figures(arch, flags, profile),
+        estimated=list(_estimated_figures(arch, flags, profile)),
     )
     prediction = StartupPrediction(
         memory=breakdown,

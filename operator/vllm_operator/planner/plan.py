@@ -12,17 +12,17 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import MemoryBreakdown, PinnedFlags
 from .arch import ArchError, ModelArch, checkpoint_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
 from .memory import (
     EngineFlags,
     GPUFacts,
-    MemoryBreakdown,
     PredictedFailure,
     StartupPrediction,
     arch_for_release,
@@ -45,41 +45,6 @@ DEFAULT_CONTEXT_CAP = 8192
 DEFAULT_CONCURRENCY = 4
 _UNPINNABLE = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
                "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "block_size")
-
-
-class PinnedFlags(BaseModel):
-    """vLLM flags the user fixed (snake_case, as vLLM names them). None = the planner chooses."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_model_len: int | None = Field(None, ge=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    kv_cache_dtype: str | None = None
-    quantization: str | None = None
-    dtype: str | None = None
-    enforce_eager: bool | None = None
-    block_size: int | None = Field(None, ge=1)
-    cpu_offload_gb: float | None = Field(None, ge=0)
-    kv_cache_memory_bytes: int | None = Field(None, ge=1)
-    enable_prefix_caching: bool | None = None
-    enable_chunked_prefill: bool | None = None
-    speculative_config: Speculation | None = None
-
-    @field_validator("speculative_config", mode="before")
-    @classmethod
-    def _parse_speculative(cls, value: Any) -> Any:
-        return None if value is None else parse_speculative_config(value)
-
-    @field_serializer("speculative_config")
-    def _speculative_json(self, value: Speculation | None) -> str | None:
-        return None if value is None else value.to_json()  # the flag's value as vLLM reads it
-
-    def pinned_names(self) -> list[str]:
-        return [name for name, value in self.model_dump().items() if value is not None]
 
 
 class Workload(BaseModel):
@@ -124,6 +89,19 @@ class PlanRequest(BaseModel):
     vllm_version: str | None = None
     gpu_free_gib: float | None = Field(None, ge=0, description="free memory per GPU when vLLM starts, if others hold some")
     version_note: str = Field("", description="why this vLLM release was assumed (a digest, mirror tag or latest)")
+    speculation: Speculation | None = Field(
+        None, description="the pinned speculative config as the planner reads it (with the draft's architecture when "
+                          "its config.json was read); None: read from pinned.speculative_config")
+
+
+def request_speculation(request: PlanRequest) -> Speculation | None:
+    """The request's speculative decoding as the planner reads it: `request.speculation` when the caller built it
+    (reconcile and the CLI, with the draft's config.json when they could read it), else the pinned
+    spec.flags.speculativeConfig parsed as vLLM would read the flag (the draft then booked by estimate)."""
+    if request.speculation is not None:
+        return request.speculation
+    pinned = request.pinned.speculative_config
+    return None if pinned is None else parse_speculative_config(pinned.to_vllm())
 
 
 class Option(BaseModel):
@@ -269,9 +247,10 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
                               max_model_len=max_model_len,
                               chunked_prefill=pinned.enable_chunked_prefill is not False)
     seqs = pinned.max_num_seqs or max_num_seqs or defaults.max_num_seqs
-    if pinned.speculative_config is not None and not (pinned.max_num_seqs or max_num_seqs):
+    speculation = request_speculation(request)
+    if speculation is not None and not (pinned.max_num_seqs or max_num_seqs):
         # each sequence verifies k + 1 tokens: start from as many sampler rows as vLLM's default gives without it
-        seqs = max(1, seqs // (pinned.speculative_config.tokens(request.arch) + 1))
+        seqs = max(1, seqs // (speculation.tokens(request.arch) + 1))
     tokens = pinned.max_num_batched_tokens or defaults.max_num_batched_tokens
     if request.constraints.max_num_batched_tokens and not pinned.max_num_batched_tokens:
         tokens = min(tokens, request.constraints.max_num_batched_tokens)
@@ -293,7 +272,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         enable_prefix_caching=pinned.enable_prefix_caching,
         enable_chunked_prefill=pinned.enable_chunked_prefill,
-        speculative=pinned.speculative_config,
+        speculative=speculation,
     )
 
 
@@ -570,7 +549,7 @@ def plan(request: PlanRequest) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
-        pinned=request.pinned.pinned_names(),
+        pinned=_pinned_names(request),
         prediction=prediction,
         failure=failure,
         reasons=reasons,
@@ -619,8 +598,16 @@ def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
             f"{wl.context_length or candidate.flags.max_model_len} tokens.")
 
 
+def _pinned_names(request: PlanRequest) -> list[str]:
+    names = list(request.pinned.to_vllm())
+    if request.speculation is not None and "speculative_config" not in names:
+        names.append("speculative_config")
+    return names
+
+
 def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionProfile) -> dict[str, Any]:
-    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order."""
+    """The flags we pass on the command line: what we chose plus everything pinned, in a stable order. Pinned flags
+    the planner does not model (LoRA, swap space, ...) reach vLLM as written, so no pin is silently dropped."""
     out: dict[str, Any] = {
         "tensor_parallel_size": flags.tensor_parallel_size,
         "gpu_memory_utilization": flags.gpu_memory_utilization,
@@ -638,9 +625,11 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
         out["kv_cache_dtype"] = flags.kv_cache_dtype
     if flags.enforce_eager or request.pinned.enforce_eager is not None:
         out["enforce_eager"] = flags.enforce_eager
-    for name, value in request.pinned.model_dump().items():
-        if value is not None and name not in out:
+    for name, value in request.pinned.to_vllm().items():
+        if name not in out:
             out[name] = value
+    if flags.speculative is not None:  # the speculation the plan was made for, as vLLM reads the flag
+        out["speculative_config"] = flags.speculative.to_json()
     if request.workload.prefix_caching is not None and "enable_prefix_caching" not in out:
         out["enable_prefix_caching"] = request.workload.prefix_caching
     return out
@@ -770,9 +759,13 @@ def does_not_fit(request: PlanRequest, profile: VersionProfile, flags: EngineFla
     return f"{arithmetic} {said}" if arithmetic else said
 
 
-def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = False) -> Iterable[Option]:
-    """Concrete alternatives from the GPU catalog that would fit (and be usable, when the plan itself only starts
-    degenerate), each planned for real and saying what it changes beyond the GPUs."""
+class _Attempt(Protocol):
+    """Plans a changed request; the Option when it starts (and is usable, if asked), else None. Each summary once."""
+
+    def __call__(self, summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None: ...
+
+
+def _attempter(request: PlanRequest, profile: VersionProfile, usable_only: bool) -> _Attempt:
     seen: set[str] = set()
 
     def attempt(summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None:
@@ -785,9 +778,31 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
                       gpu=changed.gpu.name, gpu_count=_gpus(best), kv_cache_tokens=best.prediction.kv_cache_tokens,
                       max_model_len=best.flags.max_model_len, max_concurrency=best.prediction.max_concurrency)
 
-    arch = request.arch
+    return attempt
+
+
+def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = False) -> Iterable[Option]:
+    """Concrete alternatives from the GPU catalog that would fit (and be usable, when the plan itself only starts
+    degenerate), each planned for real and saying what it changes beyond the GPUs. One step per kind of change, in
+    the order they are offered."""
+    attempt = _attempter(request, profile, usable_only)
     found: list[Option] = []
-    # a pinned flag that cannot work: what the planner would choose instead, one flag at a time
+    found.extend(_unpinned_options(request, attempt))
+    found.extend(_more_gpus_option(request, attempt))
+    found.extend(_shorter_context_option(request, attempt))
+    found.extend(_fp8_kv_option(request, attempt))
+    found.extend(_quantized_options(request, attempt))
+    found.extend(_one(_larger_gpu(request, attempt)))
+    return found
+
+
+def _one(option: Option | None) -> list[Option]:
+    return [option] if option else []
+
+
+def _unpinned_options(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """A pinned flag that cannot work: what the planner would choose instead, one flag at a time."""
+    found: list[Option] = []
     for name in _UNPINNABLE:
         value = getattr(request.pinned, name)
         if value is None:
@@ -799,64 +814,77 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
             option.summary = (f"Change the pinned {name.replace('_', '-')} from {value} to "
                               f"{option.flags.get(name, 'vLLM default')}")
             found.append(option)
-    # more GPUs of the same kind
-    if not request.pinned.tensor_parallel_size and not request.gpu.is_mig:  # a process sees one MIG slice
-        for count in (2, 4, 8):
-            if count > request.gpu_count:
-                option = attempt(f"Use {count}× {request.gpu.name} with tensor parallelism",
-                                 request.model_copy(update={"gpu_count": count}))
-                if option:
-                    found.append(option)
-                    break
-    # a shorter context, if the pinned length is what breaks it
-    if request.pinned.max_model_len or request.workload.context_length:
-        relaxed = request.model_copy(update={
-            "pinned": request.pinned.model_copy(update={"max_model_len": None}),
-            "workload": Workload(prefix_caching=request.workload.prefix_caching)})
-        option = attempt("Unpin max-model-len and let the planner size the context", relaxed, kind="context")
-        wanted = request.pinned.max_model_len or request.workload.context_length or 0
-        if option and option.max_model_len < wanted:
-            option.summary = f"Shorter context: max-model-len {option.max_model_len}"
-            found.append(option)
-        elif option and request.workload.concurrency and request.workload.context_length:
-            per_request = min(request.workload.context_length, option.max_model_len)
-            holds = int(option.max_concurrency * option.max_model_len / per_request)
-            if holds >= 1:
-                option.summary = (f"Fewer concurrent requests: the KV cache holds about {holds} requests of "
-                                  f"{per_request} tokens (the workload asks for {request.workload.concurrency})")
-                found.append(option)
-    # fp8 KV cache
-    if request.pinned.kv_cache_dtype in (None, "auto") and _supports_fp8_kv(request.gpu):
-        option = attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={
-            "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}), kind="flags")
-        if option:
-            found.append(option)
-    # quantized weights
-    if arch.quantization is None and request.pinned.quantization is None:
-        if request.gpu.fp8:
-            option = attempt("Quantize weights to FP8 online (--quantization fp8) or use an FP8 checkpoint",
-                             request.model_copy(update={"pinned": request.pinned.model_copy(
-                                 update={"quantization": "fp8"})}), kind="flags")
+    return found
+
+
+def _more_gpus_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """More GPUs of the same kind: the smallest count (2, 4, 8) above the request's that fits."""
+    if request.pinned.tensor_parallel_size or request.gpu.is_mig:  # a process sees one MIG slice
+        return []
+    for count in (2, 4, 8):
+        if count > request.gpu_count:
+            option = attempt(f"Use {count}× {request.gpu.name} with tensor parallelism",
+                             request.model_copy(update={"gpu_count": count}))
             if option:
-                found.append(option)
-        named: list[Option] = []
-        for variant in catalog_quantized_variants(arch):
-            if not _kernels_for(variant, request.gpu):
-                continue
-            method = variant.quantization.method if variant.quantization else "quantized"
-            option = attempt(f"Use the quantized checkpoint {variant.model_id} ({method}, "
-                             f"{checkpoint_bytes(variant) / 2**30:.1f} GiB of weights; a separate model from the "
-                             "catalog)", request.model_copy(update={"arch": variant}), "quantized-checkpoint")
-            if option:
-                named.append(option)
-        found.extend(named)
-        option = None if named else _quantized_variant(request, attempt)
-        if option:
-            found.append(option)
-    # a larger GPU
-    option = _larger_gpu(request, attempt)
-    if option:
-        found.append(option)
+                return [option]
+    return []
+
+
+def _shorter_context_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """A shorter context, if the pinned length (or the workload's) is what breaks it; else fewer concurrent
+    requests of the workload's length."""
+    if not (request.pinned.max_model_len or request.workload.context_length):
+        return []
+    relaxed = request.model_copy(update={
+        "pinned": request.pinned.model_copy(update={"max_model_len": None}),
+        "workload": Workload(prefix_caching=request.workload.prefix_caching)})
+    option = attempt("Unpin max-model-len and let the planner size the context", relaxed, kind="context")
+    if option is None:
+        return []
+    wanted = request.pinned.max_model_len or request.workload.context_length or 0
+    if option.max_model_len < wanted:
+        option.summary = f"Shorter context: max-model-len {option.max_model_len}"
+        return [option]
+    if request.workload.concurrency and request.workload.context_length:
+        per_request = min(request.workload.context_length, option.max_model_len)
+        holds = int(option.max_concurrency * option.max_model_len / per_request)
+        if holds >= 1:
+            option.summary = (f"Fewer concurrent requests: the KV cache holds about {holds} requests of "
+                              f"{per_request} tokens (the workload asks for {request.workload.concurrency})")
+            return [option]
+    return []
+
+
+def _fp8_kv_option(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    if request.pinned.kv_cache_dtype not in (None, "auto") or not _supports_fp8_kv(request.gpu):
+        return []
+    return _one(attempt("fp8 KV cache (--kv-cache-dtype fp8)", request.model_copy(update={
+        "pinned": request.pinned.model_copy(update={"kv_cache_dtype": "fp8"})}), kind="flags"))
+
+
+def _quantized_options(request: PlanRequest, attempt: _Attempt) -> list[Option]:
+    """Quantized weights: FP8 online where the GPU has it, the catalog's quantized checkpoints of this model (or,
+    when it has none, a generic quantized variant)."""
+    arch = request.arch
+    if arch.quantization is not None or request.pinned.quantization is not None:
+        return []
+    found: list[Option] = []
+    if request.gpu.fp8:
+        found.extend(_one(attempt("Quantize weights to FP8 online (--quantization fp8) or use an FP8 checkpoint",
+                                  request.model_copy(update={"pinned": request.pinned.model_copy(
+                                      update={"quantization": "fp8"})}), kind="flags")))
+    named: list[Option] = []
+    for variant in catalog_quantized_variants(arch):
+        if not _kernels_for(variant, request.gpu):
+            continue
+        method = variant.quantization.method if variant.quantization else "quantized"
+        named.extend(_one(attempt(f"Use the quantized checkpoint {variant.model_id} ({method}, "
+                                  f"{checkpoint_bytes(variant) / 2**30:.1f} GiB of weights; a separate model from "
+                                  "the catalog)", request.model_copy(update={"arch": variant}),
+                                  "quantized-checkpoint")))
+    found.extend(named)
+    if not named:
+        found.extend(_one(_quantized_variant(request, attempt)))
     return found
 
 
@@ -927,7 +955,7 @@ def _catalog_archs() -> tuple[ModelArch, ...]:
     return tuple(archs)
 
 
-def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
+def _quantized_variant(request: PlanRequest, attempt: _Attempt) -> Option | None:
     """A 4-bit (AWQ/GPTQ) checkpoint of the same model: weights ≈ 0.52 B/param outside embeddings."""
     from .arch import Quantization, checkpoint_bytes
 
@@ -946,7 +974,7 @@ def _quantized_variant(request: PlanRequest, attempt: Any) -> Option | None:
     return option
 
 
-def _larger_gpu(request: PlanRequest, attempt: Any) -> Option | None:
+def _larger_gpu(request: PlanRequest, attempt: _Attempt) -> Option | None:
     from .gpus import load_gpu_catalog
 
     catalog = load_gpu_catalog()

@@ -62,18 +62,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..planner.failures import FailureKind
 from .evidence import ContainerEvidence
 from .redact import redact
 
 __all__ = [
     "MEMORY_FAILURES",
     "Failure",
-    "FailureClass",
     "Phase",
     "classify",
     "classify_text",
@@ -81,49 +80,15 @@ __all__ = [
 
 Phase = Literal["loading", "profiling", "cudagraph", "serving"]
 
-
-class FailureClass(StrEnum):
-    """Why the container died. Values equal `planner.failures.FailureKind`'s (a test keeps them in step)."""
-
-    KVCacheTooSmall = "KVCacheTooSmall"
-    """One request of max_model_len does not fit in the KV cache vLLM could allocate."""
-    InsufficientFreeGPUMemory = "InsufficientFreeGPUMemory"
-    """Startup check: free GPU memory < total × gpu_memory_utilization (another process holds memory)."""
-    NoKVCacheMemory = "NoKVCacheMemory"
-    """Weights + activations + overheads leave nothing (≤ 0) for the KV cache."""
-    WeightsDoNotFit = "WeightsDoNotFit"
-    """CUDA OOM while loading the weights."""
-    CUDAOOMStartup = "CUDAOOMStartup"
-    """CUDA OOM after the weights loaded: memory profiling, KV-cache allocation, warm-up or CUDA-graph capture."""
-    CUDAOOMServing = "CUDAOOMServing"
-    """CUDA OOM after the server came up (the container had been Ready, or the log shows it serving)."""
-    HostOOMKilled = "HostOOMKilled"
-    """The kernel OOM killer ended the container (host / cgroup memory, not GPU memory)."""
-    InvalidParallelism = "InvalidParallelism"
-    """Tensor/pipeline parallel sizes do not fit the model's shapes or the GPUs present."""
-    MaxModelLenTooLong = "MaxModelLenTooLong"
-    """--max-model-len exceeds the model's own context length (derived from config.json)."""
-    PipelineParallelUnsupported = "PipelineParallelUnsupported"
-    """The model does not implement pipeline parallelism."""
-    ImagePull = "ImagePull"
-    """The container image cannot be pulled."""
-    ModelNotFound = "ModelNotFound"
-    """The model repository does not exist, is gated/private, or the local path is wrong."""
-    InvalidArgument = "InvalidArgument"
-    """vLLM rejected a flag or its value (argparse, config validation)."""
-    Unknown = "Unknown"
-    """None of the above; the summary carries the most informative error line."""
-
-
-MEMORY_FAILURES: frozenset[FailureClass] = frozenset(
+MEMORY_FAILURES: frozenset[FailureKind] = frozenset(
     {
-        FailureClass.KVCacheTooSmall,
-        FailureClass.InsufficientFreeGPUMemory,
-        FailureClass.NoKVCacheMemory,
-        FailureClass.WeightsDoNotFit,
-        FailureClass.CUDAOOMStartup,
-        FailureClass.CUDAOOMServing,
-        FailureClass.HostOOMKilled,
+        FailureKind.KV_CACHE_TOO_SMALL,
+        FailureKind.INSUFFICIENT_FREE_GPU_MEMORY,
+        FailureKind.NO_KV_CACHE_MEMORY,
+        FailureKind.WEIGHTS_DO_NOT_FIT,
+        FailureKind.CUDA_OOM_STARTUP,
+        FailureKind.CUDA_OOM_SERVING,
+        FailureKind.HOST_OOM_KILLED,
     }
 )
 """The classes a memory remediation (smaller context, lower utilization, more GPUs, …) may answer."""
@@ -137,7 +102,7 @@ class Failure(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: FailureClass
+    kind: FailureKind
     summary: str = Field(description="one human-readable line")
     excerpt: str = Field("", max_length=EXCERPT_MAX, description="the matched line(s) of the log, for status/events")
     wording: str | None = Field(None, description="which release's wording matched (see the module docstring)")
@@ -439,7 +404,7 @@ _SIGNALS = {134: "SIGABRT", 135: "SIGBUS", 137: "SIGKILL", 139: "SIGSEGV", 143: 
 
 @dataclass(slots=True)
 class _Hit:
-    kind: FailureClass | Literal["oom"]
+    kind: FailureKind | Literal["oom"]
     line: _Line
     fields: dict[str, Any] = field(default_factory=dict)
     wording: str | None = None
@@ -496,28 +461,28 @@ def _match_memory(line: _Line) -> _Hit | None:
         else:
             wording = "v1-models's" if m["who"] == "models's" else "v1"
         return _Hit(
-            FailureClass.KVCacheTooSmall, line, wording=wording,
+            FailureKind.KV_CACHE_TOO_SMALL, line, wording=wording,
             fields={"max_model_len": int(m["max_len"]), "needed_kv_gib": float(m["needed"]),
                     "available_kv_gib": float(m["avail"]), "estimated_max_model_len": _i(m["est"])},
         )
     if m := _KV_V0.match(msg):
-        return _Hit(FailureClass.KVCacheTooSmall, line, wording="v0",
+        return _Hit(FailureKind.KV_CACHE_TOO_SMALL, line, wording="v0",
                     fields={"max_model_len": int(m["max_len"]), "kv_cache_tokens": int(m["tokens"])})
     if _AUTO_FIT.match(msg):
-        return _Hit(FailureClass.NoKVCacheMemory, line, wording="auto-fit")
+        return _Hit(FailureKind.NO_KV_CACHE_MEMORY, line, wording="auto-fit")
     if _NO_KV.match(msg):
         wording = "cpu-note" if "CPU backend" in msg else "docs-link" if "conserving_memory" in msg else "plain"
-        return _Hit(FailureClass.NoKVCacheMemory, line, wording=wording)
+        return _Hit(FailureKind.NO_KV_CACHE_MEMORY, line, wording=wording)
     if m := _FREE.match(msg):
         wording = "external-weights" if m["what"].startswith("the engine") else "device" if m["dev"] else "no-device"
         return _Hit(
-            FailureClass.InsufficientFreeGPUMemory, line, wording=wording,
+            FailureKind.INSUFFICIENT_FREE_GPU_MEMORY, line, wording=wording,
             fields={"device": m["dev"], "free_gib": float(m["free"]), "total_gib": float(m["total"]),
                     "requested_utilization": float(m["util"]), "requested_gib": float(m["req"])},
         )
     if m := _EXTERNAL_EXCEED.match(msg):
         return _Hit(
-            FailureClass.InvalidArgument, line, wording="external-weights-exceed",
+            FailureKind.INVALID_ARGUMENT, line, wording="external-weights-exceed",
             fields={"device": m["dev"], "external_weights_gib": float(m["ext"]), "total_gib": float(m["total"]),
                     "requested_utilization": float(m["util"]), "requested_gib": float(m["req"])},
         )
@@ -534,46 +499,46 @@ def _match_memory(line: _Line) -> _Hit | None:
 def _match_other(line: _Line) -> _Hit | None:  # noqa: C901 - a case per message family
     msg = line.message
     if _PP_UNSUPPORTED.match(msg):
-        return _Hit(FailureClass.PipelineParallelUnsupported, line)
+        return _Hit(FailureKind.PIPELINE_PARALLEL_UNSUPPORTED, line)
     if m := _HEADS_TP.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="heads",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="heads",
                     fields={"num_heads": int(m["h"]), "tensor_parallel_size": int(m["tp"]),
                             "dividend": int(m["h"]), "divisor": int(m["tp"])})
     if m := _LAYERS_PP.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="layers",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="layers",
                     fields={"dividend": int(m["n"]), "divisor": int(m["pp"])})
     if m := _KV_HEADS_TP.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="kv-heads",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="kv-heads",
                     fields={"num_kv_heads": int(m["kv"]), "tensor_parallel_size": int(m["tp"]),
                             "dividend": int(m["kv"]), "divisor": int(m["tp"])})
     if m := _NOT_DIVISIBLE.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="not-divisible",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="not-divisible",
                     fields={"dividend": int(m["a"]), "divisor": int(m["b"])})
     if m := _WORLD_SIZE.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="world-size",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="world-size",
                     fields={"world_size": int(m["ws"]), "available_gpus": int(m["n"])})
     if m := _PLACEMENT_REQUIRING.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="placement-group",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="placement-group",
                     fields={"world_size": int(m["n"])})
     if m := _PLACEMENT_EXCEEDS.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="placement-group",
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="placement-group",
                     fields={"world_size": _i(m["req"]), "available_gpus": _i(m["tot"])})
     if _INVALID_ORDINAL.match(msg):
-        return _Hit(FailureClass.InvalidParallelism, line, wording="device-ordinal")
+        return _Hit(FailureKind.INVALID_PARALLELISM, line, wording="device-ordinal")
     if m := _MAX_LEN.match(msg):
-        return _Hit(FailureClass.MaxModelLenTooLong, line,
+        return _Hit(FailureKind.MAX_MODEL_LEN_TOO_LONG, line,
                     fields={"max_model_len": int(m["req"]), "derived_max_model_len": _i(m["derived"])})
     hf_type = line.exc_type is not None and _HF_EXCEPTIONS.search(line.exc_type) is not None
     if hf_type or _MODEL_NOT_FOUND.match(msg) or _HF_HTTP.search(msg):
-        return _Hit(FailureClass.ModelNotFound, line, extra_lines=3)
+        return _Hit(FailureKind.MODEL_NOT_FOUND, line, extra_lines=3)
     if m := _NOT_A_MODEL_ID.match(msg):
-        return _Hit(FailureClass.ModelNotFound, line, fields={"model_id": m["id"].strip("'\"")})
+        return _Hit(FailureKind.MODEL_NOT_FOUND, line, fields={"model_id": m["id"].strip("'\"")})
     if line.exc_type is None and line.level is None and _ARGPARSE.match(line.body.strip()):
-        return _Hit(FailureClass.InvalidArgument, line, wording="argparse")
+        return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="argparse")
     if line.exc_type is not None and line.exc_type.endswith("ValidationError") and _PYDANTIC_HEADER.match(msg):
-        return _Hit(FailureClass.InvalidArgument, line, wording="validation", extra_lines=2)
+        return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="validation", extra_lines=2)
     if _BAD_VALUE.match(msg):
-        return _Hit(FailureClass.InvalidArgument, line, wording="value")
+        return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="value")
     return None
 
 
@@ -723,10 +688,10 @@ _PHASE_WORDS: dict[Phase, str] = {
 }
 
 
-def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequence[str] = ()) -> str:  # noqa: C901 - a sentence per class
+def _summary(kind: FailureKind, hit: _Hit, phase: Phase | None, details: Sequence[str] = ()) -> str:  # noqa: C901 - a sentence per class
     f = hit.fields
     msg = hit.line.message or hit.line.body.strip()
-    if kind is FailureClass.KVCacheTooSmall:
+    if kind is FailureKind.KV_CACHE_TOO_SMALL:
         if hit.wording == "v0":
             return (
                 f"KV cache too small: max_model_len {f['max_model_len']} is longer than the "
@@ -739,32 +704,32 @@ def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequen
         if f.get("estimated_max_model_len"):
             text += f"; vLLM estimates max_model_len {f['estimated_max_model_len']} would fit"
         return text
-    if kind is FailureClass.NoKVCacheMemory:
+    if kind is FailureKind.NO_KV_CACHE_MEMORY:
         if hit.wording == "auto-fit":
             return "No GPU memory left for the KV cache: --max-model-len auto cannot fit even a single token"
         return "No GPU memory left for the KV cache after weights, activations and overheads"
-    if kind is FailureClass.InsufficientFreeGPUMemory:
+    if kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY:
         return (
             f"Not enough free GPU memory at startup on {f.get('device') or 'the GPU'}: "
             f"{_gib(f['free_gib'])}/{_gib(f['total_gib'])} GiB free, but gpu_memory_utilization "
             f"{f['requested_utilization']:g} asks for {_gib(f['requested_gib'])} GiB (another process holds GPU memory)"
         )
-    if kind is FailureClass.InvalidArgument and hit.wording == "external-weights-exceed":
+    if kind is FailureKind.INVALID_ARGUMENT and hit.wording == "external-weights-exceed":
         return (
             f"Weights held by another process on {f['device']} ({_gib(f['external_weights_gib'])} GiB) exceed what "
             f"gpu_memory_utilization {f['requested_utilization']:g} allows ({_gib(f['requested_gib'])} GiB): raise "
             "the utilization or free the weight-cache process"
         )
-    if kind is FailureClass.WeightsDoNotFit:
+    if kind is FailureKind.WEIGHTS_DO_NOT_FIT:
         return "CUDA out of memory while loading the model weights" + _oom_detail(f)
-    if kind is FailureClass.CUDAOOMStartup:
+    if kind is FailureKind.CUDA_OOM_STARTUP:
         where = _PHASE_WORDS[phase] if phase else "during startup"
         if hit.wording == "warmup":
             where = f"warming up the sampler with {f['warmup_requests']} dummy requests (max_num_seqs)"
         return f"CUDA out of memory {where}" + _oom_detail(f)
-    if kind is FailureClass.CUDAOOMServing:
+    if kind is FailureKind.CUDA_OOM_SERVING:
         return "CUDA out of memory while serving" + _oom_detail(f)
-    if kind is FailureClass.InvalidParallelism:
+    if kind is FailureKind.INVALID_PARALLELISM:
         if hit.wording == "heads":
             return (
                 f"Invalid tensor parallelism: {f['num_heads']} attention heads are not divisible by "
@@ -790,19 +755,19 @@ def _summary(kind: FailureClass, hit: _Hit, phase: Phase | None, details: Sequen
                 f"{f['available_gpus']} GPUs available in the pod"
             )
         return "Invalid parallelism: " + _one_line(msg, 300)
-    if kind is FailureClass.PipelineParallelUnsupported:
+    if kind is FailureKind.PIPELINE_PARALLEL_UNSUPPORTED:
         return "Pipeline parallelism is not supported for this model architecture"
-    if kind is FailureClass.MaxModelLenTooLong:
+    if kind is FailureKind.MAX_MODEL_LEN_TOO_LONG:
         return (
             f"max_model_len {f['max_model_len']} is longer than the model's context length "
             f"{f['derived_max_model_len']} (from its config.json)"
         )
-    if kind is FailureClass.ModelNotFound:
+    if kind is FailureKind.MODEL_NOT_FOUND:
         model = f" {f['model_id']}" if f.get("model_id") else ""
         return f"Model{model} not found or not accessible (wrong id/path, private or gated repo, or no token): " + (
             _one_line(msg, 200)
         )
-    if kind is FailureClass.InvalidArgument:
+    if kind is FailureKind.INVALID_ARGUMENT:
         m = _ARGPARSE.match(hit.line.body.strip())
         if m:
             msg = m["msg"]
@@ -818,19 +783,19 @@ def _load_wrapper_before(lines: Sequence[_Line], index: int) -> bool:
 
 def _build(hit: _Hit, lines: Sequence[_Line], *, was_ready_before: bool | None, exit_code: int | None) -> Failure:
     phase: Phase | None = None
-    kind: FailureClass
-    if isinstance(hit.kind, FailureClass):
+    kind: FailureKind
+    if isinstance(hit.kind, FailureKind):
         kind = hit.kind
     else:  # a CUDA OOM: where it happened decides the class
         phase = _phase_of(lines, hit)
         if was_ready_before is True or phase == "serving":
-            kind = FailureClass.CUDAOOMServing
+            kind = FailureKind.CUDA_OOM_SERVING
             phase = phase or "serving"
         elif phase == "loading":
-            kind = FailureClass.WeightsDoNotFit
+            kind = FailureKind.WEIGHTS_DO_NOT_FIT
         else:
-            kind = FailureClass.CUDAOOMStartup
-    if kind is FailureClass.ModelNotFound and "model_id" not in hit.fields:
+            kind = FailureKind.CUDA_OOM_STARTUP
+    if kind is FailureKind.MODEL_NOT_FOUND and "model_id" not in hit.fields:
         following = lines[hit.line.index : hit.line.index + 1 + hit.extra_lines]
         hit.fields["model_id"] = _model_id("\n".join(line.body for line in following))
     if hit.kind == "oom" and hit.wording == "torch" and _load_wrapper_before(lines, hit.line.index):
@@ -876,14 +841,14 @@ def _unknown(lines: Sequence[_Line], *, exit_code: int | None, reason: str | Non
         tail = next((line.body.strip() for line in reversed(lines) if line.body.strip()), "")
         summary = "Container failed" + (f" ({exit_text})" if exit_text else "") + " without a recognizable error"
         return Failure(
-            kind=FailureClass.Unknown,
+            kind=FailureKind.UNKNOWN,
             summary=_one_line(summary + (f"; last line: {tail}" if tail else "")),
             excerpt=_clip(tail, EXCERPT_MAX),
             exit_code=exit_code,
         )
     body = best.body.strip()
     return Failure(
-        kind=FailureClass.Unknown,
+        kind=FailureKind.UNKNOWN,
         summary=_one_line(body if not exit_text else f"{body} [{exit_text}]"),
         excerpt=_clip(body, EXCERPT_MAX),
         exit_code=exit_code,
@@ -910,14 +875,14 @@ def classify_text(
     if waiting_reason in _IMAGE_PULL_REASONS:
         detail = _one_line(text) if text.strip() else ""
         return Failure(
-            kind=FailureClass.ImagePull,
+            kind=FailureKind.IMAGE_PULL,
             summary=_one_line(f"Cannot pull the container image ({waiting_reason})" + (f": {detail}" if detail else "")),
             excerpt=_clip(text, EXCERPT_MAX),
             exit_code=exit_code,
         )
     if _is_oom_killed(terminated_reason):
         return Failure(
-            kind=FailureClass.HostOOMKilled,
+            kind=FailureKind.HOST_OOM_KILLED,
             summary=(
                 "Killed by the kernel OOM killer: the container exceeded its memory limit or the node ran out of "
                 f"host memory [{_exit_text(exit_code, terminated_reason)}]"
@@ -931,7 +896,7 @@ def classify_text(
         return _build(hit, lines, was_ready_before=was_ready_before, exit_code=exit_code)
     if exit_code == 137 and not terminated_reason and not any(line.exc_type for line in lines):
         return Failure(
-            kind=FailureClass.HostOOMKilled,
+            kind=FailureKind.HOST_OOM_KILLED,
             summary="Killed with SIGKILL (exit code 137) and no error in the log: most likely the kernel OOM killer",
             excerpt="exitCode=137",
             exit_code=exit_code,
@@ -952,7 +917,7 @@ def classify(evidence: ContainerEvidence) -> Failure | None:
         return classify_text(evidence.waiting_message or "", waiting_reason=waiting)
     if _evicted_for_memory(evidence):
         return Failure(
-            kind=FailureClass.HostOOMKilled,
+            kind=FailureKind.HOST_OOM_KILLED,
             summary=_one_line(f"Pod evicted for node memory pressure: {evidence.pod_message}"),
             excerpt=_clip(evidence.pod_message or "", EXCERPT_MAX),
             exit_code=evidence.exit_code,
@@ -962,7 +927,7 @@ def classify(evidence: ContainerEvidence) -> Failure | None:
         if waiting in _FAILED_WAITING_REASONS:
             detail = f": {evidence.waiting_message}" if evidence.waiting_message else ""
             return Failure(
-                kind=FailureClass.Unknown,
+                kind=FailureKind.UNKNOWN,
                 summary=_one_line(f"{waiting}{detail}"),
                 excerpt=_clip(evidence.waiting_message or waiting or "", EXCERPT_MAX),
             )
@@ -979,8 +944,8 @@ def classify(evidence: ContainerEvidence) -> Failure | None:
         )
 
     result = read(evidence.termination_message)
-    if result.kind is FailureClass.Unknown and evidence.log_tail:
+    if result.kind is FailureKind.UNKNOWN and evidence.log_tail:
         from_log = read(evidence.log_tail)
-        if from_log.kind is not FailureClass.Unknown or not evidence.termination_message.strip():
+        if from_log.kind is not FailureKind.UNKNOWN or not evidence.termination_message.strip():
             result = from_log
     return result

@@ -24,7 +24,13 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from ..api import conditions as cond
-from ..api.v1alpha1 import RemediationEvent, RemediationStatus, VLLMServiceSpec, VLLMServiceStatus
+from ..api.v1alpha1 import (
+    RemediationEvent,
+    RemediationStatus,
+    VLLMServiceSpec,
+    VLLMServiceStatus,
+    flags_from_api,
+)
 from ..render.manifests import ANNOTATION_PLAN
 from .classifier import Failure
 from .evidence import ContainerEvidence
@@ -142,7 +148,7 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
     last = _parse_time(remediation.history[-1].time) if remediation.history else None
     plan = status.get("plan") or {}
     return Current(
-        flags=dict(plan.get("flags") or {}),
+        flags=dict(_flags(status)),
         planned_kv_gib=(plan.get("memory") or {}).get("kvCacheGiB"),
         pinned=frozenset(spec.flags.to_vllm()),
         constraints=profile_constraints(remediation.profile),
@@ -269,7 +275,7 @@ def _remediate(observed: Observed, decision: Decision, found: PodFailure) -> Out
 
 
 def _flags(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (status.get("plan") or {}).get("flags") or {}
+    return flags_from_api((status.get("plan") or {}).get("flags")) or {}
 
 
 def _handled(remediation: RemediationStatus, key: str) -> list[str]:
@@ -371,7 +377,7 @@ def step_up_target(spec: VLLMServiceSpec, status: Mapping[str, Any],
         return None
     # entries that only scaled replicas or advised (metrics watch) did not change the profile
     steps = [h for h in remediation.history if h.failure_class != STEP_UP and set(h.flags_before) != {"replicas"}
-             and "recommendedReplicas" not in h.flags_after]
+             and "recommended_replicas" not in h.flags_after]
     if not steps:
         return None
     restore = dict(steps[-1].profile_before)
@@ -409,6 +415,6 @@ def unannounced(status: Mapping[str, Any], now: datetime) -> list[RemediationEve
     for entry in remediation.history:
         when = _parse_time(entry.time)
         if when is not None and now - when <= ANNOUNCE_WINDOW and entry.flags_after and \
-                "recommendedReplicas" not in entry.flags_after and set(entry.flags_before) != {"replicas"}:
+                "recommended_replicas" not in entry.flags_after and set(entry.flags_before) != {"replicas"}:
             out.append(entry)
     return out

@@ -16,8 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.v1alpha1 import flags_from_api
 from ..planner import Constraints
-from .classifier import MEMORY_FAILURES, Failure, FailureClass
+from ..planner.failures import FailureKind
+from .classifier import MEMORY_FAILURES, Failure
 
 _MAX_UTILIZATION = 0.95
 _UTIL_STEP = 0.03
@@ -74,7 +76,7 @@ def decide(failure: Failure, key: str, current: Current, now: datetime) -> Decis
     kind = failure.kind
     if key in current.history_keys:
         return Decision(action=Action.IGNORE, failure_class=kind, message=f"failure {key} was already handled")
-    if kind not in MEMORY_FAILURES and kind not in (FailureClass.InvalidParallelism, FailureClass.MaxModelLenTooLong):
+    if kind not in MEMORY_FAILURES and kind not in (FailureKind.INVALID_PARALLELISM, FailureKind.MAX_MODEL_LEN_TOO_LONG):
         return Decision(action=Action.SURFACE, failure_class=kind,
                         message=f"{kind}: {failure.summary} (not a memory failure: flags unchanged)")
     if not current.enabled:
@@ -269,15 +271,15 @@ def _too_long(failure: Failure, current: Current) -> _Step:
 
 
 _STEPS: dict[str, Any] = {
-    FailureClass.KVCacheTooSmall: _kv_too_small,
-    FailureClass.InsufficientFreeGPUMemory: _insufficient_free,
-    FailureClass.NoKVCacheMemory: _no_kv_memory,
-    FailureClass.WeightsDoNotFit: _weights,
-    FailureClass.CUDAOOMStartup: _oom_startup,
-    FailureClass.CUDAOOMServing: _oom_serving,
-    FailureClass.HostOOMKilled: _host_oom,
-    FailureClass.InvalidParallelism: _invalid_parallelism,
-    FailureClass.MaxModelLenTooLong: _too_long,
+    FailureKind.KV_CACHE_TOO_SMALL: _kv_too_small,
+    FailureKind.INSUFFICIENT_FREE_GPU_MEMORY: _insufficient_free,
+    FailureKind.NO_KV_CACHE_MEMORY: _no_kv_memory,
+    FailureKind.WEIGHTS_DO_NOT_FIT: _weights,
+    FailureKind.CUDA_OOM_STARTUP: _oom_startup,
+    FailureKind.CUDA_OOM_SERVING: _oom_serving,
+    FailureKind.HOST_OOM_KILLED: _host_oom,
+    FailureKind.INVALID_PARALLELISM: _invalid_parallelism,
+    FailureKind.MAX_MODEL_LEN_TOO_LONG: _too_long,
 }
 
 
@@ -324,4 +326,5 @@ def constraints_to_profile(constraints: Constraints) -> dict[str, Any]:
 
 
 def profile_constraints(profile: Mapping[str, Any]) -> Constraints:
-    return Constraints(**{k: v for k, v in profile.items() if k in Constraints.model_fields})
+    """The constraints of a profile, keyed either way (as stored in status, `maxModelLen`, or by vLLM's name)."""
+    return Constraints(**{k: v for k, v in flags_from_api(profile).items() if k in Constraints.model_fields})
