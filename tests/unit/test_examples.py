@@ -186,6 +186,6 @@ def test_readme_sample_output_is_what_minimal_yaml_plans() -> None:
     ready = cond.find_condition(desired.status.conditions, cond.READY)
     assert ready is not None
     assert sample == {"NAME": doc["metadata"]["name"], "MODEL": doc["spec"]["model"]["name"],
-                      "GPU": status["gpu"]["product"], "TP": str(status["plan"]["flags"]["tensor_parallel_size"]),
-                      "MAXLEN": str(status["plan"]["flags"]["max_model_len"]), "STATUS": status["state"],
+                      "GPU": status["gpu"]["product"], "TP": str(status["plan"]["flags"]["tensorParallelSize"]),
+                      "MAXLEN": str(status["plan"]["flags"]["maxModelLen"]), "STATUS": status["state"],
                       "READY": ready.status, "AGE": sample["AGE"]}
