@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Planner accuracy against real vLLM startup logs (benchmarks/data/vllm-startup-logs.jsonl, public records).
 
-For every record, the planner is run with the record's flags pinned (tensor/pipeline parallel size, utilization,
-max-model-len, batch limits, KV dtype, quantization, eager, block size), its vLLM version and GPU. The model comes
+For every record, the benchmark asks the question `vllm-operator check --gpu G --vllm-version V -- vllm serve MODEL
+FLAGS…` asks, through the CLI's own code path (`vllm_operator.cli.check_request`, the same as `plan --as-is`): the
+record's flags pinned (tensor/pipeline parallel size, utilization, max-model-len, batch limits, KV dtype, online
+quantization, eager, block size, dtype), vLLM's own defaults for that release and GPU for every flag not given. The model comes
 from the record's repository files in benchmarks/data/models/. Nothing else of the record is read: weights,
 activation, non-torch memory and the KV figure are all predicted.
 
@@ -28,10 +30,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from vllm_operator.planner import PinnedFlags, PlanRequest, plan, with_vllm_defaults
+from vllm_operator.cli import check_request
+from vllm_operator.planner import PlanRequest, plan
 from vllm_operator.planner.arch import ModelArch, arch_from_config
 from vllm_operator.planner.failures import FailureKind
-from vllm_operator.planner.gpus import load_gpu_catalog
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE / "data"
@@ -94,36 +96,41 @@ def _num(value: Any) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def request_for(record: dict[str, Any], data: Path) -> PlanRequest:
+def command_for(record: dict[str, Any], data: Path) -> list[str]:
+    """The record's `vllm serve` command line: the flags its log shows it was given, nothing else."""
     arch = load_model(data, record["model_id"])
-    name, count = gpu_name(record)
-    catalog = load_gpu_catalog()
-    gpu = catalog.get(_catalog_query(name))
+    words = ["vllm", "serve", str(data / "models" / record["model_id"].replace("/", "__"))]
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization", "max_model_len",
+                "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        value = _num(record.get(key))
+        if value is not None:
+            words += ["--" + key.replace("_", "-"), str(value)]
     kv = record.get("kv_cache_dtype")
+    if isinstance(kv, str) and kv != "auto":
+        words += ["--kv-cache-dtype", kv]
+    if record.get("enforce_eager"):
+        words.append("--enforce-eager")
+    if str(record.get("dtype")) in ("torch.float32", "float32"):
+        words += ["--dtype", "float32"]
     quant = record.get("quantization")
-    pinned = PinnedFlags(
-        tensor_parallel_size=_num(record.get("tensor_parallel_size")),
-        pipeline_parallel_size=_num(record.get("pipeline_parallel_size")),
-        gpu_memory_utilization=_num(record.get("gpu_memory_utilization")),
-        max_model_len=_num(record.get("max_model_len")),
-        max_num_seqs=_num(record.get("max_num_seqs")),
-        max_num_batched_tokens=_num(record.get("max_num_batched_tokens")),
-        kv_cache_dtype=kv if isinstance(kv, str) and kv != "auto" else None,
-        enforce_eager=record.get("enforce_eager") or None,
-        block_size=_num(record.get("block_size")),
-        dtype="float32" if str(record.get("dtype")) in ("torch.float32", "float32") else None,
-        quantization=quant if quant in ("fp8", "bitsandbytes") and arch.quantization is None else None,
-    )
+    if quant in ("fp8", "bitsandbytes") and arch.quantization is None:  # online quantization of a 16-bit checkpoint
+        words += ["--quantization", str(quant)]
+    return words
+
+
+def request_for(record: dict[str, Any], data: Path) -> PlanRequest:
+    """The question `vllm-operator check --gpu G -- vllm serve MODEL FLAGS…` asks, through the CLI's own code path
+    (`cli.check_request`): the record's flags pinned, vLLM's defaults for that release and GPU for the rest."""
+    name, count = gpu_name(record)
     free = None
     match = _FREE_RE.search(record.get("error") or "")
     if match:
         free = float(match.group(1))
     version = re.search(r"v?(\d+\.\d+(?:\.\d+)?)", str(record.get("vllm_version") or ""))
     version_text = version.group(1) if version else ("0.6.5" if record.get("engine") == "V0" else None)
-    request = PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, 1), pinned=pinned, vllm_version=version_text,
-                          gpu_free_gib=free)
-    # what the record did not set, vLLM chose with its own defaults: replay those, not our choices
-    return with_vllm_defaults(request)
+    request, _, _ = check_request(command_for(record, data), gpu=_catalog_query(name), gpu_count=max(count, 1),
+                                  gpu_free_gib=free, vllm_version=version_text)
+    return request
 
 
 # vLLM eras whose memory arithmetic differs in kind (catalog/vllm_versions.yaml has the release-by-release rules)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from .api.v1alpha1 import (
     API_VERSION,
@@ -24,7 +25,9 @@ from .api.v1alpha1 import (
     KVCacheDType,
     ModelDType,
     PinnedFlags,
+    SpeculativeConfig,
 )
+from .modelfiles import find_in_catalog
 from .planner import (
     ArchError,
     Plan,
@@ -37,6 +40,12 @@ from .planner import (
 from .planner.arch import arch_from_config, check_arch_bounds
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
 from .planner.report import render_plan_text
+from .planner.speculative import (
+    Speculation,
+    SpeculativeConfigError,
+    parse_speculative_config,
+    with_draft_arch,
+)
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
 from .render.cache import CacheSettings
 
@@ -238,6 +247,9 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
+    p.add_argument("--speculative-config", type=_speculative_config, metavar="JSON",
+                   help='speculative decoding as vLLM takes it, e.g. \'{"method": "eagle3", "model": "…", '
+                        '"num_speculative_tokens": 3}\'; a draft from the model catalog is sized from its config')
 
 
 #: vLLM flags that do not change GPU memory at startup: accepted by `check` and listed as such.
@@ -262,6 +274,16 @@ _NO_VALUE = frozenset({
 })
 
 
+def _speculative_config(text: str) -> Speculation:
+    """`--speculative-config JSON`, read as vLLM reads it; a draft in the model catalog brings its config.json."""
+    try:
+        spec = parse_speculative_config(text)
+    except SpeculativeConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    files = find_in_catalog(spec.model) if spec.model else None
+    return with_draft_arch(spec, files.config if files else None, total_size=files.total_size if files else None)
+
+
 def _pinned(args: argparse.Namespace) -> PinnedFlags:
     quant = None if args.quantization in (None, "none") else args.quantization
     return PinnedFlags(
@@ -278,7 +300,21 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
         block_size=args.block_size,
         cpu_offload_gb=args.cpu_offload_gb,
         enable_prefix_caching=args.prefix_caching,
+        speculative_config=_pinned_speculation(getattr(args, "speculative_config", None)),
     )
+
+
+def _pinned_speculation(speculation: Speculation | None) -> SpeculativeConfig | None:
+    """--speculative-config as spec.flags.speculativeConfig pins it (the planner reads the parsed `Speculation`,
+    passed as `PlanRequest.speculation`; keys the API model lacks still reach vLLM through the plan's flags)."""
+    if speculation is None:
+        return None
+    try:
+        return SpeculativeConfig(method=speculation.method, num_speculative_tokens=speculation.num_speculative_tokens,
+                                 model=speculation.model,
+                                 draft_tensor_parallel_size=speculation.draft_tensor_parallel_size)
+    except ValueError:
+        return None  # e.g. a method the CRD does not list: planned and rendered from the parsed speculation
 
 
 def _version(args: argparse.Namespace) -> ImageVersion | None:
@@ -308,7 +344,8 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     version = _version(args)
     request = PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
                           vllm_version=version.version if version else None,
-                          version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib)
+                          version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib,
+                          speculation=getattr(args, "speculative_config", None))
     if getattr(args, "as_is", False):
         request = with_vllm_defaults(request)  # vLLM's own default for every flag not given: nothing is chosen
     return request
@@ -364,6 +401,8 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
     flags: dict[str, Any] = {}
     for snake, value in result.flags.items():
         info = PinnedFlags.model_fields.get(snake)
+        if snake == "speculative_config" and isinstance(value, str):
+            value = {to_camel(k): v for k, v in json.loads(value).items()}  # spec.flags.speculativeConfig
         if info is not None and value is not None:
             flags[info.alias or snake] = value
     spec: dict[str, Any] = {
@@ -475,8 +514,14 @@ def _check_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    model, words = parse_command_line(args.command_line)
+def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | None = None,
+                  gpu_free_gib: float | None = None, vllm_version: str | None = None,
+                  image: str | None = None) -> tuple[PlanRequest, argparse.Namespace, list[str]]:
+    """`vllm-operator check`'s question as a request: the pasted command's flags pinned, vLLM's own defaults for the
+    rest (as `plan --as-is`). Returns the request, the parsed flags and the flags with no memory effect.
+
+    The accuracy benchmark (benchmarks/planner_accuracy.py) asks each record's question through this function."""
+    model, words = parse_command_line(command_line)
     kept: list[str] = []
     no_effect: list[str] = []
     i = 0
@@ -497,21 +542,28 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown to this checker: {', '.join(named or unknown)} (not a vLLM flag it knows the "
                          "memory effect of; remove it or plan with `vllm-operator plan`)")
     parsed.model = model
-    parsed.gpu = args.gpu
+    parsed.gpu = gpu
     tp, pp = parsed.tensor_parallel_size or 1, parsed.pipeline_parallel_size or 1
-    parsed.gpu_count = max(args.gpu_count or 1, tp * pp)  # one node: build_request takes --gpu-count as given
-    parsed.gpu_free_gib = args.gpu_free_gib
-    parsed.vllm_version = args.vllm_version
-    parsed.image = args.image
+    parsed.gpu_count = max(gpu_count or 1, tp * pp)  # one node: build_request takes --gpu-count as given
+    parsed.gpu_free_gib = gpu_free_gib
+    parsed.vllm_version = vllm_version
+    parsed.image = image
     parsed.context_length = None
     parsed.concurrency = None
     parsed.prefix_caching = parsed.enable_prefix_caching
     parsed.as_is = True
-    parsed.output = args.output
     request = build_request(parsed)
     if parsed.enable_chunked_prefill is not None:
         request = request.model_copy(update={"pinned": request.pinned.model_copy(
             update={"enable_chunked_prefill": parsed.enable_chunked_prefill})})
+    return request, parsed, no_effect
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    request, parsed, no_effect = check_request(args.command_line, gpu=args.gpu, gpu_count=args.gpu_count,
+                                               gpu_free_gib=args.gpu_free_gib, vllm_version=args.vllm_version,
+                                               image=args.image)
+    parsed.output = args.output
     result = plan(request)
     if no_effect and args.output == "text":
         print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")

@@ -18,6 +18,7 @@ from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
     MultiNodeStatus,
+    PinnedFlags,
     PlanFailure,
     PlanOption,
     PlanStatus,
@@ -28,7 +29,7 @@ from .api.v1alpha1 import (
     parse_spec,
     validate_spec,
 )
-from .modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
+from .modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
 from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import (
@@ -42,6 +43,7 @@ from .planner.gpus import (
     resolve_node_gpu,
 )
 from .planner.multinode import MultiNodePlan
+from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
 from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
@@ -338,6 +340,19 @@ def lora_flags(spec: VLLMServiceSpec) -> dict[str, Any]:
     return spec.lora.to_vllm(spec.flags.max_lora_rank) if spec.lora else {}
 
 
+def catalog_speculation(pinned: PinnedFlags) -> Speculation | None:
+    """spec.flags.speculativeConfig as the planner reads it: a draft model or EAGLE head from the bundled model catalog
+    is sized from its config.json; any other draft is booked by the planner's conservative estimate
+    (planner/speculative.py). None when nothing is pinned."""
+    if pinned.speculative_config is None:
+        return None
+    speculation = parse_speculative_config(pinned.speculative_config.to_vllm())
+    files = find_in_catalog(speculation.model) if speculation.model else None
+    if files is None:
+        return speculation
+    return with_draft_arch(speculation, files.config, total_size=files.total_size)
+
+
 def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constraints: Constraints,
                  node_count: int | None) -> PlanRequest:
     # the planner takes spec.flags as they are; only --trust-remote-code reaches vLLM another way (the renderer
@@ -361,7 +376,8 @@ def plan_request(spec: VLLMServiceSpec, arch: ModelArch, gpu: GPUSpec, constrain
             "min_tensor_parallel_size": max(constraints.min_tensor_parallel_size or 1, wanted)})
     return PlanRequest(arch=arch, gpu=gpu, gpu_count=max(count, tp_pp), pinned=pinned, lora=spec.lora,
                        workload=workload,
-                       constraints=constraints, vllm_version=version.version, version_note=version.note)
+                       constraints=constraints, vllm_version=version.version, version_note=version.note,
+                       speculation=catalog_speculation(pinned))
 
 
 def plan_status(result: Plan, args: list[str], digest: str) -> PlanStatus:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from vllm_operator.api.labels import ANNOTATION_VLLM_VERSION
 from vllm_operator.hub import resolve_model_id
 from vllm_operator.modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
 from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, resolve_node_gpu
@@ -126,6 +127,7 @@ class _Pod:
     node_selector: dict[str, str]
     tolerations: list[dict[str, Any]]
     vllm: bool
+    declared_version: str | None = None   # the vllm-operator.dev/vllm-version annotation
     node: str | None = None
     state: str = "Unscheduled"  # Unscheduled Creating Running Ready Terminated BackOff
     due: float = float("inf")
@@ -180,6 +182,12 @@ def _template_hash(template: Mapping[str, Any]) -> str:
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return dict(obj.get("metadata") or {})
+
+
+def _declared_version(meta: Mapping[str, Any]) -> str | None:
+    """The vLLM release the operator planned the pod for (its annotation), if any."""
+    value = (meta.get("annotations") or {}).get(ANNOTATION_VLLM_VERSION)
+    return str(value) if isinstance(value, str) and value else None
 
 
 def _is_vllm(container: Mapping[str, Any]) -> bool:
@@ -372,6 +380,7 @@ class Kubelet:
                    memory_request_gib=quantity_gib(requests.get("memory") or limits.get("memory")) or 0.0,
                    node_selector=dict(spec.get("nodeSelector") or {}),
                    tolerations=list(spec.get("tolerations") or []), vllm=_is_vllm(main), secrets=_secret_refs(main),
+                   declared_version=_declared_version(meta),
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
@@ -572,7 +581,7 @@ class Kubelet:
         model_id = _model_arg(pod.args)
         files = self._model(model_id, pod) if model_id else None
         return simulate_startup(pod.args, pod.image, gpu if pod.gpus else None, hidden, files, gpu_count=pod.gpus,
-                                memory_limit_gib=pod.memory_limit_gib)
+                                memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version)
 
     def _node_gpu(self, node: str) -> GPUSpec | None:
         if node not in self._node_gpus:

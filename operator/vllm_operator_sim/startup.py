@@ -57,8 +57,10 @@ from vllm_operator.planner.memory import (
     v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
+from vllm_operator.planner.speculative import SpeculativeConfigError, parse_speculative_config
 from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
+    VersionError,
     batch_defaults,
     profile_for,
     version_from_image,
@@ -230,6 +232,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--swap-space", type=float)
     p.add_argument("--kv-cache-memory-bytes", "--kv-cache-memory", type=int, dest="kv_cache_memory_bytes")
     p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true")
+    p.add_argument("--speculative-config")
     p.add_argument("--enable-lora", action="store_true")
     p.add_argument("--max-lora-rank", type=int)
     p.add_argument("--seed", type=int)
@@ -253,7 +256,7 @@ _PARSER = _build_parser()
 # flags the release table tracks: dest → table name (the rest exist in every release we simulate)
 _TRACKED = ("nnodes", "node_rank", "master_addr", "master_port", "headless",
             "swap_space", "cpu_offload_gb", "kv_cache_memory_bytes", "disable_hybrid_kv_cache_manager",
-            "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization")
+            "speculative_config", "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_dtype", "quantization")
 
 
 class VLLMArgs(BaseModel):
@@ -277,6 +280,7 @@ class VLLMArgs(BaseModel):
     swap_space: float | None = None
     kv_cache_memory_bytes: int | None = None
     nnodes: int = 1
+    speculative_config: str | None = None
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
 
@@ -323,7 +327,7 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
         swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, nnodes=max(ns.nnodes, 1),
-        given=given)
+        speculative_config=ns.speculative_config, given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -522,16 +526,23 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     *,
     gpu_count: int | None = None,
     memory_limit_gib: float | None = None,
+    declared_version: str | None = None,
 ) -> StartupOutcome:
     """Run vLLM's startup for the container ``args`` (with or without the ``vllm serve`` command) on ``gpu``.
 
     ``gpu`` is None when the container sees no GPU (no ``nvidia.com/gpu`` requested, or a node without one).
     ``model`` is the model's architecture or files (None: the model cannot be found, as for a wrong repo id);
     ``gpu_count`` is the GPUs the container was given (default: TP × PP); ``memory_limit_gib`` its memory limit.
+    ``declared_version`` is the release the operator says the image runs (`spec.vllmVersion`, on the pod as the
+    vllm-operator.dev/vllm-version annotation): a digest, mirror tag or `latest` runs as that release; a tag naming a
+    release runs as the tag says, whatever is declared.
     """
     hidden = hidden or HiddenFacts()
-    version = version_from_image(image) or NEWEST_KNOWN_VERSION
-    profile = profile_for(version)
+    version = version_from_image(image) or declared_version or NEWEST_KNOWN_VERSION
+    try:
+        profile = profile_for(version)
+    except VersionError:  # an unreadable declaration: the image's contents decide, as the newest release here
+        profile = profile_for(NEWEST_KNOWN_VERSION)
     seed = "\x1f".join([image, *args])
     run = _Run(profile.version, seed)
     common: dict[str, Any] = {}
@@ -603,6 +614,13 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         quantization=parsed.quantization, enforce_eager=parsed.enforce_eager, block_size=parsed.block_size or 16,
         cpu_offload_gb=parsed.cpu_offload_gb, kv_cache_memory_bytes=parsed.kv_cache_memory_bytes,
         enable_prefix_caching=parsed.enable_prefix_caching, enable_chunked_prefill=parsed.enable_chunked_prefill)
+    if parsed.speculative_config is not None:
+        try:
+            speculation = parse_speculative_config(parsed.speculative_config)
+        except SpeculativeConfigError as exc:
+            return _fail(run, Phase.CONFIG, FailureKind.INVALID_ARGUMENT, f"ValueError: {exc}", common,
+                         in_engine=False)
+        flags = flags.model_copy(update={"speculative": speculation})
     common.update(flags=flags, gpu_total_gib=total_gib)
     run.info(f"Initializing a {profile.engine} LLM engine (v{profile.version}) with config: model='{model_id}', "
              f"dtype={arch.dtype}, max_seq_len={max_len}, tensor_parallel_size={tp}, pipeline_parallel_size={pp}, "

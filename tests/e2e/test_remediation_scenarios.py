@@ -242,7 +242,11 @@ def test_a_utilization_step_after_kv_cache_too_small_does_not_grow_the_context(r
     o = run["kv-min-context"]
     first = o.history[0]
     assert first["flagsAfter"]["maxModelLen"] <= first["flagsBefore"]["maxModelLen"], first
-    assert len(o.history) == 1 and o.now.stats.failed_starts == 1, o.explain()
+    # one step, and the stepped profile started: a second step would mean the new length failed too. (The failed
+    # start count itself is not exact: on the compressed clock the old template's crash loop may restart once more
+    # before the step rolls out when the machine is loaded.)
+    assert len(o.history) == 1, o.explain()
+    assert o.now.stats.failed_starts <= 2, o.explain()
 
 
 # --- InsufficientFreeGPUMemory -----------------------------------------------------------------------------------

@@ -51,11 +51,12 @@ def serve_args(model_id: str, **flags: Any) -> list[str]:
 
 
 def deployment(name: str, model_id: str, flags: Mapping[str, Any], *, product: str = "NVIDIA-L4", gpus: int = 1,
-               image: str = IMAGE_026, replicas: int = 1, memory: str | None = None) -> dict[str, Any]:
+               image: str = IMAGE_026, replicas: int = 1, memory: str | None = None,
+               vllm_version: str | None = None) -> dict[str, Any]:
     """A Deployment exactly as the operator renders it (labels, nodeSelector, tolerations, resources, args)."""
     files = model(model_id)
     inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=model_id,
-                      image=image, vllm_version=image.rsplit(":v", 1)[-1], flags=dict(flags), gpu_count=gpus,
+                      image=image, vllm_version=vllm_version or image.rsplit(":v", 1)[-1], flags=dict(flags), gpu_count=gpus,
                       gpu_product_label=product, weights_gib_total=(files.total_size or 0) / 2**30,
                       replicas=replicas, memory=memory)
     deploy = build_deployment(inp)

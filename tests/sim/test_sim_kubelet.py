@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from simkit import SimHarness, deployment
 
 from vllm_operator.planner.failures import FailureKind
@@ -221,3 +222,25 @@ def test_without_fallback_to_logs_the_message_is_empty_and_the_log_has_the_error
     terminated = container["state"].get("terminated") or container["lastState"]["terminated"]
     assert terminated["message"] == ""
     assert "Free memory on device cuda:0" in sim.log(pod["metadata"]["name"])
+
+
+DIGEST_IMAGE = "vllm/vllm-openai@sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
+def test_a_digest_image_runs_as_the_declared_vllm_version(sim: SimHarness, version: str) -> None:
+    sim.api.create_object("deployments", deployment("pinned", LLAMA3_8B, FLAGS, image=DIGEST_IMAGE,
+                                                    vllm_version=version))
+    sim.kubelet.tick()
+    pod = one_pod(sim, "pinned")
+    assert pod["metadata"]["annotations"]["vllm-operator.dev/vllm-version"] == version
+    sim.run_until(lambda: sim.container(one_pod(sim, "pinned")).get("ready"))
+    text = sim.log(one_pod(sim, "pinned")["metadata"]["name"])
+    assert f"vLLM API server version {version}" in text
+
+
+def test_only_pods_of_untagged_images_carry_the_declared_version() -> None:
+    tagged = deployment("tagged", LLAMA3_8B, FLAGS)["spec"]["template"]["metadata"]["annotations"]
+    assert "vllm-operator.dev/vllm-version" not in tagged  # the tag says it; the template of tagged images is unchanged
+    digest = deployment("digest", LLAMA3_8B, FLAGS, image=DIGEST_IMAGE, vllm_version="0.26.0")
+    assert digest["spec"]["template"]["metadata"]["annotations"]["vllm-operator.dev/vllm-version"] == "0.26.0"

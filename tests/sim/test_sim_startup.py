@@ -11,7 +11,7 @@ from simkit import IMAGE_011, IMAGE_026, gpu, model, serve_args
 from vllm_operator.planner.arch import arch_from_config
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.memory import EngineFlags, GPUFacts, activation_bytes, predict_startup
-from vllm_operator.planner.versions import profile_for
+from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION, profile_for
 from vllm_operator.remediation.classifier import Failure, classify_text
 from vllm_operator_sim.startup import (
     HiddenFacts,
@@ -286,3 +286,36 @@ def test_serving_oom_when_the_batch_is_larger_than_the_hidden_limit() -> None:
 def test_no_gpu_visible() -> None:
     outcome = simulate_startup(serve_args(LLAMA3_8B), IMAGE_026, None, None, model(LLAMA3_8B))
     assert not outcome.starts and "Failed to infer device type" in outcome.message
+
+
+def test_a_speculative_config_takes_kv_and_is_refused_before_0_8_2() -> None:
+    config = '{"method":"ngram","num_speculative_tokens":4}'
+    plain = run(image=IMAGE_033, **PLANNED_8B_L4)
+    eagle = run(image=IMAGE_033, **PLANNED_8B_L4,
+                speculative_config='{"method":"eagle3","model":"org/eagle3-head","num_speculative_tokens":3}')
+    assert plain.starts and eagle.starts, eagle.message
+    assert eagle.available_kv_gib < plain.available_kv_gib  # the head's weights and its KV pages
+    assert eagle.kv_cache_tokens < plain.kv_cache_tokens
+    assert run(image=IMAGE_033, **PLANNED_8B_L4, speculative_config=config).starts
+    old = run(image=IMAGE_011.replace("0.11.0", "0.8.1"), **PLANNED_8B_L4, speculative_config=config)
+    assert not old.starts and "--speculative-config" in old.message
+    bad = run(image=IMAGE_033, **PLANNED_8B_L4, speculative_config='{"method":"ngram"}')
+    assert not bad.starts and "num_speculative_tokens" in bad.message
+
+
+def test_the_declared_version_decides_for_a_digest_and_the_tag_wins_over_it() -> None:
+    digest = "vllm/vllm-openai@sha256:" + "cd" * 32
+
+    def version_of(image: str, declared: str | None) -> str:
+        outcome = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), image, gpu("L4"), HiddenFacts(),
+                                   model(LLAMA3_8B), declared_version=declared)
+        assert outcome.starts, outcome.message
+        found = re.search(r"vLLM API server version (\S+)", outcome.log_text(START))
+        assert found is not None
+        return found.group(1)
+
+    assert version_of(digest, "0.26.0") == "0.26.0"
+    assert version_of("registry.local/vllm:prod", "0.23.0") == "0.23.0"
+    assert version_of(digest, None) == NEWEST_KNOWN_VERSION  # undeclared: the newest release the simulator knows
+    assert version_of(IMAGE_026, "0.33.0") == "0.26.0"  # a tag naming a release is what the image runs
+    assert version_of(digest, "not-a-version") == NEWEST_KNOWN_VERSION

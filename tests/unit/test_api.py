@@ -124,6 +124,7 @@ FULL_SPEC: dict[str, Any] = {
         "maxLoraRank": 64,
         "trustRemoteCode": False,
         "kvCacheMemoryBytes": 8000000000,
+        "speculativeConfig": {"method": "eagle3", "model": "org/eagle3-head", "numSpeculativeTokens": 3},
     },
     "extraArgs": ["--disable-log-requests", "--seed", "-1"],
     "workload": {"contextLength": 8192, "concurrency": 32, "prefixCaching": True, "profile": "chat"},
@@ -373,6 +374,19 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
         "spec.flags.maxNumBatchedTokens",
     ),
     (spec(flags={"maxNumSeqs": 256, "maxNumBatchedTokens": 256}), None, None),
+    (
+        spec(flags={"speculativeConfig": {"method": "eagle3", "numSpeculativeTokens": 3}}),
+        "speculative-draft-needs-model",
+        "spec.flags.speculativeConfig.model",
+    ),
+    (
+        spec(flags={"speculativeConfig": {"method": "ngram"}}),
+        "speculative-needs-tokens",
+        "spec.flags.speculativeConfig.numSpeculativeTokens",
+    ),
+    (spec(flags={"speculativeConfig": {"method": "deepseek_mtp"}}), None, None),
+    (spec(flags={"speculativeConfig": {"method": "eagle3", "model": "org/eagle3", "numSpeculativeTokens": 3}}),
+     None, None),
     (spec(modelCache={}), "model-cache-claim-or-size", "spec.modelCache.claimName"),
     (
         spec(modelCache={"claimName": "c", "size": "1Gi"}),

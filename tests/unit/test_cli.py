@@ -355,9 +355,9 @@ def test_check_a_pasted_command_line_is_plan_as_is(capsys: pytest.CaptureFixture
 
 def test_check_names_unknown_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "check", "--gpu", "l4", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
-                         "--max-modle-len", "8192", "--speculative-config", "{}")
+                         "--max-modle-len", "8192", "--max-cudagraph-capture-size", "64")
     assert_one_line_error(code, out, err)
-    assert "--max-modle-len" in err and "--speculative-config" in err
+    assert "--max-modle-len" in err and "--max-cudagraph-capture-size" in err
 
 
 def test_check_says_which_flags_it_did_not_model(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,3 +7,5 @@ MANAGED_BY = "vllm-operator"
 LABEL_SERVICE = "vllm-operator.dev/service"
 ANNOTATION_SPEC_HASH = "vllm-operator.dev/spec-hash"
 ANNOTATION_PLAN = "vllm-operator.dev/plan"
+#: On vLLM pods: the vLLM release the plan was made for (the image tag's, or spec.vllmVersion for a digest/mirror tag).
+ANNOTATION_VLLM_VERSION = "vllm-operator.dev/vllm-version"

@@ -24,6 +24,7 @@ Conventions:
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 from collections.abc import Mapping
@@ -97,6 +98,7 @@ __all__ = [
     "flags_from_api",
     "parse_spec",
     "validate_spec",
+    "SpeculativeConfig",
     "vllm_cli_flag",
 ]
 
@@ -634,6 +636,67 @@ def vllm_cli_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+#: `--speculative-config` methods the planner models (vllm/config/speculative.py, 0.33), or `<model>_mtp`.
+SPECULATIVE_METHOD_PATTERN = r"^(eagle|eagle3|mtp|ngram|ngram_gpu|suffix|draft_model|[a-z0-9_]+_mtp)$"
+_DRAFT_METHODS = ("eagle", "eagle3", "draft_model")
+
+
+class SpeculativeConfig(_Model):
+    """`--speculative-config` (vLLM 0.8.2+), rendered as vLLM's JSON with snake_case keys.
+
+    The planner books the draft's weights, its KV pages and a sampler sized for k + 1 tokens per sequence
+    (README, "Speculative decoding").
+    """
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="speculative-draft-needs-model",
+            rule="!(self.method in ['eagle', 'eagle3', 'draft_model']) || has(self.model)",
+            message="flags.speculativeConfig.model (the draft's model id) is required for eagle, eagle3 and "
+                    "draft_model",
+            field_path=".model",
+        ),
+        CelRule(
+            id="speculative-needs-tokens",
+            rule="self.method.endsWith('mtp') || has(self.numSpeculativeTokens)",
+            message="flags.speculativeConfig.numSpeculativeTokens is required unless the method is MTP "
+                    "(vLLM refuses to start otherwise)",
+            field_path=".numSpeculativeTokens",
+        ),
+    )
+
+    method: Annotated[str, StringConstraints(pattern=SPECULATIVE_METHOD_PATTERN, max_length=64)] = Field(
+        description="`method`: eagle, eagle3, mtp (or `<model>_mtp`), ngram, ngram_gpu, suffix or draft_model."
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None, ge=1, le=64, description="`num_speculative_tokens`: draft tokens proposed per step (k)."
+    )
+    model: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
+        default=None, description="`model`: the draft model or EAGLE head (Hugging Face id)."
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="`draft_tensor_parallel_size`: GPUs the draft is split across."
+    )
+
+    def to_vllm(self) -> str:
+        """The flag's value: compact JSON with vLLM's key names."""
+        return json.dumps({name: value for name, value in self if value is not None}, separators=(",", ":"),
+                          sort_keys=True)
+
+    def _violations(self) -> list[RuleViolation]:
+        out: list[RuleViolation] = []
+        if self.method in _DRAFT_METHODS and self.model is None:
+            out.append(RuleViolation("speculative-draft-needs-model", "model", self.CEL_RULES[0].message))
+        if not self.method.endswith("mtp") and self.num_speculative_tokens is None:
+            out.append(RuleViolation("speculative-needs-tokens", "numSpeculativeTokens", self.CEL_RULES[1].message))
+        return out
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> SpeculativeConfig:
+        _raise_violations(self._violations())
+        return self
+
+
 class PinnedFlags(_Model):
     """vLLM flags pinned by the user.
 
@@ -731,9 +794,16 @@ class PinnedFlags(_Model):
         ),
     )
 
+    speculative_config: SpeculativeConfig | None = Field(
+        default=None,
+        description="`--speculative-config`: speculative decoding (EAGLE/EAGLE-3 head, MTP layers, n-gram or a "
+                    "draft model); its weights, KV and the k + 1 tokens per sequence are planned.",
+    )
+
     def to_vllm(self) -> dict[str, Any]:
         """The pinned flags by vLLM's snake_case name (`max_model_len`), set fields only."""
-        return {name: value for name, value in self if value is not None}
+        return {name: value.to_vllm() if isinstance(value, SpeculativeConfig) else value
+                for name, value in self if value is not None}
 
     @classmethod
     def field_path(cls, name: str) -> str:

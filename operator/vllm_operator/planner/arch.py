@@ -101,6 +101,8 @@ class ModelArch(BaseModel):
     total_size_estimated: bool = False
     param_count: int = Field(description="parameters estimated from the config")
     layer_param_counts: tuple[int, ...] = Field((), description="parameters of each decoder layer")
+    mtp_layers: int = Field(0, ge=0, description="multi-token-prediction layers in the checkpoint "
+                                                "(`num_nextn_predict_layers`, `mtp_num_hidden_layers`)")
 
     @property
     def is_mla(self) -> bool:
@@ -416,7 +418,17 @@ def arch_from_config(
         total_size_estimated=total_size_estimated,
         param_count=total_params,
         layer_param_counts=layer_params,
+        mtp_layers=_mtp_layers(cfg),
     )
+
+
+def _mtp_layers(cfg: Mapping[str, Any]) -> int:
+    """MTP layers the checkpoint carries (vllm/config/speculative.py reads the same two fields per model type)."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 64:
+            return value
+    return 0
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -26,6 +26,7 @@ from . import messages
 from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
+from .speculative import DraftMemory, Speculation, attention_layer_kinds, draft_memory
 from .versions import VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
@@ -73,6 +74,7 @@ class EngineFlags(BaseModel):
     # LoRA (--enable-lora): adapter slots vLLM reserves at load time, see planner/lora.py; 0 = LoRA off
     max_loras: int = 0
     max_lora_rank: int = 16
+    speculative: Speculation | None = Field(None, description="`--speculative-config`, parsed (planner/speculative.py)")
 
 
 class GPUFacts(BaseModel):
@@ -193,14 +195,18 @@ def _stage_kinds(arch: ModelArch, pp: int) -> list[tuple[LayerKind, ...]]:
     return stages
 
 
-def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...]) -> _KVLayout:
+def layer_token_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> int:
+    """KV bytes of one token in one attention layer on one TP rank."""
     kv_bytes = kv_dtype_bytes(arch, flags, profile)
-    block = flags.block_size
     if arch.is_mla:
-        per_token = arch.head_dim * kv_bytes
-    else:
-        kv_heads = max(1, arch.num_kv_heads // flags.tensor_parallel_size)
-        per_token = 2 * kv_heads * arch.head_dim * kv_bytes
+        return arch.head_dim * kv_bytes
+    kv_heads = max(1, arch.num_kv_heads // flags.tensor_parallel_size)
+    return 2 * kv_heads * arch.head_dim * kv_bytes
+
+
+def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...]) -> _KVLayout:
+    block = flags.block_size
+    per_token = layer_token_bytes(arch, flags, profile)
     page = block * per_token
     inflight = profile.swa_inflight_batches
     if inflight > 1 and profile.runner == "V2" and flags.pipeline_parallel_size > 1:
@@ -309,11 +315,38 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
     return per_stage
 
 
+def speculative_memory(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> DraftMemory | None:
+    """What `--speculative-config` adds on a GPU of the last stage (planner/speculative.py); None without it."""
+    spec = flags.speculative
+    if spec is None:
+        return None
+    plain = flags.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "cpu_offload_gb": 0.0,
+                                     "speculative": None})
+    embed_head = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2) * 2
+    rope = 0 if arch.is_mla else arch.derived_max_model_len * arch.head_dim * 2
+    body = max(weights_bytes_per_gpu(arch, plain)[0] / 1.0015 - embed_head - rope, 0.0)
+    draft_weights: int | None = None
+    draft_kv: int | None = None
+    if spec.draft_arch is not None and spec.kind not in ("mtp",):
+        draft_flags = plain.model_copy(update={"tensor_parallel_size": spec.draft_tensor_parallel_size
+                                               or flags.tensor_parallel_size, "quantization": spec.quantization})
+        draft_weights = weights_bytes_per_gpu(spec.draft_arch, draft_flags)[0]
+        attention = sum(1 for k in spec.draft_arch.layer_kinds if k is not LayerKind.LINEAR)
+        draft_kv = attention * layer_token_bytes(spec.draft_arch, flags.model_copy(update={"speculative": None}),
+                                                 profile)
+    return draft_memory(spec, arch, body_bytes=body, dtype_bytes=_model_dtype_bytes(arch, flags),
+                        tp=flags.tensor_parallel_size, max_num_batched_tokens=flags.max_num_batched_tokens,
+                        draft_weights_bytes=draft_weights, draft_kv_per_token=draft_kv,
+                        target_kv_per_token=layer_token_bytes(arch, flags, profile))
+
+
 def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, *, last_stage: bool) -> int:
     """Torch peak growth during profile_run: max(forward pass, sampler pass) + MoE workspace + encoder."""
     tp = flags.tensor_parallel_size
     tokens = flags.max_num_batched_tokens
     rows = min(flags.max_num_seqs, tokens)
+    if flags.speculative is not None and last_stage:  # k draft tokens + 1 bonus token verified per sequence
+        rows = min(flags.max_num_seqs * (flags.speculative.tokens(arch) + 1), tokens)
     forward = tokens * (_FWD_INTER_BYTES * arch.intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
     if arch.is_moe and arch.moe_intermediate_size:
         forward = tokens * (_FWD_INTER_BYTES * arch.moe_intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
@@ -395,6 +428,10 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     free = total - int(gpu.other_used_gib * GiB)
     stage_kinds = _stage_kinds(arch, pp)
     weights = weights_bytes_per_gpu(arch, flags)
+    draft = speculative_memory(arch, flags, profile)
+    if draft is not None:  # the drafter runs on the last stage: its weights, and its attention layers take KV pages
+        weights[-1] += draft.weights_bytes
+        stage_kinds[-1] = attention_layer_kinds(stage_kinds[-1], draft.kv_layers)
     non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
 
     # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
@@ -471,6 +508,12 @@ def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProf
         out.append("cudagraph_gib")  # MRV2's trial-capture estimate (0.29+)
     if profile.profiler == "consumed" and profile.allocator_slack_gib and "allocator_slack_gib" in profile.estimates:
         out.append("persistent_gib")  # allocator leftovers (0.27+)
+    if flags.speculative is not None:
+        out.append("activation_gib")  # the sampler booked for k + 1 tokens per sequence (vLLM profiles fewer)
+        draft = speculative_memory(arch, flags, profile)
+        if draft is not None and draft.estimated:
+            out.append("weights_gib")  # a draft whose config.json was not read
+    out = list(dict.fromkeys(out))
     if out:
         out.append("kv_cache_gib")  # what is left after them
     return tuple(out)

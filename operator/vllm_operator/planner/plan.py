@@ -32,7 +32,9 @@ from .memory import (
     pp_layer_counts,
     predict_startup,
     profile_for_model,
+    speculative_memory,
 )
+from .speculative import Speculation, parse_speculative_config
 from .versions import VersionProfile, batch_defaults, profile_for
 
 _TP_CHOICES = (1, 2, 4, 8, 16)
@@ -90,6 +92,19 @@ class PlanRequest(BaseModel):
     vllm_version: str | None = None
     gpu_free_gib: float | None = Field(None, ge=0, description="free memory per GPU when vLLM starts, if others hold some")
     version_note: str = Field("", description="why this vLLM release was assumed (a digest, mirror tag or latest)")
+    speculation: Speculation | None = Field(
+        None, description="the pinned speculative config as the planner reads it (with the draft's architecture when "
+                          "its config.json was read); None: read from pinned.speculative_config")
+
+
+def request_speculation(request: PlanRequest) -> Speculation | None:
+    """The request's speculative decoding as the planner reads it: `request.speculation` when the caller built it
+    (reconcile and the CLI, with the draft's config.json when they could read it), else the pinned
+    spec.flags.speculativeConfig parsed as vLLM would read the flag (the draft then booked by estimate)."""
+    if request.speculation is not None:
+        return request.speculation
+    pinned = request.pinned.speculative_config
+    return None if pinned is None else parse_speculative_config(pinned.to_vllm())
 
 
 class Option(BaseModel):
@@ -248,6 +263,10 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
                               max_model_len=max_model_len,
                               chunked_prefill=pinned.enable_chunked_prefill is not False)
     seqs = pinned.max_num_seqs or max_num_seqs or defaults.max_num_seqs
+    speculation = request_speculation(request)
+    if speculation is not None and not (pinned.max_num_seqs or max_num_seqs):
+        # each sequence verifies k + 1 tokens: start from as many sampler rows as vLLM's default gives without it
+        seqs = max(1, seqs // (speculation.tokens(request.arch) + 1))
     tokens = pinned.max_num_batched_tokens or defaults.max_num_batched_tokens
     if request.constraints.max_num_batched_tokens and not pinned.max_num_batched_tokens:
         tokens = min(tokens, request.constraints.max_num_batched_tokens)
@@ -271,6 +290,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         enable_chunked_prefill=pinned.enable_chunked_prefill,
         max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
         max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
+        speculative=speculation,
     )
 
 
@@ -547,7 +567,7 @@ def plan(request: PlanRequest) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
-        pinned=list(pinned_flags(request)),
+        pinned=_pinned_names(request),
         prediction=prediction,
         failure=failure,
         reasons=reasons,
@@ -596,6 +616,13 @@ def _workload_message(request: PlanRequest, candidate: _Candidate) -> str:
             f"{wl.context_length or candidate.flags.max_model_len} tokens.")
 
 
+def _pinned_names(request: PlanRequest) -> list[str]:
+    names = list(pinned_flags(request))  # spec.flags, then what spec.lora adds
+    if request.speculation is not None and "speculative_config" not in names:
+        names.append("speculative_config")
+    return names
+
+
 def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionProfile) -> dict[str, Any]:
     """The flags we pass on the command line: what we chose plus everything pinned, in a stable order. Pinned flags
     the planner does not model (LoRA, swap space, ...) reach vLLM as written, so no pin is silently dropped."""
@@ -619,6 +646,8 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     for name, value in pinned_flags(request).items():
         if name not in out:
             out[name] = value
+    if flags.speculative is not None:  # the speculation the plan was made for, as vLLM reads the flag
+        out["speculative_config"] = flags.speculative.to_json()
     if request.workload.prefix_caching is not None and "enable_prefix_caching" not in out:
         out["enable_prefix_caching"] = request.workload.prefix_caching
     return out
@@ -639,6 +668,14 @@ def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
     return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
+def _speculation_reasons(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> list[str]:
+    draft = speculative_memory(arch, flags, profile)
+    if draft is None:
+        return []
+    return [draft.note + " speculative-config is pinned; a max-num-seqs the planner chooses starts from vLLM's "
+            f"default divided by {draft.sampler_rows_factor} (the rows one sequence takes in the sampler)."]
+
+
 def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidate, fits: bool,
              tried: list[_Candidate]) -> list[str]:
     arch, gpu, flags, pred = request.arch, request.gpu, candidate.flags, candidate.prediction
@@ -651,6 +688,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     ]
     if request.version_note:
         reasons.append(request.version_note)
+    reasons.extend(_speculation_reasons(arch, flags, profile))
     tp = flags.tensor_parallel_size
     short = shortfalls(request, flags) if fits else []
     objective = _objective_text(request)

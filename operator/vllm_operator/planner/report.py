@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from .plan import Plan
 
 _WIDTH = 60
@@ -15,7 +17,8 @@ _SEGMENTS = (  # (label, glyph)
 
 
 _ESTIMATE_WORDS = {  # MemoryBreakdown.estimated → what the estimate is
-    "activation_gib": "activation (Model Runner V2 sampler peak)",
+    "activation_gib": "activation (sampler peak: Model Runner V2, or k + 1 speculative tokens per sequence)",
+    "weights_gib": "weights (a speculative draft whose config.json was not read)",
     "cudagraph_gib": "CUDA graphs (Model Runner V2 estimate)",
     "persistent_gib": "allocator leftovers",
     "kv_cache_gib": "KV cache",
@@ -65,7 +68,7 @@ def render_plan_text(result: Plan) -> str:
         + (f"; {result.kv_fraction:.0%} of the KV memory this GPU can hold at its highest safe utilization."
            if result.kv_fraction is not None else "."),
         "",
-        "vllm serve " + result.model_id + " " + " ".join(result.args()),
+        "vllm serve " + result.model_id + " " + " ".join(shlex.quote(arg) for arg in result.args()),
     ]
     if result.failure:
         lines += ["", f"vLLM would fail ({result.failure.kind}); what vLLM would print:", "  " + result.failure.message]

@@ -19,8 +19,10 @@ from ..api.labels import (
     ANNOTATION_PLAN as ANNOTATION_PLAN,  # re-exported: handlers and tests import them here
 )
 from ..api.labels import ANNOTATION_SPEC_HASH as ANNOTATION_SPEC_HASH
+from ..api.labels import ANNOTATION_VLLM_VERSION as ANNOTATION_VLLM_VERSION
 from ..api.labels import LABEL_SERVICE as LABEL_SERVICE
 from ..api.labels import MANAGED_BY as MANAGED_BY
+from ..planner.versions import version_from_image
 from .flags import flag_table
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -330,6 +332,10 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
         ANNOTATION_PLAN: spec_hash({"args": parts["args"], "image": inp.image, "memory": parts["memory"],
                                     "gpus": inp.gpu_count}),
     }
+    if version_from_image(inp.image) is None:
+        # a digest, mirror tag or `latest`: say which release the plan was made for (spec.vllmVersion, else the
+        # newest known). Only then, so a tagged image's pod template stays as it was (no rollout on upgrade).
+        pod_annotations[ANNOTATION_VLLM_VERSION] = inp.vllm_version
     pod_security, container_security = _security(inp)
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"},
                                     {"name": "model-cache", "mountPath": parts["mount"]}]
