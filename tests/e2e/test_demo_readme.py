@@ -108,7 +108,7 @@ def test_readmes_kubectl_commands_work_against_the_demo(tmp_path: Path) -> None:
             result = kubectl.run(*args)
             assert result.returncode == 0 and result.stdout.strip(), f"{command}:\n{result.stdout}{result.stderr}"
         header, *rows = kubectl("get", "vllms", "--namespace", "readme").strip().splitlines()
-        assert header.split()[:5] == ["NAME", "MODEL", "GPU", "TP", "MAXLEN"], header
+        assert header.split()[:6] == ["NAME", "MODEL", "GPU", "TP", "NODES", "MAXLEN"], header
         assert rows and rows[0].split()[:2] == ["llama", "meta-llama/Llama-3.1-8B-Instruct"], rows
     finally:
         if process.poll() is None:
