@@ -144,8 +144,10 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
         assert flags["maxModelLen"] < 131072 and flags["pipelineParallelSize"] == 2
         # recorded before LWS deleted the group: each failed pod with its rank and pipeline stage
         failures = obj["status"]["multiNode"]["failures"]
-        assert {(f["nodeRank"], tuple(f["stages"]), f["failureClass"]) for f in failures} >= {
-            (0, (0,), "KVCacheTooSmall"), (1, (1,), "KVCacheTooSmall")}
+        # every rank fails alike; LWS deletes the group on the first restart, so how many ranks' failures are seen
+        # before that depends on timing — at least the first one is recorded, each with its own rank's stage
+        recorded = {(f["nodeRank"], tuple(f["stages"]), f["failureClass"]) for f in failures}
+        assert recorded and recorded <= {(0, (0,), "KVCacheTooSmall"), (1, (1,), "KVCacheTooSmall")}, failures
         assert obj["status"]["multiNode"]["leaders"]  # what recreations are counted against
         lws = api.get_object("leaderworkersets", "big", "default")
         assert lws is not None
