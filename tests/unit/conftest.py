@@ -9,31 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kit.catalog import catalog_arch, catalog_gpu
 from vllm_operator.planner.arch import ModelArch, arch_from_config
-from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
-from vllm_operator.sources import load_model_files
+from vllm_operator.planner.gpus import GPUSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION_DATA = REPO_ROOT / "benchmarks" / "data"
 
 
-@cache
-def catalog_arch(model_id: str) -> ModelArch:
-    """A model's architecture from the built-in catalog (offline: never asks the hub)."""
-    files = load_model_files(model_id, offline=True)
-    return arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
-                            total_size_estimated=files.total_size_estimated)
-
-
-@cache
-def catalog_gpu(name: str) -> GPUSpec:
-    return load_gpu_catalog().get(name)
 
 
 def config_arch(config: Mapping[str, Any], model_id: str = "test/model", **kwargs: Any) -> ModelArch:

@@ -11,16 +11,13 @@
 from __future__ import annotations
 
 import re
-from functools import cache
 from importlib import resources
 
 import pytest
 
+from kit.catalog import catalog_arch, catalog_gpu
 from vllm_operator.planner import PinnedFlags, Plan, PlanRequest, Workload, plan
-from vllm_operator.planner.arch import ModelArch, arch_from_config
-from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 from vllm_operator.planner.plan import DEFAULT_CONCURRENCY, DEFAULT_CONTEXT_CAP, default_context
-from vllm_operator.sources import load_model_files
 
 MODELS = sorted(
     path.name[:-5].replace("__", "/", 1)
@@ -33,16 +30,6 @@ WORKLOADS = (Workload(), Workload(context_length=16384, concurrency=4))
 _NUMBER = r"(\d+(?:\.\d+)?)"
 
 
-@cache
-def catalog_arch(model_id: str) -> ModelArch:
-    files = load_model_files(model_id, offline=True)
-    return arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
-                            total_size_estimated=files.total_size_estimated)
-
-
-@cache
-def catalog_gpu(name: str) -> GPUSpec:
-    return load_gpu_catalog().get(name)
 
 
 def _request(model: str, gpu: str, count: int, workload: Workload, **pins: object) -> PlanRequest:

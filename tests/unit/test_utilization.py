@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
+from kit.catalog import catalog_arch, catalog_gpu
 from vllm_operator.planner import PlanRequest, Workload, plan
-from vllm_operator.planner.arch import ModelArch, arch_from_config
 from vllm_operator.planner.gpus import (
     DESKTOP_RESERVE_GIB,
     MAX_SAFE_UTILIZATION,
     SLACK_GIB,
     SLACK_SHARE,
-    GPUSpec,
     load_gpu_catalog,
     safe_utilization,
 )
 from vllm_operator.planner.memory import init_nontorch_gib
-from vllm_operator.sources import load_model_files
-
-
-@cache
-def catalog_arch(model_id: str) -> ModelArch:
-    files = load_model_files(model_id, offline=True)
-    return arch_from_config(files.config, model_id=files.model_id, total_size=files.total_size,
-                            total_size_estimated=files.total_size_estimated)
-
-
-@cache
-def catalog_gpu(name: str) -> GPUSpec:
-    return load_gpu_catalog().get(name)
 
 
 @pytest.mark.parametrize("gpu", [g.name for g in load_gpu_catalog() if not g.uma])
