@@ -467,3 +467,101 @@ def test_nvfp4_checkpoints_are_4_5_bits(quantization: dict[str, Any]) -> None:
 def test_modelopt_fp8_stays_8_bits() -> None:
     arch = config_arch({**llama(), "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}})
     assert arch.quantization is not None and arch.quantization.weight_bits == 8.0
+
+
+# --- Llama-4 (interleaved MoE, shared expert, chunked local attention, vision tower) and DeepSeek-V3 -------------
+
+SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+MAVERICK = "meta-llama/Llama-4-Maverick-17B-128E-Instruct"
+H_L4 = 5120
+ATTN_L4 = H_L4 * 40 * 128 + 2 * H_L4 * 8 * 128 + 40 * 128 * H_L4   # q, k, v, o (no biases; qk-norm has no weights)
+EXPERT_L4 = 3 * H_L4 * 8192                                         # gate, up, down of one expert (or the shared one)
+DENSE_L4 = 3 * H_L4 * 16384                                         # intermediate_size_mlp on the non-MoE layers
+EMBED_L4 = 202048 * H_L4
+
+
+def test_llama4_scout_every_layer_is_moe_with_one_shared_expert(load_arch: LoadArch) -> None:
+    arch = load_arch(SCOUT)
+    assert (arch.num_layers, arch.num_heads, arch.num_kv_heads, arch.head_dim) == (48, 40, 8, 128)
+    assert (arch.num_experts, arch.experts_per_token, arch.moe_intermediate_size) == (16, 1, 8192)
+    assert arch.intermediate_size == 16384 and arch.moe_layers == tuple(range(48))
+    assert arch.routed_expert_params == EXPERT_L4
+    # per layer by hand: attention + 16 routed experts + 1 shared expert + router (16 × hidden)
+    moe_layer = ATTN_L4 + 16 * EXPERT_L4 + EXPERT_L4 + 16 * H_L4
+    assert set(arch.layer_param_counts) == {moe_layer} and moe_layer == 2_202_091_520
+    # vision tower by hand: 34 encoder layers of 1408 (q/k/v/o and fc1/fc2 with biases, 2 LayerNorms), the unfold
+    # patch embedding 3·14·14·1408, class + 577 position embeddings, 2 LayerNorms, pixel-shuffle MLP 5632→4096→4096,
+    # projector 4096→5120
+    layer = 4 * (1408 * 1408 + 1408) + (1408 * 5632 + 5632) + (5632 * 1408 + 1408) + 4 * 1408
+    vision = 34 * layer + 3 * 14 * 14 * 1408 + 1408 + 577 * 1408 + 4 * 1408 + 5632 * 4096 + 4096 * 4096 + 4096 * 5120
+    assert arch.vision_params == vision == 871_932_416
+    # + the 496,640 RMSNorm weights the arch count leaves out = 108,641,793,536: the model card's "109B"
+    assert arch.param_count == 48 * moe_layer + 2 * EMBED_L4 + vision == 108_641_296_896
+    assert arch.multimodal and arch.dtype == "bfloat16" and arch.derived_max_model_len == 10_485_760
+
+
+def test_llama4_maverick_moe_on_every_second_layer(load_arch: LoadArch) -> None:
+    arch = load_arch(MAVERICK)
+    assert arch.num_experts == 128 and arch.moe_layers == tuple(range(1, 48, 2))
+    moe_layer = ATTN_L4 + 128 * EXPERT_L4 + EXPERT_L4 + 128 * H_L4
+    dense_layer = ATTN_L4 + DENSE_L4
+    assert arch.layer_param_counts[:2] == (dense_layer, moe_layer)   # (layer_idx + 1) % 2 == 0 is MoE
+    assert arch.param_count == 24 * dense_layer + 24 * moe_layer + 2 * EMBED_L4 + arch.vision_params
+    assert arch.param_count == 401_583_284_736        # + 496,640 norm weights = 401.58 B: the card's "400B"
+
+
+def test_llama4_chunked_local_layers_follow_no_rope_layers(load_arch: LoadArch) -> None:
+    arch = load_arch(SCOUT)
+    # no_rope_layers is empty in the config: transformers fills it with interval 4, so layers 3, 7, …, 47 are global
+    # (NoPE) and the other 36 use chunked local attention of 8192 tokens (vLLM llama4.py: nope ⇔ no_rope_layers[i]==0)
+    assert arch.attention_chunk_size == 8192
+    assert arch.chunked_local_layers == tuple(i for i in range(48) if (i + 1) % 4)
+    assert len(arch.chunked_local_layers) == 36
+    # their KV is allocated as full attention: vLLM disables the hybrid KV cache manager for chunked local attention
+    # by default and promotes ChunkedLocalAttentionSpec to FullAttentionSpec (kv_cache_planning.py)
+    assert set(arch.layer_kinds) == {FULL} and not arch.is_hybrid
+    assert "chunked-local" in arch.family and "MoE" in arch.family and "VLM" in arch.family
+
+
+def test_llama4_explicit_no_rope_layers_and_interleave_step_zero() -> None:
+    text = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128, "intermediate_size": 32,
+            "intermediate_size_mlp": 96, "num_local_experts": 4, "num_experts_per_tok": 1,
+            "attention_chunk_size": 16, "no_rope_layers": [1, 0, 1, 0], "interleave_moe_layer_step": 0}
+    arch = config_arch({"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+                        "text_config": text})
+    assert arch.chunked_local_layers == (0, 2)
+    assert arch.moe_layers == ()          # vLLM: interleave_moe_layer_step > 0 and … — 0 means no MoE layer
+    assert set(arch.layer_param_counts) == {64 * 16 * 4 * 2 + 2 * 64 * 2 * 16 + 3 * 64 * 96}
+    no_chunks = config_arch({"model_type": "llama4", "text_config": {**text, "attention_chunk_size": None}})
+    assert no_chunks.attention_chunk_size is None and no_chunks.chunked_local_layers == ()
+
+
+def test_deepseek_v3_parameter_count_is_the_published_671b(load_arch: LoadArch) -> None:
+    """DeepSeek-V3/R1: 671,026,419,200 parameters in the main model (the MTP layer's 14B are on top)."""
+    for model in ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1"):
+        arch = load_arch(model)
+        assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.vocab_size) == (61, 7168, 128, 129280)
+        assert (arch.num_experts, arch.experts_per_token, arch.moe_intermediate_size) == (256, 8, 2048)
+        assert (arch.kv_lora_rank, arch.qk_rope_head_dim, arch.head_dim) == (512, 64, 576)
+        assert arch.moe_layers == tuple(range(3, 61)) and arch.mtp_layers == 1
+        assert arch.quantization is not None and arch.quantization.method == "fp8"
+        # attention with q_lora_rank 1536: q_a 7168·1536 + q_b 1536·128·192 + kv_a 7168·576 + kv_b 512·128·256
+        # + o 128·128·7168 (the q_a/kv_a norms are among the norms below)
+        attn = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+        assert attn == 187_105_280
+        expert = 3 * 7168 * 2048
+        assert arch.layer_param_counts[0] == attn + 3 * 7168 * 18432
+        assert arch.layer_param_counts[3] == attn + 256 * expert + expert + 256 * 7168
+        # norms (2 × 7168 + 1536 + 512 per layer, + the final 7168) and the 58 × 256 router biases are not counted
+        norms = 61 * (2 * 7168 + 1536 + 512) + 7168 + 58 * 256
+        assert arch.param_count + norms == 671_026_419_200
+
+
+def test_llama_405b_parameter_count(load_arch: LoadArch) -> None:
+    arch = load_arch("meta-llama/Llama-3.1-405B-Instruct")
+    assert (arch.num_layers, arch.hidden_size, arch.num_heads, arch.num_kv_heads) == (126, 16384, 128, 8)
+    assert (arch.intermediate_size, arch.vocab_size) == (53248, 128256)
+    norms = 126 * 2 * 16384 + 16384
+    assert arch.param_count + norms == 405_853_388_800
+    assert arch.total_size == 2 * 405_853_388_800

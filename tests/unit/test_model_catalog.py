@@ -86,8 +86,14 @@ def param_estimate(config: dict[str, Any]) -> tuple[int, int, int, int]:
         per_layer += t.get("n_shared_experts", 0) * mats * h * moe_inter
         per_layer += mats * h * t.get("shared_expert_intermediate_size", 0)
         dense_layers = t.get("first_k_dense_replace", 0)
+        dense_size = t["intermediate_size"]
+        step = t.get("interleave_moe_layer_step")
+        if step:  # Llama-4: experts on every step-th layer, one shared expert, intermediate_size_mlp elsewhere
+            per_layer += mats * h * moe_inter
+            dense_layers = layers - layers // step
+            dense_size = t["intermediate_size_mlp"]
         mlp = (layers - dense_layers) * per_layer
-        dense_in_moe = dense_layers * mats * h * t["intermediate_size"]
+        dense_in_moe = dense_layers * mats * h * dense_size
     else:
         mlp = layers * mats * h * t["intermediate_size"]
     return embed, layers * attn, mlp, dense_in_moe
@@ -106,6 +112,8 @@ def expected_bytes(config: dict[str, Any]) -> float:
         return 2.0 * embed + linear * (bits / 8 + 2.5 / group)
     if method == "fp8":
         return 2.0 * embed + linear * 1.0
+    if method == "fbgemm_fp8":  # Llama-4 Maverick FP8: routed experts FP8, everything else BF16
+        return 2.0 * (embed + attn + dense) + mlp * 1.0
     if method == "compressed-tensors":
         groups = list(qc["config_groups"].values())
         bits = groups[0]["weights"]["num_bits"]

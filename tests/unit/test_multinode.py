@@ -191,3 +191,62 @@ def test_cli_gpu_count_is_per_node_and_nodes_lets_it_span(capsys: pytest.Capture
     assert (doc["nodes"], doc["gpus_per_node"], doc["spans_nodes"]) == (2, 8, True)
     assert (doc["tensor_parallel_size"], doc["pipeline_parallel_size"]) == (8, 2)
     assert "--pipeline-parallel-size" in doc["args"]
+
+
+# --- Llama-4: hand-checked plans ----------------------------------------------------------------------------------
+
+SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+MAVERICK = "meta-llama/Llama-4-Maverick-17B-128E-Instruct"
+MAVERICK_FP8 = "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8"
+L4_EMBED_BYTES = 202048 * 5120 * 2          # embedding = lm_head = 2,068,971,520 B in BF16
+L4_KV_PER_TOKEN_TP8 = 48 * 2 * 1 * 128 * 2  # 48 layers × K,V × 8 KV heads / TP 8 × 128 × 2 B = 24,576 B
+
+
+def test_llama4_scout_bf16_on_8_h100_tp8(make: Make) -> None:
+    result = plan_across_nodes(make(SCOUT, "h100", gpu_count=8, pinned=PinnedFlags(tensor_parallel_size=8)),
+                               gpus_per_node=8, max_nodes=1)
+    assert result.fits and not result.spans_nodes
+    # By hand: 217,283,587,072 B (108,641,793,536 params × 2) / 8 = 27,160,448,384 B; the rope cache of the 10M-token
+    # context, 10,485,760 × 128 × 2 B = 2,684,354,560 B, on every GPU; × 1.0015 loader overhead → 27.84 GiB
+    by_hand = (217_283_587_072 / 8 + 10_485_760 * 128 * 2) * 1.0015 / GiB
+    assert result.plan.memory.weights_gib == pytest.approx(by_hand, abs=0.01)
+    # chunked-local layers are allocated as full attention: every one of the 48 layers holds KV for every token
+    assert result.stages[0].kv_bytes_per_token == L4_KV_PER_TOKEN_TP8 == 24_576
+    kv = result.plan.memory.kv_cache_gib * GiB
+    assert result.plan.prediction.num_blocks == pytest.approx(kv / (16 * 24_576), rel=0.001)
+
+
+def test_llama4_scout_unpinned_on_8_h100_takes_the_fewest_gpus_that_serve(make: Make) -> None:
+    result = plan_across_nodes(make(SCOUT, "h100", gpu_count=8), gpus_per_node=8)
+    # 202.36 GiB of weights: TP 2 holds 101 GiB per GPU (> 80), TP 4 about 53 GiB and serves the default workload
+    assert result.fits and result.plan.flags["tensor_parallel_size"] == 4
+
+
+def test_llama4_maverick_fp8_on_8_h100(make: Make) -> None:
+    result = plan_across_nodes(make(MAVERICK_FP8, "h100", gpu_count=8), gpus_per_node=8)
+    assert result.fits and not result.spans_nodes and result.plan.flags["tensor_parallel_size"] == 8
+    # By hand: 416,884,747,264 B (routed experts FP8 + float32 scales, the rest BF16) / 8 = 52,110,593,408 B, + the
+    # rope cache 1,048,576 × 128 × 2 B = 268,435,456 B; × 1.0015 → 48.85 GiB per GPU
+    by_hand = (416_884_747_264 / 8 + 1_048_576 * 128 * 2) * 1.0015 / GiB
+    assert result.plan.memory.weights_gib == pytest.approx(by_hand, abs=0.01)
+    assert result.stages[0].kv_bytes_per_token == L4_KV_PER_TOKEN_TP8
+
+
+def test_llama4_maverick_bf16_spans_two_h100_nodes_when_allowed(make: Make) -> None:
+    one = plan_across_nodes(make(MAVERICK, "h100", gpu_count=8), gpus_per_node=8, max_nodes=1)
+    assert not one.fits                                   # 748 GiB of BF16 weights > 8 × 80 GB
+    assert any(o.kind == "nodes" and o.gpu_count == 16 for o in one.options)
+    result = plan_across_nodes(make(MAVERICK, "h100", gpu_count=8), gpus_per_node=8, max_nodes=2)
+    assert result.fits and result.spans_nodes
+    s = result.split
+    assert (s.nodes, s.gpus_per_node, s.tensor_parallel_size, s.pipeline_parallel_size) == (2, 8, 8, 2)
+    assert [st.layers for st in result.stages] == [24, 24]
+    # By hand: each stage has 12 MoE + 12 dense layers, i.e. half the 799,029,619,712 B of decoder layers and vision
+    # tower (803,167,562,752 − embedding − lm_head), plus the embedding (stage 0) or lm_head (stage 1): 401.58 GB / 8
+    # = 50,197,972,672 B + rope 268,435,456 B, × 1.0015 → 47.07 GiB per GPU on both stages
+    by_hand = ((803_167_562_752 - 2 * L4_EMBED_BYTES) / 2 / 8 + L4_EMBED_BYTES / 8 + 1_048_576 * 256) * 1.0015 / GiB
+    for stage in result.stages:
+        assert stage.weights_gib == pytest.approx(by_hand, rel=0.002)
+    # KV per token per GPU: 24 layers × 2 × 1 KV head × 128 × 2 B
+    assert [st.kv_bytes_per_token for st in result.stages] == [12_288, 12_288]
+    assert result.limiting_stage == 1                     # the sampler's activation is on the last stage

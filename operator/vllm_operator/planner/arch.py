@@ -103,6 +103,16 @@ class ModelArch(BaseModel):
     layer_param_counts: tuple[int, ...] = Field((), description="parameters of each decoder layer")
     mtp_layers: int = Field(0, ge=0, description="multi-token-prediction layers in the checkpoint "
                                                 "(`num_nextn_predict_layers`, `mtp_num_hidden_layers`)")
+    moe_layers: tuple[int, ...] = Field((), description="indices of the decoder layers with routed experts "
+                                                        "(the others have a dense MLP)")
+    routed_expert_params: int = Field(0, ge=0, description="parameters of ONE routed expert of one layer "
+                                                           "(gate/up/down): what expert parallelism distributes")
+    attention_chunk_size: int | None = Field(
+        None, description="chunked local attention (Llama-4): tokens per chunk on the local layers")
+    chunked_local_layers: tuple[int, ...] = Field(
+        (), description="indices of the chunked-local attention layers; their KV is allocated as full attention "
+                        "(vLLM disables the hybrid KV cache manager for chunked local attention by default)")
+    vision_params: int = Field(0, ge=0, description="vision tower + projector parameters counted in param_count")
 
     @property
     def is_mla(self) -> bool:
@@ -126,6 +136,8 @@ class ModelArch(BaseModel):
             parts.append("hybrid-SWA")
         elif self.layer_kinds and self.layer_kinds[0] is LayerKind.SLIDING:
             parts.append("SWA")
+        if self.chunked_local_layers:
+            parts.append("chunked-local")
         if self.is_moe:
             parts.append("MoE")
         if self.multimodal:
@@ -320,7 +332,9 @@ def _param_count(a: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
     h, layers, vocab = a["hidden_size"], a["num_layers"], a["vocab_size"]
     if a["kv_lora_rank"] is not None:
         q_head = a["head_dim_qk"]
-        attn = h * a["num_heads"] * q_head + h * (a["kv_lora_rank"] + a["qk_rope_head_dim"])
+        q_lora = a["q_lora_rank"]  # DeepSeek-V3/R1: q_a_proj (h × q_lora) then q_b_proj (q_lora × heads·q_head)
+        attn = (h * q_lora + q_lora * a["num_heads"] * q_head if q_lora else h * a["num_heads"] * q_head)
+        attn += h * (a["kv_lora_rank"] + a["qk_rope_head_dim"])
         attn += a["kv_lora_rank"] * a["num_heads"] * (a["qk_nope_head_dim"] + a["v_head_dim"])
         attn += a["num_heads"] * a["v_head_dim"] * h
     else:
@@ -330,11 +344,12 @@ def _param_count(a: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
     if a["num_experts"]:
         moe = a["num_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["num_experts"] * h
         moe += a["shared_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["shared_expert_size"] * mlp_mult * h
-        per_layer = tuple(int(attn + (dense_mlp if i < a["first_dense"] else moe)) for i in range(layers))
+        moe_layers = set(a["moe_layers"])
+        per_layer = tuple(int(attn + (moe if i in moe_layers else dense_mlp)) for i in range(layers))
     else:
         per_layer = tuple(int(attn + dense_mlp) for _ in range(layers))
     embed = vocab * h * (1 if a["tie"] else 2)
-    return int(sum(per_layer) + embed), per_layer
+    return int(sum(per_layer) + embed + a["vision_params"]), per_layer
 
 
 def arch_from_config(
@@ -371,6 +386,11 @@ def arch_from_config(
     num_experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
     top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("moe_topk") or 0)
     moe_inter = int(cfg.get("moe_intermediate_size") or (intermediate if num_experts else 0))
+    mlp_size = cfg.get("intermediate_size_mlp")  # Llama-4: intermediate_size is the experts', this the dense MLP's
+    if num_experts and isinstance(mlp_size, int) and not isinstance(mlp_size, bool) and mlp_size > 0:
+        intermediate = mlp_size
+    moe_layers = _moe_layers(cfg, layers, num_experts)
+    chunk, chunked = _chunked_local(cfg, layers)
     kinds, window = _layer_kinds(cfg, layers, model_type)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
     dtype = dtype.replace("torch.", "")
@@ -381,9 +401,10 @@ def arch_from_config(
         "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
         "num_kv_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
         "num_experts": num_experts, "moe_intermediate_size": moe_inter, "gated": gated, "tie": tie,
-        "shared_experts": int(cfg.get("n_shared_experts") or 0),
+        "shared_experts": _shared_experts(cfg, model_type),
         "shared_expert_size": int(cfg.get("shared_expert_intermediate_size") or 0),
-        "first_dense": int(cfg.get("first_k_dense_replace") or 0),
+        "moe_layers": moe_layers, "vision_params": _vision_params(config),
+        "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
         "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
         "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 0), "v_head_dim": int(cfg.get("v_head_dim") or 0),
         "head_dim_qk": int(cfg.get("qk_nope_head_dim") or 0) + rope_dim,
@@ -419,7 +440,81 @@ def arch_from_config(
         param_count=total_params,
         layer_param_counts=layer_params,
         mtp_layers=_mtp_layers(cfg),
+        moe_layers=moe_layers,
+        routed_expert_params=(3 if gated else 2) * hidden * moe_inter if num_experts else 0,
+        attention_chunk_size=chunk,
+        chunked_local_layers=chunked,
+        vision_params=counts["vision_params"],
     )
+
+
+def _moe_layers(cfg: Mapping[str, Any], layers: int, num_experts: int) -> tuple[int, ...]:
+    """Which decoder layers route to experts, as vLLM builds them: Llama-4 every `interleave_moe_layer_step`-th
+    layer (`llama4.py`: `(layer_idx + 1) % step == 0`; Scout 1 = all, Maverick 2 = the odd ones); DeepSeek and Kimi
+    all layers from `first_k_dense_replace` on; every layer otherwise."""
+    if not num_experts:
+        return ()
+    step = cfg.get("interleave_moe_layer_step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return tuple(i for i in range(layers) if step > 0 and (i + 1) % step == 0)
+    first = cfg.get("first_k_dense_replace")
+    first = first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else 0
+    return tuple(range(first, layers))
+
+
+def _shared_experts(cfg: Mapping[str, Any], model_type: str) -> int:
+    """Shared experts of one MoE layer (of the routed experts' size): DeepSeek's `n_shared_experts`; Llama-4 has one
+    (`llama4.py`: `shared_expert = LlamaMLP(intermediate_size)`, `n_shared_experts = 1`)."""
+    if model_type == "llama4_text" or (model_type == "llama4" and cfg.get("num_local_experts")):
+        return 1
+    value = cfg.get("n_shared_experts")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _chunked_local(cfg: Mapping[str, Any], layers: int) -> tuple[int | None, tuple[int, ...]]:
+    """Llama-4's chunked local attention: `attention_chunk_size` tokens per chunk on the layers that use RoPE.
+
+    vLLM (`llama4.py`): a layer is global (NoPE, full attention) when `no_rope_layers[i] == 0`, else chunked-local.
+    transformers' Llama4TextConfig fills an empty `no_rope_layers` with `int((i + 1) % no_rope_layer_interval != 0)`
+    (interval 4): layers 3, 7, 11, … are global, the other three in four chunked-local.
+    """
+    chunk = cfg.get("attention_chunk_size")
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
+        return None, ()
+    flags = cfg.get("no_rope_layers")
+    if not isinstance(flags, list) or len(flags) != layers:
+        interval = cfg.get("no_rope_layer_interval", 4)
+        interval = interval if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0 else 4
+        flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    return chunk, tuple(i for i, uses_rope in enumerate(flags) if uses_rope != 0)
+
+
+def _vision_params(config: Mapping[str, Any]) -> int:
+    """Parameters of the Llama-4 vision tower and projector (transformers' modeling_llama4): patch embedding (an
+    unfold Linear, no bias), class and position embeddings, pre/post LayerNorms, `num_hidden_layers` encoder layers
+    (q/k/v/o and fc1/fc2 with biases, two LayerNorms), the pixel-shuffle MLP (intermediate → projector_input_dim →
+    projector_output_dim, no biases) and the projector to the text hidden size. 0 for other vision towers (their
+    rows carry the tower in total_size only)."""
+    vision, text = config.get("vision_config"), config.get("text_config")
+    if not isinstance(vision, Mapping) or vision.get("model_type") != "llama4_vision_model":
+        return 0
+    try:
+        h, inter, layers = int(vision["hidden_size"]), int(vision["intermediate_size"]), int(vision["num_hidden_layers"])
+        patch, image = int(vision["patch_size"]), int(vision["image_size"])
+        channels = int(vision.get("num_channels", 3))
+        proj_in, proj_out = int(vision["projector_input_dim"]), int(vision["projector_output_dim"])
+        out_dim = int(vision.get("vision_output_dim", proj_out))
+        text_hidden = int(text["hidden_size"]) if isinstance(text, Mapping) else 0
+    except (KeyError, TypeError, ValueError):
+        return 0
+    if min(h, inter, layers, patch, image, channels, proj_in, proj_out, out_dim) <= 0 or max(
+            h, inter, layers, patch, image, proj_in, proj_out, out_dim) > 2**17:
+        return 0
+    encoder_layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 4 * h
+    positions = (image // patch) ** 2 + 1
+    stem = channels * patch * patch * h + h + positions * h + 4 * h
+    adapter = inter * proj_in + proj_out * proj_out
+    return layers * encoder_layer + stem + adapter + out_dim * text_hidden
 
 
 def _mtp_layers(cfg: Mapping[str, Any]) -> int:
@@ -479,6 +574,10 @@ ARCH_BOUNDS: dict[str, int] = {
                      "model_max_length", "sliding_window", "original_max_position_embeddings",
                      "max_target_positions", "max_seq_length", "seq_len"), 2**27),
     "sliding_window_pattern": 1024,
+    "interleave_moe_layer_step": 1024,
+    "attention_chunk_size": 2**27,
+    "no_rope_layer_interval": 1024,
+    **dict.fromkeys(("intermediate_size_mlp", "q_lora_rank"), 2**20),
 }
 #: The rope scaling factor (real ones: up to 64).
 MAX_ROPE_FACTOR = 1024
