@@ -237,6 +237,10 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     """The vLLM flags that change memory, as vLLM spells them (shared by `plan` and `check`)."""
     p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int)
     p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int)
+    p.add_argument("--data-parallel-size", "-dp", type=_positive_int,
+                   help="engines in one server, each TP x PP GPUs with its own KV cache (MoE layers span them all)")
+    p.add_argument("--enable-expert-parallel", action="store_true", default=None,
+                   help="MoE layers hold whole experts per TP x DP rank instead of a slice of every expert")
     p.add_argument("--gpu-memory-utilization", type=_utilization)
     p.add_argument("--max-model-len", type=_model_len)
     p.add_argument("--max-num-seqs", type=_positive_int)
@@ -289,6 +293,8 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
     return PinnedFlags(
         tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size,
+        data_parallel_size=args.data_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
@@ -352,10 +358,10 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
 
 
 def _gpus_per_node(args: argparse.Namespace, pinned: PinnedFlags) -> int:
-    """--gpu-count is GPUs per node; without it a pinned TP x PP is taken as one node of that many GPUs."""
+    """--gpu-count is GPUs per node; without it a pinned TP x PP (x DP) is taken as one node of that many GPUs."""
     if args.gpu_count is not None:
         return int(args.gpu_count)
-    return (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1)
+    return (pinned.tensor_parallel_size or 1) * (pinned.pipeline_parallel_size or 1) * (pinned.data_parallel_size or 1)
 
 
 def plan_document(result: Plan) -> dict[str, Any]:
@@ -544,7 +550,8 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     parsed.model = model
     parsed.gpu = gpu
     tp, pp = parsed.tensor_parallel_size or 1, parsed.pipeline_parallel_size or 1
-    parsed.gpu_count = max(gpu_count or 1, tp * pp)  # one node: build_request takes --gpu-count as given
+    dp = parsed.data_parallel_size or 1
+    parsed.gpu_count = max(gpu_count or 1, tp * pp * dp)  # one node: build_request takes --gpu-count as given
     parsed.gpu_free_gib = gpu_free_gib
     parsed.vllm_version = vllm_version
     parsed.image = image

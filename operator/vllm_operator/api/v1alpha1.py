@@ -729,7 +729,24 @@ class PinnedFlags(_Model):
         default=None,
         ge=1,
         le=64,
-        description="`--pipeline-parallel-size`: pipeline stages (GPUs per pod = TP x PP).",
+        description="`--pipeline-parallel-size`: pipeline stages (GPUs per pod = TP x PP x DP).",
+    )
+    data_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "`--data-parallel-size`: engine replicas inside one pod, each TP x PP GPUs with its own KV cache; the "
+            "MoE layers of a MoE model run across all of them (vLLM 0.8.3+). GPUs per pod = DP x TP x PP. Opt-in: "
+            "the planner never chooses it."
+        ),
+    )
+    enable_expert_parallel: bool | None = Field(
+        default=None,
+        description=(
+            "`--enable-expert-parallel`: MoE layers place whole experts on the TP x DP ranks instead of splitting "
+            "every expert (vLLM 0.8.0+). Opt-in: the planner never chooses it."
+        ),
     )
     gpu_memory_utilization: float | None = Field(
         default=None,
@@ -861,6 +878,7 @@ OPERATOR_OWNED_FLAGS: dict[str, str] = {
 VLLM_SHORT_FLAGS: dict[str, str] = {
     "tp": "tensor_parallel_size",
     "pp": "pipeline_parallel_size",
+    "dp": "data_parallel_size",
     "q": "quantization",
 }
 

@@ -75,6 +75,9 @@ class EngineFlags(BaseModel):
     max_loras: int = 0
     max_lora_rank: int = 16
     speculative: Speculation | None = Field(None, description="`--speculative-config`, parsed (planner/speculative.py)")
+    # MoE parallelism (pinned only): see moe_parallel_weights
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
 
 
 class GPUFacts(BaseModel):
@@ -307,6 +310,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
         resident = (share + extra) / tp + replicated + rope_cache
         resident -= flags.cpu_offload_gb * GiB
         per_stage.append(int(max(resident, 0) * 1.0015))
+    per_stage = moe_parallel_weights(arch, flags, per_stage)
     if flags.max_loras:  # adapter slots are allocated while the model loads: they count as weights
         slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank,
                           dtype_bytes=_model_dtype_bytes(arch, flags))
@@ -554,7 +558,7 @@ def _first_failure(
         return PredictedFailure(kind=FailureKind.MAX_MODEL_LEN_TOO_LONG,
                                 message=messages.max_len_too_long_message(flags.max_model_len,
                                                                           arch.derived_max_model_len))
-    bad = _check_parallelism(arch, flags)
+    bad = _check_parallelism(arch, flags) or moe_parallelism_failure(arch, flags)
     if bad:
         return bad
     tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink) * GiB
@@ -609,4 +613,69 @@ def _first_failure(
             device=0, tried_mib=786.0, total_gib=gpu.total_gib, free_mib=max(gib(headroom - tp_init), 0) * 1024 * 0.3,
             in_use_gib=gib(requested + tp_init), torch_gib=gib(requested - 0.25 * GiB))
         return PredictedFailure(kind=FailureKind.CUDA_OOM_STARTUP, message=oom)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# MoE parallelism: --data-parallel-size and --enable-expert-parallel (pinned only)
+# --------------------------------------------------------------------------------------------------
+
+
+def moe_group_size(flags: EngineFlags) -> int:
+    """The ranks one MoE layer runs across: TP × DP (vLLM's FusedMoEParallelConfig.make flattens DP into the MoE
+    layers' TP group; with --enable-expert-parallel that group becomes the EP group, EP size = TP × DP)."""
+    return flags.tensor_parallel_size * flags.data_parallel_size
+
+
+def experts_per_rank(arch: ModelArch, flags: EngineFlags) -> int:
+    """Routed experts the busiest EP rank holds: vLLM's determine_expert_map gives E // EP to every rank and one more
+    to the first E % EP ranks, so the heaviest holds ceil(E / EP)."""
+    return ceil_div(arch.num_experts, moe_group_size(flags))
+
+
+def _layer_param_bytes(arch: ModelArch, flags: EngineFlags) -> float:
+    """Resident bytes of one decoder-layer parameter, as weights_bytes_per_gpu spreads the checkpoint's body over the
+    layers (the same per-parameter rate, so the expert share below is the one it booked)."""
+    plain = flags.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "cpu_offload_gb": 0.0,
+                                     "max_loras": 0, "data_parallel_size": 1, "enable_expert_parallel": False})
+    embed_head = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2) * 2
+    rope = 0 if arch.is_mla else arch.derived_max_model_len * arch.head_dim * 2
+    body = max(weights_bytes_per_gpu(arch, plain)[0] / 1.0015 - embed_head - rope, 0.0)
+    return body / max(sum(arch.layer_param_counts) or arch.param_count, 1)
+
+
+def moe_parallel_weights(arch: ModelArch, flags: EngineFlags, per_stage: list[int]) -> list[int]:
+    """Per-stage weights per GPU with the routed experts laid out as DP/EP lay them out.
+
+    `weights_bytes_per_gpu` books every routed expert split over the TP ranks. With `--data-parallel-size` D the
+    experts are split over TP × D ranks instead (attention, dense MLPs, shared experts and routers stay split over
+    TP, i.e. replicated on every DP rank); with `--enable-expert-parallel` each of the TP × D ranks holds whole
+    experts, ceil(E / (TP × D)) of them per MoE layer, and none of the others. Same expert bytes per GPU as TP
+    sharding only when E divides by TP × D. Dense models and plain TP are returned unchanged.
+    """
+    group = moe_group_size(flags)
+    if not arch.is_moe or not arch.routed_expert_params or not arch.moe_layers or group == 1:
+        return per_stage
+    rate = _layer_param_bytes(arch, flags)
+    expert_bytes = arch.routed_expert_params * rate
+    held = experts_per_rank(arch, flags) if flags.enable_expert_parallel else arch.num_experts / group
+    out, start = [], 0
+    for stage, layers in enumerate(pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size)):
+        moe_in_stage = sum(1 for i in arch.moe_layers if start <= i < start + layers)
+        start += layers
+        booked = moe_in_stage * arch.num_experts * expert_bytes / flags.tensor_parallel_size
+        actual = moe_in_stage * held * expert_bytes
+        out.append(max(int(per_stage[stage] + (actual - booked) * 1.0015), 0))
+    return out
+
+
+def moe_parallelism_failure(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
+    """The shard checks DP/EP change: without EP the experts' intermediate size is split over TP × DP ranks and must
+    divide by it (vLLM asserts it when it builds the MoE layer)."""
+    group = moe_group_size(flags)
+    if not arch.is_moe or flags.enable_expert_parallel or flags.data_parallel_size == 1:
+        return None
+    if arch.moe_intermediate_size and arch.moe_intermediate_size % group:
+        return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                message=messages.shard_divisibility_message(arch.moe_intermediate_size, group))
     return None

@@ -68,13 +68,15 @@ class Split(BaseModel):
     gpus_per_node: int = Field(ge=1, description="GPUs each pod (node) requests: world size / nodes")
     tensor_parallel_size: int = Field(ge=1)
     pipeline_parallel_size: int = Field(ge=1)
+    data_parallel_size: int = Field(1, ge=1, description="engines in one pod (pinned --data-parallel-size)")
 
     @property
     def world_size(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     def describe(self) -> str:
-        return f"TP {self.tensor_parallel_size} × PP {self.pipeline_parallel_size}"
+        dp = f" × DP {self.data_parallel_size}" if self.data_parallel_size > 1 else ""
+        return f"TP {self.tensor_parallel_size} × PP {self.pipeline_parallel_size}{dp}"
 
 
 class MultiNodePlan(BaseModel):
@@ -101,7 +103,7 @@ class MultiNodePlan(BaseModel):
         verdict = "FITS" if self.fits else "DOES NOT FIT"
         s = self.split
         if s.nodes == 1:
-            where = f"{s.world_size}× {self.gpu}"
+            where = f"{s.world_size}× {self.gpu}" + (f" ({s.describe()})" if s.data_parallel_size > 1 else "")
         else:
             where = (f"{s.nodes} nodes × {s.gpus_per_node}× {self.gpu} ({s.describe()}, spans nodes: one "
                      f"LeaderWorkerSet group of {s.nodes} pods)")
@@ -200,6 +202,8 @@ def _flags_of(result: Plan, request: PlanRequest) -> EngineFlags:
         block_size=pinned.block_size or 16,
         cpu_offload_gb=pinned.cpu_offload_gb or 0.0,
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
+        data_parallel_size=pinned.data_parallel_size or 1,
+        enable_expert_parallel=bool(pinned.enable_expert_parallel),
     )
 
 
@@ -280,6 +284,8 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
     planned first; only when it does not fit and `max_nodes` > 1 are 2, 3, … nodes tried, preferred split first.
     """
     pinned = request.pinned
+    if (pinned.data_parallel_size or 1) > 1:
+        return _data_parallel_on_one_node(request, gpus_per_node, max_nodes)
     if pinned.tensor_parallel_size is not None:
         world = pinned.tensor_parallel_size * (pinned.pipeline_parallel_size or 1)
         nodes = nodes_for(world, gpus_per_node)
@@ -335,12 +341,40 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
     return _finish(request, single, single_split, max_nodes, reasons, options)
 
 
+def _data_parallel_on_one_node(request: PlanRequest, gpus_per_node: int, max_nodes: int) -> MultiNodePlan:
+    """A pinned --data-parallel-size is planned on one node: DP × TP × PP GPUs in one pod. Spreading DP ranks over
+    nodes needs vLLM's DP launch flags (--data-parallel-size-local/-address/-rpc-port/-start-rank, or --nnodes
+    inferring them from 0.33), whose meaning changed between releases; the operator does not render them."""
+    result = plan(request.model_copy(update={"gpu_count": gpus_per_node}))
+    flags = result.flags
+    tp, pp = int(flags.get("tensor_parallel_size", 1)), int(flags.get("pipeline_parallel_size", 1))
+    dp = int(request.pinned.data_parallel_size or 1)
+    world = tp * pp * dp
+    split = Split(nodes=1, gpus_per_node=world, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                  data_parallel_size=dp)
+    if world > gpus_per_node:
+        message = (f"data-parallel-size {dp} × TP {tp} × PP {pp} = {world} GPUs; one node has {gpus_per_node}. "
+                   "Data parallelism is planned inside one pod (one node) only: lower data-parallel-size, or drop it "
+                   "and use spec.replicas for more engines.")
+        failure = PredictedFailure(kind=FailureKind.INVALID_PARALLELISM, message=message)
+        result = result.model_copy(update={"fits": False, "usable": False, "failure": failure,
+                                           "reasons": [*result.reasons, "Does not fit: " + message]})
+    reasons = ([f"data-parallel-size {dp} is pinned: planned on one node ({max_nodes} allowed); DP ranks are not "
+                "spread over nodes."] if max_nodes > 1 else [])
+    return _finish(request, result, split, max_nodes, reasons, list(result.options))
+
+
 def render_multinode_text(result: MultiNodePlan) -> str:
     """The plan as `vllm-operator plan` prints it: the single-node report with a node-aware headline and stages."""
     from .report import render_plan_text
 
     lines = render_plan_text(result.plan.model_copy(update={"options": result.options})).split("\n")
     lines[0] = result.headline()
+    dp = result.split.data_parallel_size
+    if dp > 1:  # every engine has its own KV cache: say whose figure it is
+        tokens = result.plan.prediction.kv_cache_tokens
+        lines = [f"KV cache per engine ({dp} engines: {dp * tokens:,} tokens in the pod): " + line[len("KV cache: "):]
+                 if line.startswith("KV cache: ") else line for line in lines]
     extra: list[str] = []
     if result.split.pipeline_parallel_size > 1:
         extra = ["", "Per pipeline stage (one GPU each; the limiting stage caps every stage's KV cache):"]
@@ -366,6 +400,7 @@ def multinode_document(result: MultiNodePlan) -> dict[str, object]:
         "spans_nodes": result.spans_nodes,
         "tensor_parallel_size": s.tensor_parallel_size,
         "pipeline_parallel_size": s.pipeline_parallel_size,
+        "data_parallel_size": s.data_parallel_size,
         "stages": [stage.model_dump() for stage in result.stages],
         "limiting_stage": result.limiting_stage,
         "node_reasons": result.reasons,

@@ -34,6 +34,7 @@ from .memory import (
     profile_for_model,
     speculative_memory,
 )
+from .moe_parallel import moe_parallel_reasons
 from .speculative import Speculation, parse_speculative_config
 from .versions import VersionProfile, batch_defaults, profile_for
 
@@ -291,6 +292,8 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
         max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
         speculative=speculation,
+        data_parallel_size=pinned.data_parallel_size or 1,
+        enable_expert_parallel=bool(pinned.enable_expert_parallel),
     )
 
 
@@ -416,7 +419,9 @@ def _tp_candidates(request: PlanRequest) -> list[int]:
     low = request.constraints.min_tensor_parallel_size or 1
     if request.gpu.is_mig:
         return [1]  # a process sees one MIG slice: no tensor parallelism across slices
-    return [tp for tp in _TP_CHOICES if low <= tp and tp * pp <= request.gpu_count and _valid_tp(request.arch, tp)]
+    dp = request.pinned.data_parallel_size or 1  # GPUs per replica = TP × PP × DP
+    return [tp for tp in _TP_CHOICES
+            if low <= tp and tp * pp * dp <= request.gpu_count and _valid_tp(request.arch, tp)]
 
 
 def _kv_choices(request: PlanRequest) -> list[str]:
@@ -495,7 +500,8 @@ def _objective_text(request: PlanRequest) -> str:
 
 
 def _gpus(candidate: _Candidate) -> int:
-    return candidate.flags.tensor_parallel_size * candidate.flags.pipeline_parallel_size
+    flags = candidate.flags
+    return flags.tensor_parallel_size * flags.pipeline_parallel_size * flags.data_parallel_size
 
 
 def _starts(request: PlanRequest, candidate: _Candidate) -> bool:
@@ -728,6 +734,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
             + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
     reasons.extend([lora_reason(arch, flags)] if flags.max_loras else [])
+    reasons.extend(moe_parallel_reasons(arch, flags))
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
                        f"{objective}; fp8 halves KV bytes per token (small quality cost).")
@@ -764,7 +771,7 @@ def does_not_fit(request: PlanRequest, profile: VersionProfile, flags: EngineFla
     """Why a plan does not start, as arithmetic that adds up (the figures of the memory bar), then vLLM's words."""
     failure = _plain_failure(pred.failure)
     mem = pred.memory
-    gpus = flags.tensor_parallel_size * flags.pipeline_parallel_size
+    gpus = flags.tensor_parallel_size * flags.pipeline_parallel_size * flags.data_parallel_size
     if failure is None:
         wl = request.workload
         return (f"the KV cache holds {pred.kv_cache_tokens} tokens per replica; the workload asks for "

@@ -1,0 +1,192 @@
+"""--enable-expert-parallel and --data-parallel-size: per-GPU weights with the experts laid out as vLLM lays them out
+(hand-checked), validation, the explanation lines, the API/CLI/renderer wiring and the flag table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from vllm_operator.api.v1alpha1 import PinnedFlags
+from vllm_operator.cli import main
+from vllm_operator.planner import PlanRequest
+from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.failures import FailureKind
+from vllm_operator.planner.gpus import GPUSpec
+from vllm_operator.planner.memory import EngineFlags, experts_per_rank, weights_bytes_per_gpu
+from vllm_operator.planner.moe_parallel import moe_parallel_reasons
+from vllm_operator.planner.multinode import plan_across_nodes
+from vllm_operator.planner.plan import plan
+from vllm_operator.render.flags import flag_table
+from vllm_operator.render.manifests import render_args, unsupported_pinned
+
+MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+DEEPSEEK_R1 = "deepseek-ai/DeepSeek-R1"
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+MAVERICK_FP8 = "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8"
+LOADER = 1.0015  # vLLM's loader overhead on the weights (memory.weights_bytes_per_gpu)
+MIXTRAL_EXPERT = 3 * 4096 * 14336  # gate, up, down of one expert: 176,160,768 parameters
+
+LoadArch = Callable[[str], ModelArch]
+
+
+def engine(**kwargs: Any) -> EngineFlags:
+    return EngineFlags(max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=8192, **kwargs)
+
+
+def weights(arch: ModelArch, **kwargs: Any) -> int:
+    return max(weights_bytes_per_gpu(arch, engine(**kwargs)))
+
+
+def test_expert_parallel_with_experts_dividing_the_ranks_holds_the_same_bytes(load_arch: LoadArch) -> None:
+    arch = load_arch(MIXTRAL)
+    # 8 experts over EP 8 = 1 whole expert per rank; TP 8 holds 1/8 of each of the 8: the same bytes
+    assert experts_per_rank(arch, engine(tensor_parallel_size=8, enable_expert_parallel=True)) == 1
+    assert weights(arch, tensor_parallel_size=8, enable_expert_parallel=True) == pytest.approx(
+        weights(arch, tensor_parallel_size=8), abs=64)
+
+
+def test_uneven_expert_parallel_sizes_the_busiest_rank(load_arch: LoadArch) -> None:
+    arch = load_arch(MIXTRAL)
+    flags = engine(tensor_parallel_size=2, data_parallel_size=3, enable_expert_parallel=True)
+    # EP = TP 2 × DP 3 = 6; determine_expert_map: 8 // 6 = 1 each, one more on ranks 0-1 → the busiest holds 2
+    assert experts_per_rank(arch, flags) == 2
+    # By hand, against TP 2 alone (4 experts' worth per GPU: a half of each of 8): 32 MoE layers × (2 − 4) experts
+    # × 176,160,768 params × 2 B (BF16) = −22,548,578,304 B, × the loader overhead; BF16 is booked at the checkpoint's
+    # bytes per counted parameter (93,405,585,408 B / 46,702,526,464 params: norms are in the file, not the count)
+    assert arch.total_size is not None
+    per_param = arch.total_size / arch.param_count
+    assert per_param == pytest.approx(2.0, rel=1e-5)
+    delta = max(weights_bytes_per_gpu(arch, flags)) - weights(arch, tensor_parallel_size=2)
+    assert delta == pytest.approx(32 * (2 - 4) * MIXTRAL_EXPERT * per_param * LOADER, rel=1e-7)
+    text = " ".join(moe_parallel_reasons(arch, flags))
+    assert "EP size = TP × DP = 6" in text and "ranks 0–1 hold 2, the others 1" in text
+
+
+def test_data_parallel_without_ep_splits_experts_over_tp_times_dp_and_replicates_the_rest(
+        load_arch: LoadArch) -> None:
+    arch = load_arch(DEEPSEEK_R1)
+    tp4_dp2, tp8 = weights(arch, tensor_parallel_size=4, data_parallel_size=2), weights(arch, tensor_parallel_size=8)
+    # Both split every routed expert 8 ways (vLLM flattens DP into the MoE layers' TP group); TP 4 × DP 2 holds
+    # a quarter instead of an eighth of everything else. By hand from the checkpoint: the body (688.6 GB − BF16
+    # embedding and lm_head) spread over the decoder layers' parameters, of which 58 × 256 × 44,040,192 are routed
+    embed_head = 2 * 129280 * 7168 * 2
+    assert arch.total_size is not None
+    rate = (arch.total_size - embed_head) / sum(arch.layer_param_counts)
+    routed = 58 * 256 * 44_040_192 * rate
+    rest = arch.total_size - routed
+    assert tp4_dp2 - tp8 == pytest.approx(rest * (1 / 4 - 1 / 8) * LOADER, rel=2e-3)
+    # with EP as well: 256 experts over 8 ranks divide evenly, so the same bytes as without EP
+    assert weights(arch, tensor_parallel_size=4, data_parallel_size=2, enable_expert_parallel=True) == \
+        pytest.approx(tp4_dp2, abs=64)
+
+
+def test_experts_intermediate_must_divide_by_tp_times_dp_unless_expert_parallel(
+        load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(MIXTRAL)
+    split = plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=3,
+                             pinned=PinnedFlags(tensor_parallel_size=1, data_parallel_size=3)))
+    # 14336 % 3 != 0: vLLM cannot split each expert's intermediate size over 3 ranks
+    assert not split.fits and split.failure is not None
+    assert split.failure.kind is FailureKind.INVALID_PARALLELISM and "14336" in split.failure.message
+    whole = plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=3,
+                             pinned=PinnedFlags(tensor_parallel_size=1, data_parallel_size=3,
+                                                enable_expert_parallel=True)))
+    assert whole.fits and whole.gpu_count == 3
+
+
+def test_dp_times_tp_times_pp_stays_within_the_gpus(load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:
+    request = PlanRequest(arch=load_arch(MIXTRAL), gpu=gpu("h100"), gpu_count=8,
+                          pinned=PinnedFlags(data_parallel_size=4, enable_expert_parallel=True))
+    result = plan(request)
+    tp = result.flags["tensor_parallel_size"]
+    assert result.fits and tp * 4 <= 8 and result.gpu_count == tp * 4
+    assert result.flags["data_parallel_size"] == 4 and result.flags["enable_expert_parallel"] is True
+    too_many = plan_across_nodes(request.model_copy(update={"pinned": PinnedFlags(
+        tensor_parallel_size=4, data_parallel_size=4)}), gpus_per_node=8, max_nodes=2)
+    assert not too_many.fits and too_many.split.nodes == 1
+    assert too_many.plan.failure is not None and "one node has 8" in too_many.plan.failure.message
+
+
+def test_kv_figures_are_per_engine(load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(MAVERICK_FP8)
+    base = PlanRequest(arch=arch, gpu=gpu("h100"), gpu_count=8, pinned=PinnedFlags(tensor_parallel_size=8))
+    ep = base.model_copy(update={"pinned": PinnedFlags(tensor_parallel_size=8, enable_expert_parallel=True)})
+    one, other = plan(base), plan(ep)
+    # 128 experts over EP 8 = 16 whole experts per GPU: the same bytes, the same KV cache
+    assert one.memory.weights_gib == other.memory.weights_gib
+    assert one.prediction.kv_cache_tokens == other.prediction.kv_cache_tokens
+    assert other.args()[-1] == "--enable-expert-parallel"
+    reasons = " ".join(other.reasons)
+    assert "each rank holds 16 of the 128 routed experts of every MoE layer (24 layers)" in reasons
+
+
+def test_dense_models_get_no_expert_effect_and_a_replicas_hint(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    assert weights(arch, tensor_parallel_size=1, data_parallel_size=2, enable_expert_parallel=True) == \
+        weights(arch, tensor_parallel_size=1)
+    text = moe_parallel_reasons(arch, engine(data_parallel_size=2, enable_expert_parallel=True))
+    assert "spec.replicas gives the same" in text[0]
+    assert "no effect: the model has no MoE layers" in text[1]
+    assert moe_parallel_reasons(arch, engine()) == []
+
+
+def test_pinned_flags_are_camel_case_in_the_api_and_the_crd() -> None:
+    pinned = PinnedFlags.model_validate({"enableExpertParallel": True, "dataParallelSize": 2})
+    assert pinned.to_vllm() == {"enable_expert_parallel": True, "data_parallel_size": 2}
+    with pytest.raises(ValueError):
+        PinnedFlags.model_validate({"dataParallelSize": 0})
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "vllmservices.vllm-operator.dev.yaml")
+                         .read_text())
+    flags = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["flags"]
+    assert flags["properties"]["dataParallelSize"]["minimum"] == 1
+    assert flags["properties"]["enableExpertParallel"]["type"] == "boolean"
+
+
+def test_flag_table_and_rendered_args_follow_the_releases_that_have_them() -> None:
+    table = flag_table()
+    # read from the wheels: --enable-expert-parallel absent in 0.7.3, present in 0.8.0; -dp absent in 0.8.2, in 0.8.3
+    assert not table.supports("enable_expert_parallel", "0.7.3") and table.supports("enable_expert_parallel", "0.8.0")
+    assert not table.supports("data_parallel_size", "0.8.2") and table.supports("data_parallel_size", "0.8.3")
+    flags = {"tensor_parallel_size": 4, "data_parallel_size": 2, "enable_expert_parallel": True}
+    args, dropped = render_args(flags, "0.33.0")
+    assert args == ["--tensor-parallel-size", "4", "--data-parallel-size", "2", "--enable-expert-parallel"]
+    assert dropped == []
+    assert [name for name, _ in unsupported_pinned(flags, "0.8.0")] == ["data_parallel_size"]
+    assert [name for name, _ in unsupported_pinned(flags, "0.7.3")] == ["data_parallel_size", "enable_expert_parallel"]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out
+
+
+def test_cli_plan_check_and_manifest(capsys: pytest.CaptureFixture[str], offline_hub: list[Any]) -> None:
+    code, out = _cli(capsys, "plan", "--model", MIXTRAL, "--gpu", "h100", "--gpu-count", "8", "-tp", "4", "-dp", "2",
+                     "--enable-expert-parallel", "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["gpu_count"] == 8
+    assert doc["flags"]["data_parallel_size"] == 2 and doc["flags"]["enable_expert_parallel"] is True
+    assert {"data_parallel_size", "enable_expert_parallel"} <= set(doc["pinned"])
+    code, out = _cli(capsys, "plan", "--model", MIXTRAL, "--gpu", "h100", "-tp", "4", "-dp", "2",
+                     "--enable-expert-parallel")
+    assert code == 0 and out.splitlines()[0].startswith(f"FITS: {MIXTRAL} on 8× H100")
+    assert "(TP 4 × PP 1 × DP 2)" in out.splitlines()[0]
+    assert any(line.startswith("KV cache per engine (2 engines: ") for line in out.splitlines())
+    code, out = _cli(capsys, "plan", "--model", MIXTRAL, "--gpu", "h100", "-tp", "4", "-dp", "2",
+                     "--enable-expert-parallel", "-o", "manifest")
+    spec = yaml.safe_load(out)["spec"]
+    assert code == 0 and spec["gpu"]["count"] == 8
+    assert spec["flags"]["dataParallelSize"] == 2 and spec["flags"]["enableExpertParallel"] is True
+    code, out = _cli(capsys, "check", "--gpu", "h100", "-o", "json", "--", "vllm", "serve", MIXTRAL, "-tp", "2",
+                     "-dp", "2", "--enable-expert-parallel")
+    assert code in (0, 1) and json.loads(out)["gpu_count"] == 4
