@@ -20,7 +20,7 @@ from vllm_operator.planner.gpus import GPUSpec
 from vllm_operator.planner.memory import EngineFlags, experts_per_rank, weights_bytes_per_gpu
 from vllm_operator.planner.moe_parallel import moe_parallel_reasons
 from vllm_operator.planner.multinode import plan_across_nodes
-from vllm_operator.planner.plan import plan
+from vllm_operator.planner.plan import Constraints, plan
 from vllm_operator.render.flags import flag_table
 from vllm_operator.render.manifests import render_args, unsupported_pinned
 
@@ -190,3 +190,14 @@ def test_cli_plan_check_and_manifest(capsys: pytest.CaptureFixture[str], offline
     code, out = _cli(capsys, "check", "--gpu", "h100", "-o", "json", "--", "vllm", "serve", MIXTRAL, "-tp", "2",
                      "-dp", "2", "--enable-expert-parallel")
     assert code in (0, 1) and json.loads(out)["gpu_count"] == 4
+
+
+def test_a_floor_for_all_the_pods_gpus_becomes_one_engines_share(load_arch: LoadArch,
+                                                                  gpu: Callable[[str], GPUSpec]) -> None:
+    # spec.gpu.count 8 makes the operator ask TP to use all 8 GPUs (min_tensor_parallel_size 8); with DP 2 pinned,
+    # one engine can have at most 4: TP 4 × DP 2 uses the 8 GPUs the pod asked for (not TP 1 × DP 2 on 2)
+    request = PlanRequest(arch=load_arch(MIXTRAL), gpu=gpu("h100"), gpu_count=8,
+                          pinned=PinnedFlags(data_parallel_size=2, enable_expert_parallel=True),
+                          constraints=Constraints(min_tensor_parallel_size=8))
+    result = plan(request)
+    assert result.fits and result.flags["tensor_parallel_size"] == 4 and result.gpu_count == 8

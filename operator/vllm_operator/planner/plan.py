@@ -420,6 +420,8 @@ def _tp_candidates(request: PlanRequest) -> list[int]:
     if request.gpu.is_mig:
         return [1]  # a process sees one MIG slice: no tensor parallelism across slices
     dp = request.pinned.data_parallel_size or 1  # GPUs per replica = TP × PP × DP
+    if dp > 1:  # a floor meant for all the pod's GPUs (spec.gpu.count) is at most what one DP engine can have
+        low = min(low, max(request.gpu_count // (pp * dp), 1))
     return [tp for tp in _TP_CHOICES
             if low <= tp and tp * pp * dp <= request.gpu_count and _valid_tp(request.arch, tp)]
 
