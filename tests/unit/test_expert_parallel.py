@@ -201,3 +201,18 @@ def test_a_floor_for_all_the_pods_gpus_becomes_one_engines_share(load_arch: Load
                           constraints=Constraints(min_tensor_parallel_size=8))
     result = plan(request)
     assert result.fits and result.flags["tensor_parallel_size"] == 4 and result.gpu_count == 8
+
+
+def test_a_stated_concurrency_is_shared_by_the_engines(load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:
+    from vllm_operator.planner.plan import Workload
+
+    arch = load_arch(DEEPSEEK_R1)
+    pinned = PinnedFlags(tensor_parallel_size=1, data_parallel_size=8, enable_expert_parallel=True,
+                         max_model_len=32768, kv_cache_dtype="auto", enforce_eager=False)  # no KV-saving trade-offs
+    one = plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=8, pinned=pinned))
+    engine_capacity = one.prediction.kv_cache_tokens // 32768           # requests of 32768 tokens one engine holds
+    # 8 engines hold 8 × that: a workload just above one engine's capacity fits, one above eight engines' does not
+    fits = Workload(context_length=32768, concurrency=engine_capacity * 8)
+    assert plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=8, pinned=pinned, workload=fits)).fits
+    too_many = Workload(context_length=32768, concurrency=engine_capacity * 8 + 8)
+    assert not plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=8, pinned=pinned, workload=too_many)).fits

@@ -342,7 +342,8 @@ def _workload_ok(request: PlanRequest, prediction: StartupPrediction, flags: Eng
         capacity = prediction.kv_cache_tokens / per_request if per_request else 0.0
         if profile_tokens_are_capacity(prediction, flags):
             capacity = prediction.max_concurrency * flags.max_model_len / per_request
-        return capacity >= wl.concurrency
+        # with --data-parallel-size every engine has this cache and vLLM spreads the requests over the engines
+        return capacity * flags.data_parallel_size >= wl.concurrency
     return True
 
 
@@ -398,7 +399,8 @@ def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flag
     # crashes) when long ones fill the cache; the workload's concurrency at its p99 length is checked separately
     typical = min(flags.max_model_len, request.workload.typical_request_tokens or 2048)
     capacity = int(prediction.max_concurrency * flags.max_model_len / typical) if typical else flags.max_num_seqs
-    seqs = max(1, min(flags.max_num_seqs, max(capacity, request.workload.concurrency or 1)))
+    per_engine = -(-(request.workload.concurrency or 1) // flags.data_parallel_size)  # DP engines share the load
+    seqs = max(1, min(flags.max_num_seqs, max(capacity, per_engine)))
     if request.constraints.max_num_seqs:
         seqs = min(seqs, request.constraints.max_num_seqs)
     if seqs < flags.max_num_seqs:
