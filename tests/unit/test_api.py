@@ -107,6 +107,8 @@ FULL_SPEC: dict[str, Any] = {
     "flags": {
         "tensorParallelSize": 2,
         "pipelineParallelSize": 1,
+        "dataParallelSize": 1,
+        "enableExpertParallel": False,
         "gpuMemoryUtilization": 0.9,
         "maxModelLen": 16384,
         "maxNumSeqs": 64,
@@ -539,7 +541,7 @@ def test_extra_args_that_are_not_managed_pass() -> None:
         "--compilation-config",
         '{"level": 3}',
         "-O3",
-        "--data-parallel-size",
+        "--api-server-count",
         "1",
         "--no-enable-log-requests",
         "--",
@@ -549,6 +551,14 @@ def test_extra_args_that_are_not_managed_pass() -> None:
         "x",
     ]
     assert validate_spec(spec(extraArgs=args)) == []
+
+
+def test_data_and_expert_parallelism_are_pinned_flags_not_extra_args() -> None:
+    # they decide the GPUs per pod and the memory per GPU (issue 13): the planner must see them
+    errors = validate_spec(spec(extraArgs=["--data-parallel-size", "2", "-dp", "2", "--enable-expert-parallel"]))
+    assert fields(errors) == ["spec.extraArgs[0]", "spec.extraArgs[2]", "spec.extraArgs[4]"]
+    assert "spec.flags.dataParallelSize" in errors[0].message
+    assert "spec.flags.enableExpertParallel" in errors[2].message
 
 
 def test_every_duplicate_extra_arg_is_reported() -> None:
