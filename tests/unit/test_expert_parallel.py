@@ -216,3 +216,27 @@ def test_a_stated_concurrency_is_shared_by_the_engines(load_arch: LoadArch, gpu:
     assert plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=8, pinned=pinned, workload=fits)).fits
     too_many = Workload(context_length=32768, concurrency=engine_capacity * 8 + 8)
     assert not plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=8, pinned=pinned, workload=too_many)).fits
+
+
+def test_the_logged_expert_parallel_start_is_predicted(capsys: pytest.CaptureFixture[str],
+                                                       offline_hub: list[Any]) -> None:
+    """benchmarks/data/vllm-startup-logs.jsonl has one start with --enable-expert-parallel: Qwen3-235B-A22B-Instruct-
+    2507-FP8 on 8× L40S, TP 8, vLLM 0.10.2: 'Model loading took 27.7183 GiB', engine KV 237,344 tokens (min over the
+    workers). 128 experts over EP 8 = 16 whole experts per GPU: the same bytes as splitting them."""
+    model = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "models" / \
+        "Qwen__Qwen3-235B-A22B-Instruct-2507-FP8"
+    record = [line for line in (model.parents[1] / "vllm-startup-logs.jsonl").read_text().splitlines()
+              if '"enable_expert_parallel": true' in line]
+    assert len(record) == 1 and "Qwen3-235B-A22B-Instruct-2507-FP8" in record[0]
+    flags = ["--tensor-parallel-size", "8", "--gpu-memory-utilization", "0.9", "--max-model-len", "32768",
+             "--max-num-batched-tokens", "2048"]
+    docs = []
+    for extra in ([], ["--enable-expert-parallel"]):
+        code, out = _cli(capsys, "check", "--gpu", "L40S", "--vllm-version", "0.10.2", "-o", "json", "--",
+                         "vllm", "serve", str(model), *flags, *extra)
+        assert code == 0
+        docs.append(json.loads(out))
+    plain, ep = docs
+    assert ep["flags"]["enable_expert_parallel"] is True
+    assert ep["memory"]["weights_gib"] == plain["memory"]["weights_gib"] == pytest.approx(27.7183, rel=0.01)
+    assert ep["kv_cache_tokens"] == plain["kv_cache_tokens"] == pytest.approx(237_344, rel=0.02)
