@@ -1122,6 +1122,15 @@ class RemediationSpec(_Model):
             "step back toward the plan. Defaults to 3600."
         ),
     )
+    max_group_recreations: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description=(
+            "Multi-node services: how many times LeaderWorkerSet may recreate a group after a pod failure under one "
+            "plan before the service is Degraded (reason GroupRecreationsExhausted). Defaults to 5."
+        ),
+    )
 
 
 class ServiceSpec(_Model):

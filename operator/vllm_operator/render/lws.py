@@ -22,6 +22,7 @@ from typing import Any
 
 from .flags import flag_table
 from .manifests import (
+    ANNOTATION_PLAN,
     ANNOTATION_SPEC_HASH,
     RenderInput,
     build_cache_pvc,
@@ -37,6 +38,8 @@ KIND = "LeaderWorkerSet"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+#: vLLM's layer split override (vllm/distributed/utils.py get_pp_indices); a remediation step may set it.
+PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
 MULTINODE_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
 #: How to install the engine when its CRD is missing (kubernetes-sigs/lws site/content/en/docs/installation).
@@ -70,10 +73,18 @@ def rank_args(*, leader: bool) -> list[str]:
     return args
 
 
-def _template(inp: RenderInput, *, leader: bool) -> dict[str, Any]:
+def _template(inp: RenderInput, *, leader: bool, layer_partition: str | None = None) -> dict[str, Any]:
     template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
     container = template["spec"]["containers"][0]
     container["args"] = [*container["args"], *rank_args(leader=leader)]
+    env = container.setdefault("env", [])
+    if layer_partition is not None and not any(e.get("name") == PARTITION_ENV for e in env):
+        # every rank must split the layers alike; a value the user set in spec.env is theirs (never replaced)
+        env.append({"name": PARTITION_ENV, "value": layer_partition})
+        annotations = template["metadata"]["annotations"]
+        # a different layer split is a different pod template: the plan hash says so (the ladder compares it)
+        annotations[ANNOTATION_PLAN] = spec_hash({"plan": annotations.get(ANNOTATION_PLAN),
+                                                  PARTITION_ENV: layer_partition})
     if not leader:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             container.pop(probe, None)
@@ -84,8 +95,9 @@ def _template(inp: RenderInput, *, leader: bool) -> dict[str, Any]:
     return dict(template)
 
 
-def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
-    """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node)."""
+def build_leaderworkerset(inp: RenderInput, nodes: int, *, layer_partition: str | None = None) -> dict[str, Any]:
+    """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node);
+    `layer_partition` (e.g. "64,62") becomes VLLM_PP_LAYER_PARTITION on the leader and every worker."""
     if nodes < 2:
         raise ValueError("a LeaderWorkerSet is rendered only for plans that span 2 or more nodes")
     if inp.memory is None:
@@ -106,8 +118,8 @@ def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(inp, leader=True),
-                "workerTemplate": _template(inp, leader=False),
+                "leaderTemplate": _template(inp, leader=True, layer_partition=layer_partition),
+                "workerTemplate": _template(inp, leader=False, layer_partition=layer_partition),
             },
         },
     }
@@ -128,7 +140,9 @@ def build_leader_service(inp: RenderInput) -> dict[str, Any]:
     return service
 
 
-def build_multinode_children(inp: RenderInput, nodes: int) -> list[dict[str, Any]]:
+def build_multinode_children(inp: RenderInput, nodes: int, *,
+                             layer_partition: str | None = None) -> list[dict[str, Any]]:
     """Every object a multi-node VLLMService owns, in apply order (cache PVC, LeaderWorkerSet, Service)."""
     pvc = build_cache_pvc(inp)
-    return ([pvc] if pvc else []) + [build_leaderworkerset(inp, nodes), build_leader_service(inp)]
+    lws = build_leaderworkerset(inp, nodes, layer_partition=layer_partition)
+    return ([pvc] if pvc else []) + [lws, build_leader_service(inp)]

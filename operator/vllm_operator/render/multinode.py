@@ -111,6 +111,9 @@ def progress_updates(stop: Blocker | None) -> list[cond.ConditionUpdate]:
     return [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, stop.reason, stop.message)]
 
 
-def children_for(render: RenderInput, nodes: int) -> list[dict[str, Any]]:
-    """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more."""
-    return build_multinode_children(render, nodes) if nodes > 1 else build_children(render)
+def children_for(render: RenderInput, nodes: int, layer_partition: str | None = None) -> list[dict[str, Any]]:
+    """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more (with
+    VLLM_PP_LAYER_PARTITION on every rank when a remediation step moved layers)."""
+    if nodes > 1:
+        return build_multinode_children(render, nodes, layer_partition=layer_partition)
+    return build_children(render)
