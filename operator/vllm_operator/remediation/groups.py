@@ -28,8 +28,10 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 NETWORK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((what, re.compile(pattern)) for what, pattern in (
     ("NCCL", r"ProcessGroupNCCL.*(?:Watchdog caught collective operation timeout|timed out)"),
     # not "NCCL error: unhandled cuda error" (a CUDA fault inside a collective, not the network)
-    ("NCCL", r"NCCL error:? (?:unhandled system error|remote process exited|.*(?:socket|[Cc]onnection|timed? ?out))|"
-             r"\bncclSystemError\b|\bncclRemoteError\b|NCCL WARN .*(?:socket|[Cc]onnect|NET/|timeout)"),
+    # not a bare "NCCL error: unhandled system error" (ncclSystemError: a system call in NCCL's transport failed —
+    # on one node that is shared memory or P2P, not a network; see classifier.nccl_system_error)
+    ("NCCL", r"NCCL error:? (?:remote process exited|.*(?:socket|[Cc]onnection|timed? ?out))|"
+             r"\bncclRemoteError\b|NCCL WARN .*(?:[Ss]ocket|[Cc]onnect|NET/|timeout)"),
     ("Gloo", r"Gloo connectFullMesh failed|\[enforce fail at .*gloo|gloo/transport/tcp"),
     ("ZMQ", r"\bzmq\.error\.\w+|\bZMQError\b"),
     ("rendezvous", r"DistNetworkError|DistStoreError|TCPStore.*(?:timed out|Connection refused)|"
