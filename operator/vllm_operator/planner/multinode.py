@@ -34,13 +34,29 @@ from .memory import (
     init_nontorch_gib,
     non_torch_bytes,
     pp_layer_counts,
-    pp_partition as pp_partition,  # re-exported: the planner's one partition check
+    pp_partition,
     profile_for_model,
     v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
 from .plan import Option, Plan, PlanRequest, layer_partition, plan
 from .versions import VersionProfile, profile_for
+
+__all__ = [
+    "MAX_OPTION_NODES",
+    "MultiNodePlan",
+    "Split",
+    "StageMemory",
+    "candidate_splits",
+    "limiting_stage",
+    "multinode_document",
+    "nodes_for",
+    "plan_across_nodes",
+    "pp_partition",
+    "render_multinode_text",
+    "spanning_option",
+    "stage_memory",
+]
 
 MAX_OPTION_NODES = 8   # how far the options look beyond what the caller allows
 
