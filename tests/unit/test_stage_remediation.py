@@ -202,3 +202,52 @@ def test_a_partition_set_by_the_user_is_never_changed_a_node_is_added_instead() 
     lws = _lws(outcome.children)
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 3
     assert _env(lws, "workerTemplate")["VLLM_PP_LAYER_PARTITION"] == "63,63"   # the user's, untouched
+
+
+# --- spec.network: RDMA / InfiniBand passthrough on every pod of a group ---------------------------------------
+
+def test_rdma_resources_and_ipc_lock_reach_every_pod_of_a_group_and_nothing_else() -> None:
+    spec = {**SPEC, "network": {"rdmaResources": [{"name": "rdma/rdma_shared_device_a", "count": 1}],
+                                "ipcLock": True},
+            "env": [{"name": "NCCL_IB_HCA", "value": "mlx5_0,mlx5_1"}]}
+    desired = _observed({}, spec).render({})
+    lws = _lws(desired.children)
+    for role in ("leaderTemplate", "workerTemplate"):
+        container = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]
+        assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+        assert container["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert _env(lws, role)["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    # without spec.network: no capability is added, no device requested
+    plain = _lws(_observed({}, SPEC).render({}).children)
+    container = plain["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert "add" not in container["securityContext"]["capabilities"]
+    assert not any(k.startswith("rdma/") for k in container["resources"]["limits"])
+    # a plan on one node is a Deployment: spec.network does not apply there
+    one = {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "gpu": {"maxNodes": 2},
+           "network": {"rdmaResources": [{"name": "rdma/ib", "count": 1}], "ipcLock": True}}
+    base = reconcile.Observed(name="small", namespace="ns", uid="uid-2", generation=1, spec=one, status={},
+                              now=NOW, nodes=(H100_X8,),
+                              model_files=load_model_files("meta-llama/Llama-3.1-8B-Instruct", offline=True))
+    children = reconcile.desired_state(base).children
+    assert children is not None
+    deployment = next(c for c in children if c["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "rdma/ib" not in container["resources"]["limits"] and "add" not in container["securityContext"][
+        "capabilities"]
+
+
+@pytest.mark.parametrize(("network", "security", "field"), [
+    ({"rdmaResources": [{"name": "nvidia.com/gpu", "count": 8}]}, {}, "rdmaResources[0].name"),
+    ({"rdmaResources": [{"name": "memory", "count": 1}]}, {}, "rdmaResources[0].name"),
+    ({"rdmaResources": [{"name": "rdma/ib", "count": 0}]}, {}, "rdmaResources[0].count"),
+    ({"rdmaResources": [{"name": f"rdma/d{i}", "count": 1} for i in range(5)]}, {}, "rdmaResources"),
+    ({"ipcLock": True}, {"profile": "restricted"}, "network.ipcLock"),
+    ({"hostNetwork": True}, {}, "hostNetwork"),
+])
+def test_spec_network_is_bounded(network: dict[str, Any], security: dict[str, Any], field: str) -> None:
+    from vllm_operator.api.v1alpha1 import SpecValidationError
+
+    with pytest.raises(SpecValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        parse_spec({**SPEC, "network": network, **({"security": security} if security else {})})

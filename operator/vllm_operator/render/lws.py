@@ -18,6 +18,7 @@ Pure: builds dicts; nothing here talks to the API.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from .flags import flag_table
@@ -73,18 +74,42 @@ def rank_args(*, leader: bool) -> list[str]:
     return args
 
 
-def _template(inp: RenderInput, *, leader: bool, layer_partition: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GroupOptions:
+    """What every pod of a group gets beyond the single-node pod: the layer split a remediation step chose
+    (VLLM_PP_LAYER_PARTITION) and the network passthrough of spec.network (RDMA resources, IPC_LOCK)."""
+
+    layer_partition: str | None = None
+    rdma_resources: tuple[tuple[str, int], ...] = ()
+    ipc_lock: bool = False
+
+
+def _with_partition(template: dict[str, Any], container: dict[str, Any], layer_partition: str | None) -> None:
+    env = container.setdefault("env", [])
+    if layer_partition is None or any(e.get("name") == PARTITION_ENV for e in env):
+        return  # vLLM's own split, or a value the user set in spec.env (theirs: never replaced)
+    env.append({"name": PARTITION_ENV, "value": layer_partition})  # every rank must split the layers alike
+    annotations = template["metadata"]["annotations"]
+    # a different layer split is a different pod template: the plan hash says so (the ladder compares it)
+    annotations[ANNOTATION_PLAN] = spec_hash({"plan": annotations.get(ANNOTATION_PLAN), PARTITION_ENV: layer_partition})
+
+
+def _with_network(container: dict[str, Any], group: GroupOptions) -> None:
+    resources = container.setdefault("resources", {})
+    for name, count in group.rdma_resources:
+        for kind in ("requests", "limits"):
+            resources.setdefault(kind, {})[name] = str(count)
+    if group.ipc_lock:  # RDMA pins memory for its queues (GPUDirect RDMA needs it); everything else stays dropped
+        capabilities = container.setdefault("securityContext", {}).setdefault("capabilities", {})
+        capabilities["add"] = sorted({*capabilities.get("add", []), "IPC_LOCK"})
+
+
+def _template(inp: RenderInput, *, leader: bool, group: GroupOptions) -> dict[str, Any]:
     template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
     container = template["spec"]["containers"][0]
     container["args"] = [*container["args"], *rank_args(leader=leader)]
-    env = container.setdefault("env", [])
-    if layer_partition is not None and not any(e.get("name") == PARTITION_ENV for e in env):
-        # every rank must split the layers alike; a value the user set in spec.env is theirs (never replaced)
-        env.append({"name": PARTITION_ENV, "value": layer_partition})
-        annotations = template["metadata"]["annotations"]
-        # a different layer split is a different pod template: the plan hash says so (the ladder compares it)
-        annotations[ANNOTATION_PLAN] = spec_hash({"plan": annotations.get(ANNOTATION_PLAN),
-                                                  PARTITION_ENV: layer_partition})
+    _with_partition(template, container, group.layer_partition)
+    _with_network(container, group)
     if not leader:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             container.pop(probe, None)
@@ -95,9 +120,10 @@ def _template(inp: RenderInput, *, leader: bool, layer_partition: str | None = N
     return dict(template)
 
 
-def build_leaderworkerset(inp: RenderInput, nodes: int, *, layer_partition: str | None = None) -> dict[str, Any]:
+def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | None = None) -> dict[str, Any]:
     """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node);
-    `layer_partition` (e.g. "64,62") becomes VLLM_PP_LAYER_PARTITION on the leader and every worker."""
+    `group.layer_partition` (e.g. "64,62") becomes VLLM_PP_LAYER_PARTITION on the leader and every worker."""
+    group = group or GroupOptions()
     if nodes < 2:
         raise ValueError("a LeaderWorkerSet is rendered only for plans that span 2 or more nodes")
     if inp.memory is None:
@@ -118,8 +144,8 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, *, layer_partition: str 
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(inp, leader=True, layer_partition=layer_partition),
-                "workerTemplate": _template(inp, leader=False, layer_partition=layer_partition),
+                "leaderTemplate": _template(inp, leader=True, group=group),
+                "workerTemplate": _template(inp, leader=False, group=group),
             },
         },
     }
@@ -140,9 +166,9 @@ def build_leader_service(inp: RenderInput) -> dict[str, Any]:
     return service
 
 
-def build_multinode_children(inp: RenderInput, nodes: int, *,
-                             layer_partition: str | None = None) -> list[dict[str, Any]]:
+def build_multinode_children(inp: RenderInput, nodes: int,
+                             group: GroupOptions | None = None) -> list[dict[str, Any]]:
     """Every object a multi-node VLLMService owns, in apply order (cache PVC, LeaderWorkerSet, Service)."""
     pvc = build_cache_pvc(inp)
-    lws = build_leaderworkerset(inp, nodes, layer_partition=layer_partition)
+    lws = build_leaderworkerset(inp, nodes, group)
     return ([pvc] if pvc else []) + [lws, build_leader_service(inp)]
