@@ -251,3 +251,11 @@ def test_spec_network_is_bounded(network: dict[str, Any], security: dict[str, An
 
     with pytest.raises(SpecValidationError, match=field.replace("[", r"\[").replace("]", r"\]")):
         parse_spec({**SPEC, "network": network, **({"security": security} if security else {})})
+
+
+def test_the_engines_kv_checks_are_not_one_stages() -> None:
+    """No KV memory / a KV cache too small is decided over the minimum of every stage (vLLM's
+    unify_kv_cache_configs): a stage step would not be justified by it, whichever rank reported it."""
+    no_kv = classify_text(messages.no_kv_memory_message(profile_for("0.26.0")), exit_code=1)
+    assert no_kv.kind is FailureKind.NO_KV_CACHE_MEMORY
+    assert "pp_layer_partition" not in decide(no_kv, "uid/1", current(), NOW).changed

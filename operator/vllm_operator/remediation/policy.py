@@ -279,9 +279,9 @@ def _too_long(failure: Failure, current: Current) -> _Step:
     return {"max_model_len": derived}, f"max-model-len above the model's own context; → {derived}"
 
 
-#: Failures that can be one stage's: the weights, the profiling peak or the graph capture of that stage's GPUs.
-STAGE_FAILURES = frozenset({FailureKind.CUDA_OOM_STARTUP, FailureKind.WEIGHTS_DO_NOT_FIT,
-                            FailureKind.NO_KV_CACHE_MEMORY})
+#: Failures that can be one stage's: a CUDA OOM loading that stage's weights, at its profiling peak or graph
+#: capture. (The KV-cache checks are the engine's, over the minimum of every stage: they take the uniform steps.)
+STAGE_FAILURES = frozenset({FailureKind.CUDA_OOM_STARTUP, FailureKind.WEIGHTS_DO_NOT_FIT})
 #: At most this share of a stage's own (vLLM-split) layers is moved off it before a node is added instead.
 MAX_SHIFT_FRACTION = 0.125
 
