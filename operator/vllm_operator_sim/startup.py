@@ -22,6 +22,12 @@ default:
 * a Ready server dies of a CUDA OOM when it runs more than ``serving_oom_above_seqs`` sequences at once
   (:func:`serving_oom`).
 
+In native multi-node mode (``--nnodes``, one pod per node of a LeaderWorkerSet group) each pod runs ONE node's
+share: its ranks' pipeline stages, with the layers split by the simulator's own copy of vLLM's ``get_pp_indices``
+(honouring ``VLLM_PP_LAYER_PARTITION`` from the container's env) — not the planner's split. A node checks its own
+stages' memory (a worker on the last stage can run out while the leader is fine; a node whose peer died waits,
+then fails without a cause of its own); the KV budget stays the minimum over every stage, as vLLM unifies it.
+
 Perturbations are seeded by the model id, timings by the model id and the arguments, so results are reproducible.
 Pure: no I/O, no clock; the kubelet places the result on its simulated timeline.
 """
@@ -487,7 +493,8 @@ STALL_S = 300.0
 def _stalled(run: _Run, phase: Phase, common: dict[str, Any]) -> StartupOutcome:
     """A node whose own ranks are fine while another node's rank died in the same phase: it waits for the group's
     collective, then fails without a cause of its own (LeaderWorkerSet normally recreates the group first)."""
-    run.info("Waiting for the engine's other nodes to finish " + phase.value, "multiproc_executor.py:612")
+    what = phase.value.replace("_", " ")
+    run.info(f"Waiting for the engine's other nodes to finish {what}", "multiproc_executor.py:612")
     run.at(STALL_S)
     message = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
     return _fail(run, phase, FailureKind.UNKNOWN, message, common)
