@@ -259,3 +259,12 @@ def test_the_engines_kv_checks_are_not_one_stages() -> None:
     no_kv = classify_text(messages.no_kv_memory_message(profile_for("0.26.0")), exit_code=1)
     assert no_kv.kind is FailureKind.NO_KV_CACHE_MEMORY
     assert "pp_layer_partition" not in decide(no_kv, "uid/1", current(), NOW).changed
+
+
+@pytest.mark.parametrize("stages", [[{"layers": -3}, {"layers": 129}], [{"layers": "x"}, {"layers": 63}], "nope",
+                                    [{"layers": 0}, {"layers": 126}]])
+def test_a_status_edited_by_hand_takes_no_stage_step_and_never_crashes(stages: Any) -> None:
+    status = {"multiNode": {"nodes": 2, "gpusPerNode": 8, "tensorParallelSize": 8, "stages": stages}}
+    cur = ladder.current_from(parse_spec(SPEC), status, node_rank=1)
+    assert cur.stage_layers == ()
+    assert "pp_layer_partition" not in decide(OOM, "uid/1", cur.model_copy(update={"flags": PP2_FLAGS}), NOW).changed

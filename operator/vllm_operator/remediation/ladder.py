@@ -151,8 +151,12 @@ def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: i
                               "partition_pinned": any(e.name == PARTITION_ENV for e in spec.env)}
     if not multi:
         return layout
-    layers = tuple(int(s.get("layers") or 0) for s in multi.get("stages") or [] if isinstance(s, Mapping))
-    layout.update(nodes=max(int(multi.get("nodes") or 1), 1), stage_layers=layers if all(layers) else ())
+    try:
+        layers = tuple(int(s.get("layers") or 0) for s in multi.get("stages") or [] if isinstance(s, Mapping))
+        nodes = max(int(multi.get("nodes") or 1), 1)
+    except (TypeError, ValueError):  # a status edited by hand: no stage step, never a crash
+        return layout
+    layout.update(nodes=nodes, stage_layers=layers if layers and min(layers) > 0 else ())
     if node_rank is not None:
         where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank},
                                  gpus_per_node=int(multi.get("gpusPerNode") or 1),

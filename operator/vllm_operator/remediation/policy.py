@@ -318,7 +318,10 @@ def _moved_partition(layers: tuple[int, ...], stage: int, current: Current) -> _
     if parts[stage] < 1:
         return None
     value = ",".join(map(str, parts))
-    pp_partition(total, len(parts), value)  # the planner's own check (raises on a bad partition)
+    try:
+        pp_partition(total, len(parts), value)  # the planner's own check
+    except ValueError:
+        return None
     role = "lm_head and sampler" if stage == len(layers) - 1 else ("embedding" if stage == 0 else "")
     return ({"pp_layer_partition": value},
             f"out of memory on pipeline stage {stage}" + (f" (it also holds the {role})" if role else "")
