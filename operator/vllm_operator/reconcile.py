@@ -730,7 +730,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     cache = _model_cache(observed, planned)
     render = _render_input(observed, planned, cache)
     # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13)
-    children = ([cache.claim] if cache.claim else []) + multinode.children_for(render, planned.nodes_per_replica)
+    children = ([cache.claim] if cache.claim else []) + multinode.children_for(
+        render, planned.nodes_per_replica, multinode.group_options(spec, planned.spread))
     deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
         name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,

@@ -57,7 +57,7 @@ class NodePool:
 
 
 DEFAULT_POOLS: tuple[NodePool, ...] = (
-    NodePool("L4", 4), NodePool("A100-SXM4-40GB", 4), NodePool("RTX-4090", 1), NodePool("H100-SXM-80GB", 8, 5))
+    NodePool("L4", 4), NodePool("A100-SXM4-40GB", 4), NodePool("RTX-4090", 1), NodePool("H100-SXM-80GB", 8, 7))
 
 _FAMILY = {"pascal": "pascal", "volta": "volta", "turing": "turing", "ampere": "ampere", "ada": "ada-lovelace",
            "hopper": "hopper", "blackwell": "blackwell"}

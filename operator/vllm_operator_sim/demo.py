@@ -1,6 +1,6 @@
 """`vllm-operator demo`: the operator in a simulated GPU cluster, shown live in the terminal.
 
-Starts a :class:`~vllm_operator_sim.cluster.SimulatedCluster` (nodes with 4×L4, 4×A100-40GB, 1×RTX-4090, five nodes of 8×H100), runs
+Starts a :class:`~vllm_operator_sim.cluster.SimulatedCluster` (nodes with 4×L4, 4×A100-40GB, 1×RTX-4090, seven nodes of 8×H100), runs
 the real operator (`vllm-operator run`) against it as a subprocess, applies the VLLMServices of ``examples/`` and
 prints, in simulated time, what happens to each: the plan, the pods (scheduled, loading, Ready, failed with
 vLLM's own message, CrashLoopBackOff), the operator's remediation steps; then a summary table. Each service is

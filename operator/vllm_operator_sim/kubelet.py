@@ -46,8 +46,16 @@ from vllm_operator.planner.memory import EngineFlags
 from vllm_operator.quantity import quantity_gib
 
 from .clock import SimClock
-from .lws import LWSController
-from .startup import HiddenFacts, LogLine, StartupOutcome, serving_oom, simulate_startup, termination_message
+from .lws import WORKER_INDEX, LWSController
+from .startup import (
+    HiddenFacts,
+    LogLine,
+    StartupOutcome,
+    serving_oom,
+    simulate_startup,
+    termination_message,
+    worker_network_exit,
+)
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_INITIAL_S", "Kubelet", "ServiceStats", "SimEvent", "backoff_delay"]
 
@@ -151,6 +159,9 @@ class _Pod:
     log_lines_shown: int = -1
     written: dict[str, Any] | None = None
     cache_volume: str = ""   # where the weights are cached: "pvc:<claim>" (outlives the pod) or "pod:<uid>" (emptyDir)
+    env: dict[str, str] = field(default_factory=dict)   # the vLLM container's literal env (VLLM_PP_LAYER_PARTITION)
+    node_rank: int | None = None   # a pod of a LeaderWorkerSet group: its worker index (vLLM --node-rank)
+    death_kind: str | None = None  # what a Ready container dies of, when not a serving CUDA OOM
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -221,6 +232,7 @@ class Kubelet:
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
         self._cached: set[tuple[str, str, str]] = set()  # (namespace, cache volume, model) already downloaded
+        self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
         self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -384,6 +396,9 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
+        rank = str(labels.get(WORKER_INDEX, ""))
+        pod.node_rank = int(rank) if rank.isdigit() else None
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.pods_created += 1
         if stats.first_pod_at is None:
@@ -533,6 +548,7 @@ class Kubelet:
         pod.run_finished = None
         pod.serving = []
         pod.death = None
+        pod.death_kind = None
         pod.traffic_checked = None
         pod.log_lines_shown = -1
         if not pod.vllm:
@@ -581,7 +597,8 @@ class Kubelet:
         model_id = _model_arg(pod.args)
         files = self._model(model_id, pod) if model_id else None
         return simulate_startup(pod.args, pod.image, gpu if pod.gpus else None, hidden, files, gpu_count=pod.gpus,
-                                memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version)
+                                memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version,
+                                env=pod.env)
 
     def _node_gpu(self, node: str) -> GPUSpec | None:
         if node not in self._node_gpus:
@@ -630,6 +647,24 @@ class Kubelet:
             details = {"kv_cache_tokens": outcome.kv_cache_tokens, "max_concurrency": outcome.max_concurrency,
                        "max_model_len": outcome.flags.max_model_len if outcome.flags else None}
         self._event(pod, t, "ready", "container vllm is Ready", **details)
+        self._schedule_worker_exit(pod, t)
+
+    def _schedule_worker_exit(self, pod: _Pod, t: float) -> None:
+        """A dead worker behind a live leader: a Ready worker of a group whose hidden facts say so dies of an NCCL
+        timeout; the leader keeps answering until LeaderWorkerSet recreates the group."""
+        hidden = self._hidden(pod.namespace, pod.service)
+        if hidden.worker_exit_after_s is None or not pod.node_rank or pod.outcome is None:
+            return
+        key = (pod.namespace, pod.service)
+        if self._worker_exits.get(key, 0) >= hidden.worker_exits:
+            return
+        self._worker_exits[key] = self._worker_exits.get(key, 0) + 1
+        lines, message = worker_network_exit(pod.outcome, pod.node_rank, pod.node_rank * max(pod.gpus, 1))
+        offset = t + hidden.worker_exit_after_s - (pod.run_started or t)
+        pod.serving = [line.model_copy(update={"offset_s": line.offset_s + offset}) for line in lines]
+        pod.due = t + hidden.worker_exit_after_s + max(line.offset_s for line in lines)
+        pod.death = ("Error", 134, self._message(pod, self._log_text(pod, None)), message)
+        pod.death_kind = "Network"
 
     def _check_traffic(self, pod: _Pod, now: float) -> None:
         traffic = self._traffic.get((pod.namespace, pod.service))
@@ -670,7 +705,7 @@ class Kubelet:
         kind = pod.outcome.failure_kind if pod.outcome and not was_ready else None
         if was_ready:
             stats.serving_failures += 1
-            kind_text = "CUDAOOMServing"
+            kind_text = pod.death_kind or "CUDAOOMServing"
         else:
             stats.failed_starts += 1
             kind_text = str(kind) if kind else reason

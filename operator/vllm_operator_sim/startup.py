@@ -22,6 +22,12 @@ default:
 * a Ready server dies of a CUDA OOM when it runs more than ``serving_oom_above_seqs`` sequences at once
   (:func:`serving_oom`).
 
+In native multi-node mode (``--nnodes``, one pod per node of a LeaderWorkerSet group) each pod runs ONE node's
+share: its ranks' pipeline stages, with the layers split by the simulator's own copy of vLLM's ``get_pp_indices``
+(honouring ``VLLM_PP_LAYER_PARTITION`` from the container's env) — not the planner's split. A node checks its own
+stages' memory (a worker on the last stage can run out while the leader is fine; a node whose peer died waits,
+then fails without a cause of its own); the KV budget stays the minimum over every stage, as vLLM unifies it.
+
 Perturbations are seeded by the model id, timings by the model id and the arguments, so results are reproducible.
 Pure: no I/O, no clock; the kubelet places the result on its simulated timeline.
 """
@@ -31,7 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NoReturn
@@ -51,7 +57,6 @@ from vllm_operator.planner.memory import (
     cudagraph_bytes,
     init_nontorch_gib,
     non_torch_bytes,
-    pp_layer_counts,
     predict_startup,
     profile_for_model,
     v2_sampler_state_bytes,
@@ -78,6 +83,7 @@ __all__ = [
     "serving_oom",
     "simulate_startup",
     "termination_message",
+    "worker_network_exit",
 ]
 
 GiB = 2**30
@@ -104,6 +110,15 @@ class HiddenFacts(BaseModel):
     serving_oom_above_seqs: int | None = Field(
         None, ge=1, description="a serving batch of more than this many sequences runs out of GPU memory")
     load_gib_per_second: float = Field(2.0, gt=0, description="weight loading speed from the model cache")
+    # multi-node groups (issue 13): what one rank of the engine meets that the others do not
+    last_stage_unprofiled_gib: float = Field(
+        0.0, ge=0, description="memory the LAST pipeline stage's ranks use beside vLLM's profiled budget once the "
+                               "KV cache is allocated (lm_head logits and sampler buffers: vllm#14120 'the last PP "
+                               "GPU always OOMs'); it runs out at CUDA-graph capture")
+    worker_exit_after_s: float | None = Field(
+        None, gt=0, description="a headless worker (node rank > 0) dies this long after it started serving, of an "
+                                "NCCL watchdog timeout, while the leader's HTTP still answers (LLMKube#1782)")
+    worker_exits: int = Field(1, ge=0, description="how many worker runs of the service end that way")
 
 
 class Phase(StrEnum):
@@ -280,6 +295,8 @@ class VLLMArgs(BaseModel):
     swap_space: float | None = None
     kv_cache_memory_bytes: int | None = None
     nnodes: int = 1
+    node_rank: int = 0
+    headless: bool = False
     speculative_config: str | None = None
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
@@ -327,7 +344,7 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
         swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, nnodes=max(ns.nnodes, 1),
-        speculative_config=ns.speculative_config, given=given)
+        node_rank=max(ns.node_rank, 0), headless=bool(ns.headless), speculative_config=ns.speculative_config, given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -469,6 +486,20 @@ def _outcome(run: _Run, **fields: Any) -> StartupOutcome:
     return StartupOutcome(log=run.lines, duration_s=round(run.t, 3), vllm_version=run.version, **fields)
 
 
+#: How long a node waits for the engine's other nodes before its own start fails (their rank died first).
+STALL_S = 300.0
+
+
+def _stalled(run: _Run, phase: Phase, common: dict[str, Any]) -> StartupOutcome:
+    """A node whose own ranks are fine while another node's rank died in the same phase: it waits for the group's
+    collective, then fails without a cause of its own (LeaderWorkerSet normally recreates the group first)."""
+    what = phase.value.replace("_", " ")
+    run.info(f"Waiting for the engine's other nodes to finish {what}", "multiproc_executor.py:612")
+    run.at(STALL_S)
+    message = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    return _fail(run, phase, FailureKind.UNKNOWN, message, common)
+
+
 def _fail(run: _Run, phase: Phase, kind: FailureKind, message: str, common: dict[str, Any], *,
           in_engine: bool = True) -> StartupOutcome:
     if in_engine:
@@ -527,12 +558,16 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     gpu_count: int | None = None,
     memory_limit_gib: float | None = None,
     declared_version: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> StartupOutcome:
     """Run vLLM's startup for the container ``args`` (with or without the ``vllm serve`` command) on ``gpu``.
 
     ``gpu`` is None when the container sees no GPU (no ``nvidia.com/gpu`` requested, or a node without one).
     ``model`` is the model's architecture or files (None: the model cannot be found, as for a wrong repo id);
     ``gpu_count`` is the GPUs the container was given (default: TP × PP); ``memory_limit_gib`` its memory limit.
+    ``env`` is the container's environment (VLLM_PP_LAYER_PARTITION). In native multi-node mode (``--nnodes``)
+    this is ONE node's run: its ranks hold only their pipeline stages' layers, so a worker on the last stage can
+    run out of memory while the leader is fine (the KV budget is still the minimum over every stage).
     ``declared_version`` is the release the operator says the image runs (`spec.vllmVersion`, on the pod as the
     vllm-operator.dev/vllm-version annotation): a digest, mirror tag or `latest` runs as that release; a tag naming a
     release runs as the tag says, whatever is declared.
@@ -637,6 +672,12 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     if bad is not None:
         run.at(3.0)
         return _fail(run, Phase.CONFIG, FailureKind.INVALID_PARALLELISM, bad, common)
+    stage_layers = sim_stage_layers(arch.num_layers, pp, (env or {}).get(PARTITION_ENV))
+    if isinstance(stage_layers, str):
+        return _fail(run, Phase.CONFIG, FailureKind.INVALID_ARGUMENT, stage_layers, common)
+    mine = rank_stages(parsed, world)
+    if pp > 1 and PARTITION_ENV in (env or {}):
+        flags = flags.model_copy(update={"pp_layer_partition": tuple(stage_layers)})  # vLLM's bookkeeping follows
 
     # --- device init: the free-memory check -----------------------------------------------------------------
     run.at(3.0)
@@ -651,8 +692,9 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         return _fail(run, Phase.INIT, FailureKind.INSUFFICIENT_FREE_GPU_MEMORY, message, common)
 
     # --- loading the weights (GPU memory, and host memory on the way) ---------------------------------------
-    weights = weights_bytes_per_gpu(arch, flags)
-    w_max = max(weights)
+    weights = sim_stage_weights(arch, flags, stage_layers)
+    w_max = max(weights[i] for i in mine)
+    first = mine[0]
     checkpoint_gib = checkpoint_bytes(arch) / GiB
     run.at(1.0)
     run.info(f"Starting to load model {model_id}...", "gpu_model_runner.py:2338")
@@ -662,7 +704,7 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
                  + (parsed.swap_space or 0.0) * world + hidden.extra_host_memory_gib)
     limits = [v for v in (memory_limit_gib, hidden.host_memory_limit_gib) if v is not None]
     host_limit = min(limits) if limits else None
-    common.update(weights_gib=round(weights[0] / GiB, 2), host_peak_gib=round(host_peak, 2))
+    common.update(weights_gib=round(weights[first] / GiB, 2), host_peak_gib=round(host_peak, 2))
     if host_limit is not None and host_peak > host_limit:
         base = 3.0 * world + 1.5
         share = max(0.05, min(0.95, (host_limit - base) / max(host_peak - base, 1e-6)))
@@ -696,17 +738,16 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
             f"{load_s / shards:.2f}s/it]")
     run.info(f"Loading weights took {load_s - 0.4:.2f} seconds", "default_loader.py:267")
     if profile.engine == "V0":
-        run.info(f"Loading model weights took {weights[0] / GiB:.4f} GB", "model_runner.py:1072")
+        run.info(f"Loading model weights took {weights[first] / GiB:.4f} GB", "model_runner.py:1072")
     elif v2 and profile.version_tuple < (0, 28, 0):  # MRV2's wording up to 0.27.1
-        run.info(f"Model loading took {weights[0] / GiB:.4f} GiB and {load_s:.6f} seconds", "model_runner.py:318")
+        run.info(f"Model loading took {weights[first] / GiB:.4f} GiB and {load_s:.6f} seconds", "model_runner.py:318")
     else:
-        run.info(f"Model loading took {weights[0] / GiB:.4f} GiB memory and {load_s:.6f} seconds",
+        run.info(f"Model loading took {weights[first] / GiB:.4f} GiB memory and {load_s:.6f} seconds",
                  "gpu_model_runner.py:2370")
 
     # --- profiling: what vLLM measures (the hidden truth) ---------------------------------------------------
     pert = perturbations(arch.model_id or model_id)
     act_pert = pert["activation"] if hidden.activation_perturbation is None else hidden.activation_perturbation
-    stage_layers = pp_layer_counts(arch.num_layers, pp)
     acts = [int(activation_bytes(arch, flags, profile, last_stage=i == pp - 1) * (1 + act_pert)
                 + hidden.extra_activation_gib * GiB) for i in range(pp)]
     non_torch = int(non_torch_bytes(flags, profile, nvlink=gpu.nvlink) * (1 + pert["non_torch"])
@@ -717,13 +758,15 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         run.at(12.0 + 0.05 * arch.num_layers)
         run.info(f"torch.compile takes {11.0 + 0.05 * arch.num_layers:.2f} s in total", "monitor.py:34")
     run.at(2.5)
-    stage = max(range(pp), key=lambda i: weights[i] + acts[i])
+    stage = max(mine, key=lambda i: weights[i] + acts[i])  # this node's tightest stage
     if weights[stage] + acts[stage] + non_torch > free:
         oom = messages.cuda_oom_message(
             device=0, tried_mib=min(acts[stage] / 2**20, 2048.0), total_gib=total_gib,
             free_mib=min(max((free - weights[stage] - non_torch) / 2**20 * 0.3, 0.0), 900.0),
             in_use_gib=(free + ctx) / GiB - 0.05, torch_gib=(weights[stage] + acts[stage] * 0.6) / GiB)
         return _fail(run, Phase.PROFILING, FailureKind.CUDA_OOM_STARTUP, oom, common)
+    if any(weights[i] + acts[i] + non_torch > free for i in range(pp) if i not in mine):
+        return _stalled(run, Phase.PROFILING, common)  # another node's rank died: this one waits, then gives up
     # MRV2's sampler state (last stage) is real memory on every release; from 0.27 it and the allocator leftovers
     # are inside the measured drop in free memory, before that the state sits in the headroom
     sampler_state = v2_sampler_state_bytes(arch, flags, profile)
@@ -740,14 +783,14 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     avail = min(avails)
     if flags.kv_cache_memory_bytes is not None:
         avail = flags.kv_cache_memory_bytes
-    common.update(activation_gib=round(acts[0] / GiB, 2), non_torch_gib=round(non_torch / GiB, 2),
-                  cudagraph_gib=round(graph_est[0] / GiB, 2), available_kv_gib=round(max(avail, 0) / GiB, 2))
+    common.update(activation_gib=round(acts[first] / GiB, 2), non_torch_gib=round(non_torch / GiB, 2),
+                  cudagraph_gib=round(graph_est[first] / GiB, 2), available_kv_gib=round(max(avail, 0) / GiB, 2))
     if profile.cudagraph_subtracted and not flags.enforce_eager:
         if v2:  # 0.29+: MRV2 captures into a throwaway pool while profiling (no "Estimated" line)
-            run.info(f"Graph capturing finished in 2 secs, took {graph_est[0] / GiB:.2f} GiB",
+            run.info(f"Graph capturing finished in 2 secs, took {graph_est[first] / GiB:.2f} GiB",
                      "cudagraph_utils.py:240")
         else:
-            run.info(f"Estimated CUDA graph memory: {graph_est[0] / GiB:.2f} GiB total", "gpu_model_runner.py:4102")
+            run.info(f"Estimated CUDA graph memory: {graph_est[first] / GiB:.2f} GiB total", "gpu_model_runner.py:4102")
     if profile.engine == "V1":
         run.info(f"Available KV cache memory: {avail / GiB:.2f} GiB", "gpu_worker.py:299")
     if avail <= 0:
@@ -774,19 +817,37 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     # --- KV allocation, then CUDA-graph capture in what is left of the GPU ---------------------------------
     if not flags.enforce_eager:
         run.at(6.0 + 0.04 * arch.num_layers)
-        capture = int(graph_est[0] * (1 + pert["cudagraph_capture"]) + hidden.extra_cudagraph_gib * GiB)
-        # the activation peak was released after profiling; the KV cache now fills the rest of the budget
-        used = other + ctx + weights[0] + non_torch + max(avail, 0) + slack + (sampler_state if pp == 1 else 0)
         warmup = acts[0] if arch.quantization and arch.quantization.method == "mxfp4" and arch.is_moe else 0
-        if used + capture + warmup > total:
+
+        def at_capture(i: int) -> int:
+            """Stage i's memory once its graphs are captured: the activation peak was released after profiling,
+            the KV cache fills the rest of the budget; the last stage's unprofiled buffers sit beside it."""
+            last = i == pp - 1
+            return (other + ctx + weights[i] + non_torch + max(avail, 0) + slack + warmup
+                    + (sampler_state if last and (pp == 1 or parsed.nnodes > 1) else 0)
+                    + (int(hidden.last_stage_unprofiled_gib * GiB) if last else 0)
+                    + int(graph_est[i] * (1 + pert["cudagraph_capture"]) + hidden.extra_cudagraph_gib * GiB))
+
+        # one node of several checks its own tightest stage; one pod holding every stage keeps stage 0's figures
+        stage = max(mine, key=at_capture) if parsed.nnodes > 1 else 0
+        if at_capture(stage) > total:
+            used = at_capture(stage) - int(graph_est[stage] * (1 + pert["cudagraph_capture"]))
             free_mib = max(total - used, 0) / 2**20 * 0.3
             oom = messages.cuda_oom_message(device=0, tried_mib=786.0, total_gib=total_gib, free_mib=free_mib,
                                             in_use_gib=(used - other) / GiB, torch_gib=(used - other - ctx) / GiB)
             return _fail(run, Phase.CUDA_GRAPHS, FailureKind.CUDA_OOM_STARTUP, oom, common)
+        if parsed.nnodes > 1 and any(at_capture(i) > total for i in range(pp) if i not in mine):
+            return _stalled(run, Phase.CUDA_GRAPHS, common)
         run.info(f"Graph capturing finished in {int(6 + 0.04 * arch.num_layers)} secs, took "
-                 f"{(graph_est[0] * (1 + pert['cudagraph_capture'])) / GiB:.2f} GiB", "gpu_model_runner.py:3725")
+                 f"{(graph_est[stage] * (1 + pert['cudagraph_capture'])) / GiB:.2f} GiB", "gpu_model_runner.py:3725")
     run.info(f"init engine (profile, create kv cache, warmup model) took {run.t - 6.0:.2f} seconds", "core.py:218")
     run.at(2.0)
+    if parsed.headless:  # a worker node: its engine processes serve the leader, no HTTP
+        run.info(f"Headless node {parsed.node_rank} of {parsed.nnodes}: workers for pipeline stage"
+                 f"{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))} are serving the leader at "
+                 f"{parsed.given.get('master_addr', '?')}", "multiproc_executor.py:160")
+        run.at(1.0)
+        return _outcome(run, starts=True, phase=Phase.READY, **common)
     run.info("Starting vLLM API server 0 on http://0.0.0.0:8000", "launcher.py:44", process="api")
     run.info("Available routes are: /health, /v1/models, /v1/chat/completions, /v1/completions, /metrics",
              "launcher.py:37", process="api")
@@ -795,6 +856,78 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     run.raw("INFO:     Application startup complete.", process="api")
     run.at(1.0)
     return _outcome(run, starts=True, phase=Phase.READY, **common)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Multi-node (native mp mode over a LeaderWorkerSet group): one node's share of the engine. The layer split is
+# the simulator's own copy of vLLM's get_pp_indices — deliberately not the planner's function.
+
+PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
+
+
+def sim_stage_layers(num_layers: int, pp: int, partition: str | None = None) -> list[int] | str:
+    """Layers per pipeline stage as vllm/distributed/utils.py get_pp_indices makes them: VLLM_PP_LAYER_PARTITION
+    when set (else ValueError's text, returned), otherwise L // pp each, the remainder added to the stages before the
+    last."""
+    if partition is not None:
+        try:
+            parts = [int(layer) for layer in partition.split(",")]
+        except ValueError:
+            return f"ValueError: Invalid partition string: {partition}"
+        if len(parts) != pp:
+            return f"ValueError: len(partitions)={len(parts)} does not match pp_size={pp}."
+        if sum(parts) != num_layers:
+            return f"ValueError: sum(partitions)={sum(parts)} does not match num_hidden_layers={num_layers}."
+        return parts
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def rank_stages(parsed: VLLMArgs, world: int) -> list[int]:
+    """The pipeline stages this node's GPUs hold: ranks node_rank·g … node_rank·g+g−1 (g = world / nnodes), rank r
+    in stage r // TP (ranks are TP-fastest: vllm/v1/executor/multiproc_executor.py). One node: every stage."""
+    tp, nnodes = parsed.tensor_parallel_size, max(parsed.nnodes, 1)
+    per_node = max(world // nnodes, 1)
+    ranks = range(parsed.node_rank * per_node, (parsed.node_rank + 1) * per_node)
+    stages = sorted({r // tp for r in ranks if r < world})
+    return stages or list(range(parsed.pipeline_parallel_size))
+
+
+def sim_stage_weights(arch: ModelArch, flags: EngineFlags, layers: Sequence[int]) -> list[int]:
+    """Weight bytes per stage (one TP rank): the whole model's resident bytes per rank (vLLM's loader bookkeeping
+    on one stage) shared out by the stage's layers, the embedding on the first stage, the lm_head on the last."""
+    single = flags.model_copy(update={"pipeline_parallel_size": 1, "pp_layer_partition": None})
+    whole = weights_bytes_per_gpu(arch, single)[0]
+    if len(layers) == 1:
+        return [whole]
+    dtype = 4 if arch.dtype == "float32" else 2
+    embed = arch.vocab_size * arch.hidden_size * dtype / flags.tensor_parallel_size
+    head = 0.0 if arch.tie_word_embeddings else embed
+    body = max(whole - embed - head, 0.0)
+    total = max(sum(layers), 1)
+    return [int(body * n / total + (embed if i == 0 else 0.0) + (head if i == len(layers) - 1 else 0.0))
+            for i, n in enumerate(layers)]
+
+
+def worker_network_exit(outcome: StartupOutcome, node_rank: int, world_rank: int) -> tuple[list[LogLine], str]:
+    """The end of a headless worker whose collective timed out (the leader's HTTP still answers): NCCL's watchdog
+    text (torch ProcessGroupNCCL), offsets relative to the moment it happens."""
+    run = _Run(outcome.vllm_version, "worker-exit")
+    message = (f"[Rank {world_rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=18, "
+               "OpType=ALLREDUCE, NumelIn=16384, NumelOut=16384, Timeout(ms)=600000) ran for 600012 milliseconds "
+               "before timing out.")
+    run.at(1.0)
+    run.raw(f"[rank{world_rank}]:[E ProcessGroupNCCL.cpp:632] {message}")
+    run.raw(f"[rank{world_rank}]:[E ProcessGroupNCCL.cpp:1664] [PG 0 Rank {world_rank}] Exception (either an error "
+            "or timeout) detected by watchdog at work: 18, last enqueued NCCL work: 18, last completed NCCL work: 17.")
+    run.at(0.5)
+    run.raw("terminate called after throwing an instance of 'c10::DistBackendError'")
+    run.raw(f"  what():  {message}")
+    run.info(f"Headless node {node_rank}: worker process died; the engine group must be restarted",
+             "multiproc_executor.py:540", level="ERROR")
+    return run.lines, message
 
 
 def serving_oom(outcome: StartupOutcome, hidden: HiddenFacts, concurrency: int, context: int

@@ -53,7 +53,9 @@ ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
 # multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_lws_handlers.py
 # runs them against the emulator with the LWS CRD installed.
 ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
-                       for verb in ("get", "create", "patch")})
+                       for verb in ("get", "create", "patch", "delete")})
+ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
+    "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 
 #: vLLM's startup failure when other processes hold GPU memory (remediation lowers --gpu-memory-utilization).
 FREE_MEMORY_ERROR = ("ValueError: Free memory on device cuda:0 (17.40/21.84 GiB) on startup is less than desired "

@@ -79,3 +79,60 @@ def test_lws_absent_then_installed_then_ready(harness: Cluster, monkeypatch: pyt
     pod("big-0-1", 1, "workerTemplate")
     ready = h.wait_condition("big", "Ready", "True", "Available")
     assert "1/1 groups of 2 pods ready" in condition(ready, "Ready")["message"]  # type: ignore[index]
+
+
+LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def test_moving_between_a_deployment_and_a_leaderworkerset_deletes_the_old_child(harness: Cluster) -> None:
+    """A plan that starts spanning nodes (or stops) changes the workload's kind: the new child is applied and the
+    plan recorded first, then the old one — this service's own — is deleted (no orphan keeps GPUs)."""
+    h = harness
+    _install_lws(h)
+    for i in (1, 2):
+        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})   # fits one node: a Deployment
+    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
+    assert _lws(h, "big") is None
+
+    h.patch_spec("big", {"model": {"name": LLAMA_405B}})   # no longer fits one node: a LeaderWorkerSet
+    h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    h.wait_for(lambda: h.deployment("big") is None or None, message="the Deployment deleted")
+    assert h.service("big")["status"]["gpu"]["nodes"] == 2
+
+    h.patch_spec("big", {"model": {"name": LLAMA_70B}})    # back on one node
+    h.wait_for(lambda: h.deployment("big"), message="the Deployment again")
+    h.wait_for(lambda: _lws(h, "big") is None or None, message="the LeaderWorkerSet deleted")
+    assert (h.service("big")["status"]["gpu"].get("nodes") or 1) == 1
+
+
+def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
+    from vllm_operator.handlers import effects
+
+    h = harness
+    _install_lws(h)
+    h.add_node("h100-1", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("solo", {"model": {"name": LLAMA_70B}})
+    deployment = h.wait_for(lambda: h.deployment("solo"), message="the Deployment")
+    uid = h.service("solo")["metadata"]["uid"]
+    labels = deployment["metadata"]["labels"]
+    for name, meta in (("solo", {"labels": labels}),   # our labels, no ownerReference
+                       ("solo", {"labels": {}, "ownerReferences": deployment["metadata"]["ownerReferences"]})):
+        h.server.create_object("leaderworkersets", {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": "default", **meta},
+            "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
+                {"name": "x", "image": "busybox"}]}}}}}, "default")
+        assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == []
+        assert _lws(h, name) is not None
+        h.server.delete_object("leaderworkersets", name, "default")
+    # ours (labels and ownerReference): deleted
+    h.server.create_object("leaderworkersets", {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "solo", "namespace": "default", "labels": labels,
+                     "ownerReferences": deployment["metadata"]["ownerReferences"]},
+        "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
+            {"name": "x", "image": "busybox"}]}}}}}, "default")
+    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == [
+        "deleted LeaderWorkerSet solo: replaced by a Deployment"]
+    assert _lws(h, "solo") is None

@@ -130,6 +130,10 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
                                             {"autoscaling": {"engine": "KEDA", "maxReplicas": 2}}),
     ".spec.autoscaling.activationQuery": ("applies to engine KEDA only",
                                           {"autoscaling": {"maxReplicas": 2, "activationQuery": "up"}}),
+    ".spec.network.rdmaResources[0].name": ("GPUs come from spec.gpu", {"network": {"rdmaResources": [
+        {"name": "nvidia.com/gpu", "count": 8}]}}),
+    ".spec.network.ipcLock": ("Pod Security restricted forbids", {"network": {"ipcLock": True},
+                                                                   "security": {"profile": "restricted"}}),
     ".spec.autoscaling.metrics[0].target": ("a fraction of the KV cache", {"autoscaling": {
         "maxReplicas": 2, "metrics": [{"type": "KVCacheUsage", "target": 2}]}}),
 }

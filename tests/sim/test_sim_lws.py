@@ -4,8 +4,11 @@ makes the group's pods, the simulated kubelet starts vLLM on both, and the servi
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from vllm_operator_sim.cluster import NodePool, SimulatedCluster
 from vllm_operator_sim.lws import GROUP_INDEX, NAME, WORKER_INDEX, LWSController
@@ -154,3 +157,138 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
         for role in ("leaderTemplate", "workerTemplate"):
             args = lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0]["args"]
             assert args[args.index("--max-model-len") + 1] == str(flags["maxModelLen"])
+
+
+# --- per-rank startup: each node computes its own stages ---------------------------------------------------------
+
+def _rank_args(node_rank: int, *, partition_flags: tuple[str, ...] = ()) -> list[str]:
+    args = ["vllm", "serve", LLAMA_405B, "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2",
+            "--gpu-memory-utilization", "0.92", "--max-model-len", "65536", "--max-num-seqs", "16",
+            "--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", str(node_rank),
+            "--master-addr", "big-0.big.default", "--master-port", "29501", *partition_flags]
+    return args + (["--headless"] if node_rank else [])
+
+
+def _h100() -> Any:
+    from vllm_operator.planner.gpus import load_gpu_catalog
+
+    return load_gpu_catalog().get("H100-SXM-80GB")
+
+
+def test_the_simulators_own_layer_split_and_its_errors() -> None:
+    from vllm_operator_sim.startup import sim_stage_layers
+
+    assert sim_stage_layers(126, 2) == [63, 63]
+    assert sim_stage_layers(61, 2) == [31, 30]          # DeepSeek-V3: the remainder on the stages before the last
+    assert sim_stage_layers(10, 4) == [2, 3, 3, 2]       # partitions[-2] and [-3] get the remainder
+    assert sim_stage_layers(126, 2, "64,62") == [64, 62]
+    assert sim_stage_layers(126, 2, "64,63") == "ValueError: sum(partitions)=127 does not match num_hidden_layers=126."
+    assert sim_stage_layers(126, 2, "126") == "ValueError: len(partitions)=1 does not match pp_size=2."
+    assert sim_stage_layers(126, 2, "a,b") == "ValueError: Invalid partition string: a,b"
+
+
+def test_each_rank_loads_only_its_stage_and_the_partition_moves_weights() -> None:
+    from vllm_operator.sources import load_model_files
+    from vllm_operator_sim.startup import simulate_startup
+
+    files, gpu = load_model_files(LLAMA_405B, offline=True), _h100()
+    run = {rank: simulate_startup(_rank_args(rank), "vllm/vllm-openai:v0.26.0", gpu, None, files, gpu_count=8)
+           for rank in (0, 1)}
+    moved = {rank: simulate_startup(_rank_args(rank), "vllm/vllm-openai:v0.26.0", gpu, None, files, gpu_count=8,
+                                    env={"VLLM_PP_LAYER_PARTITION": "64,62"}) for rank in (0, 1)}
+    assert all(r.starts for r in (*run.values(), *moved.values()))
+    # 405B: ~6.4 GB of weights per layer over TP 8 → one layer is ~0.75 GiB per GPU
+    assert moved[0].weights_gib - run[0].weights_gib == pytest.approx(0.75, abs=0.05)
+    assert run[1].weights_gib - moved[1].weights_gib == pytest.approx(0.75, abs=0.05)
+    assert "Headless node 1 of 2: workers for pipeline stage 1" in run[1].log_text(datetime(2026, 1, 1, tzinfo=UTC))
+    assert "Starting vLLM API server" not in run[1].log_text(datetime(2026, 1, 1, tzinfo=UTC))
+    bad = simulate_startup(_rank_args(1), "vllm/vllm-openai:v0.26.0", gpu, None, files, gpu_count=8,
+                           env={"VLLM_PP_LAYER_PARTITION": "100,26,0"})
+    assert not bad.starts and "does not match pp_size=2" in bad.message
+
+
+def test_the_last_stage_ooms_while_the_leader_waits_and_one_layer_fixes_it() -> None:
+    from vllm_operator.planner.failures import FailureKind
+    from vllm_operator.sources import load_model_files
+    from vllm_operator_sim.startup import STALL_S, HiddenFacts, Phase, simulate_startup
+
+    files, gpu = load_model_files(LLAMA_405B, offline=True), _h100()
+    hidden = HiddenFacts(last_stage_unprofiled_gib=4.0)
+    worker = simulate_startup(_rank_args(1), "vllm/vllm-openai:v0.26.0", gpu, hidden, files, gpu_count=8)
+    leader = simulate_startup(_rank_args(0), "vllm/vllm-openai:v0.26.0", gpu, hidden, files, gpu_count=8)
+    assert not worker.starts and worker.failure_kind is FailureKind.CUDA_OOM_STARTUP
+    assert worker.phase is Phase.CUDA_GRAPHS and "CUDA out of memory" in worker.message
+    # the leader's own stage is fine: it waits for the group, far longer than the worker takes to die
+    assert not leader.starts and leader.failure_kind is FailureKind.UNKNOWN
+    assert leader.duration_s > worker.duration_s + STALL_S - 1
+    env = {"VLLM_PP_LAYER_PARTITION": "64,62"}
+    assert all(simulate_startup(_rank_args(rank), "vllm/vllm-openai:v0.26.0", gpu, hidden, files, gpu_count=8,
+                                env=env).starts for rank in (0, 1))
+
+
+def test_a_last_stage_oom_is_remediated_by_moving_a_layer(tmp_path: Path) -> None:
+    from vllm_operator_sim.scenarios import Scenario, ScenarioSet
+    from vllm_operator_sim.startup import HiddenFacts
+
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(last_stage_unprofiled_gib=4.0))})
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
+                          workdir=tmp_path) as cluster:
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "remediation": {"minIntervalSeconds": 0}}))
+
+        def service() -> dict[str, Any] | None:
+            return api.get_object("vllmservices", "big", "default")
+
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
+                         message="never Ready after the stage step:\n" + cluster.operator_log()[-3000:])
+        obj = service()
+        assert obj is not None
+        history = obj["status"]["remediation"]["history"]
+        assert [h["failureClass"] for h in history] == ["CUDAOOMStartup"]
+        assert "VLLM_PP_LAYER_PARTITION 63,63 → 64,62" in history[0]["message"]
+        assert obj["status"]["remediation"]["profile"] == {"ppLayerPartition": "64,62"}
+        assert [s["layers"] for s in obj["status"]["multiNode"]["stages"]] == [64, 62]
+        failures = obj["status"]["multiNode"]["failures"]
+        assert (1, [1], "CUDAOOMStartup") in [(f["nodeRank"], f["stages"], f["failureClass"]) for f in failures]
+        lws = api.get_object("leaderworkersets", "big", "default")
+        assert lws is not None
+        for role in ("leaderTemplate", "workerTemplate"):
+            env = {e["name"]: e.get("value") for e in
+                   lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0].get("env") or []}
+            assert env["VLLM_PP_LAYER_PARTITION"] == "64,62"
+
+
+def test_a_dead_worker_behind_a_live_leader_is_attributed_and_not_ready(tmp_path: Path) -> None:
+    """The worker's NCCL collective times out after it served for a while; its pod dies, the leader's HTTP still
+    answers. The operator records the failure on the worker's rank (Network: no flag changes) and the service is not
+    Ready until LeaderWorkerSet has recreated the group."""
+    from vllm_operator_sim.scenarios import Scenario, ScenarioSet
+    from vllm_operator_sim.startup import HiddenFacts
+
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(worker_exit_after_s=120.0))})
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
+                          workdir=tmp_path) as cluster:
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2}}))
+
+        def service() -> dict[str, Any] | None:
+            return api.get_object("vllmservices", "big", "default")
+
+        def network_failure() -> dict[str, Any] | None:
+            found = ((service() or {}).get("status") or {}).get("multiNode", {}).get("failures") or []
+            return next((f for f in found if f["failureClass"] == "Network"), None)
+
+        failure = cluster.wait_for(network_failure, timeout=90,
+                                   message="the worker's failure was not recorded:\n" + cluster.operator_log()[-3000:])
+        assert failure["nodeRank"] == 1 and failure["stages"] == [1] and failure["pod"] == "big-0-1"
+        assert "Watchdog caught collective operation timeout" in failure["summary"]
+        ready = _condition(service(), "Ready")
+        # not Ready while the worker is dead: Ready is False now, or it turned True only after the failure
+        assert ready.get("status") != "True" or ready["lastTransitionTime"] > failure["time"], ready
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
+                         message="never Ready again after the group was recreated")
+        history = (((service() or {}).get("status") or {}).get("remediation") or {}).get("history") or []
+        assert history == []   # a network failure changes no flag

@@ -32,6 +32,7 @@ EXPECTED: dict[str, tuple[bool, int | None]] = {
     "full-context-small-gpu.yaml": (True, 1),
     "llama-405b-two-nodes.yaml": (True, 8),  # TP 8 x PP 2 over two nodes (issue 13)
     "llama-405b-group-remediated.yaml": (True, 8),
+    "llama-405b-last-stage-oom.yaml": (True, 8),
 }
 
 

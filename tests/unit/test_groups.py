@@ -4,6 +4,7 @@ failures (NCCL, Gloo, ZMQ, rendezvous) read as `Network`, which the ladder surfa
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,6 @@ def test_not_a_group_pod(labels: dict[str, str]) -> None:
      "Gloo"),
     ("[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 "
      "milliseconds before timing out. ProcessGroupNCCL.cpp:1234 timed out", "NCCL"),
-    ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", "NCCL"),
     ("NCCL WARN NET/Socket : Connect to 10.0.0.2<43210> failed : Connection refused", "NCCL"),
     ("zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.0.0.5:13345')", "ZMQ"),
     ("torch.distributed.DistNetworkError: The client socket has timed out after 600s while trying to connect to "
@@ -107,3 +107,54 @@ def test_recreations_count_leader_changes_under_the_same_plan_only() -> None:
     assert multi["groupRecreations"] == 1
     multi = count_recreations(multi, {"0": ("c", "p2")})     # a new profile (remediation step): not a failure
     assert multi["groupRecreations"] == 1 and multi["leaders"] == {"0": "c/p2"}
+
+
+@pytest.mark.parametrize(("spec", "limit"), [
+    ({}, 5), ({"remediation": {}}, 5), ({"remediation": {"maxGroupRecreations": 2}}, 2),
+    ({"remediation": {"maxGroupRecreations": 0}}, 0),
+    # written around the CRD (out of bounds, wrong type, not a mapping): the default, never a crash
+    ({"remediation": {"maxGroupRecreations": 1000}}, 5), ({"remediation": {"maxGroupRecreations": "3"}}, 5),
+    ({"remediation": "x"}, 5), (None, 5)])
+def test_the_group_recreation_bound_is_spec_remediation_max_group_recreations(spec: Any, limit: int) -> None:
+    from vllm_operator.remediation.groups import group_recreation_limit
+
+    assert group_recreation_limit(spec) == limit
+
+
+def test_max_group_recreations_is_bounded_in_the_api() -> None:
+    from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec
+
+    assert parse_spec({"model": {"name": "m/x"}}).remediation.max_group_recreations == 5
+    assert parse_spec({"model": {"name": "m/x"}, "remediation": {"maxGroupRecreations": 7}}) \
+        .remediation.max_group_recreations == 7
+    with pytest.raises(SpecValidationError, match="maxGroupRecreations"):
+        parse_spec({"model": {"name": "m/x"}, "remediation": {"maxGroupRecreations": 101}})
+
+
+SYSTEM_ERROR = "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+
+
+@pytest.mark.parametrize("before", ["", "INFO 05-20 09:15:02 [parallel_state.py:1165] world_size=2 rank=0 backend=nccl\n"])
+def test_a_bare_nccl_system_error_is_not_the_network(before: str) -> None:
+    """ncclSystemError means a system call failed; on one node NCCL uses shared memory and P2P, no network. The
+    usual cause in a pod is /dev/shm: the summary says so, the class is Unknown, and no flag changes."""
+    failure = classify_text(before + SYSTEM_ERROR, exit_code=1)
+    assert failure.kind is FailureKind.UNKNOWN
+    assert "NCCL error: unhandled system error" in failure.summary and "/dev/shm" in failure.summary
+    assert "spec.resources.shmSize" in failure.summary
+    current = Current(flags={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.9, "max_model_len": 8192})
+    assert decide(failure, "uid/1", current, datetime(2025, 6, 1, tzinfo=UTC)).action is Action.SURFACE
+
+
+def test_nccl_shared_memory_failures_are_named() -> None:
+    text = ("NCCL WARN Error: failed to extend /dev/shm/nccl-4Lq1 to 9637892 bytes\n"
+            "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-4Lq1 (size 9637888)\n" + SYSTEM_ERROR)
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureKind.UNKNOWN
+    assert failure.summary.startswith("NCCL could not allocate its shared memory")
+
+
+def test_a_system_error_with_the_network_transport_in_the_log_is_network() -> None:
+    text = "NCCL WARN NET/Socket : Connect to 10.0.0.2<43210> failed : Connection refused\n" + SYSTEM_ERROR
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureKind.NETWORK and failure.summary.startswith("NCCL failure between ranks")

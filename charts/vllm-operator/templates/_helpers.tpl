@@ -73,20 +73,22 @@ never called.
 - apiGroups: [vllm-operator.dev]
   resources: [vllmservices/status]
   verbs: [patch]
-# The children of a VLLMService (garbage-collected by their ownerReferences; the operator deletes nothing).
+# The children of a VLLMService (garbage-collected by their ownerReferences). A Deployment is deleted by the
+# operator only when the service moved to a LeaderWorkerSet (its plan spans nodes now), and only its own.
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create]
-# spec.gpu.maxNodes > 1: one LeaderWorkerSet (kubernetes-sigs/lws, installed separately) per multi-node service.
+# spec.gpu.maxNodes > 1: one LeaderWorkerSet (kubernetes-sigs/lws, installed separately) per multi-node service;
+# deleted by the operator when the service is back on one node (a Deployment), and only its own.
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 # spec.autoscaling and spec.routing.inferencePool: an HPA or a KEDA ScaledObject, an InferencePool (deleted when
 # the spec stops asking for them).
 - apiGroups: [autoscaling]

@@ -1140,6 +1140,15 @@ class RemediationSpec(_Model):
             "step back toward the plan. Defaults to 3600."
         ),
     )
+    max_group_recreations: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description=(
+            "Multi-node services: how many times LeaderWorkerSet may recreate a group after a pod failure under one "
+            "plan before the service is Degraded (reason GroupRecreationsExhausted). Defaults to 5."
+        ),
+    )
 
 
 class ServiceSpec(_Model):
@@ -1173,6 +1182,66 @@ class SecuritySpec(_Model):
         ge=1,
         le=INT32_MAX,
         description="With profile `restricted`: the user (and group, fsGroup) id vLLM runs as. Defaults to 1000.",
+    )
+
+
+#: An extended resource name (a device plugin's): a DNS subdomain prefix, a slash, a name (Kubernetes
+#: IsExtendedResourceName / IsQualifiedName).
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class RDMAResource(_Model):
+    """One extended resource of an RDMA device plugin that every pod of a group requests."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="rdma-resource-is-not-the-gpu",
+            rule="!self.name.startsWith('nvidia.com/gpu') && !self.name.startsWith('kubernetes.io/')",
+            message="GPUs come from spec.gpu, and kubernetes.io/ names are not device plugins' resources",
+            field_path=".name",
+        ),
+    )
+
+    name: str = Field(
+        max_length=253,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        description=(
+            "The resource name, e.g. `rdma/rdma_shared_device_a` (k8s-rdma-shared-dev-plugin), `rdma/ib` or "
+            "`nvidia.com/hostdev` (SR-IOV network operator)."
+        ),
+    )
+    count: int = Field(ge=1, le=64, description="How many each pod requests (request = limit).")
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> RDMAResource:
+        if self.name.startswith(("nvidia.com/gpu", "kubernetes.io/")):
+            _raise_violations([RuleViolation(
+                "rdma-resource-is-not-the-gpu", "name",
+                f"{self.name}: GPUs come from spec.gpu, and kubernetes.io/ names are not device plugins' resources")])
+        return self
+
+
+class NetworkSpec(_Model):
+    """The path between the nodes of a replica that spans nodes (a LeaderWorkerSet group): RDMA / InfiniBand
+    passthrough. Applies only to the pods of a multi-node plan; NCCL_* / GLOO_SOCKET_IFNAME go in spec.env."""
+
+    rdma_resources: list[RDMAResource] = Field(
+        default_factory=list,
+        max_length=4,
+        description=(
+            "Extended resources of an RDMA device plugin added to every pod of a group (requests and limits), so "
+            "NCCL can use InfiniBand / RoCE (NET/IB) instead of TCP sockets."
+        ),
+    )
+    ipc_lock: bool = Field(
+        default=False,
+        description=(
+            "Add the IPC_LOCK capability to the vLLM container of every pod of a group: RDMA pins (locks) memory "
+            "for its queues, and GPUDirect RDMA needs it. Not allowed with security.profile `restricted` (Pod "
+            "Security `restricted` forbids added capabilities). Defaults to false."
+        ),
     )
 
 
@@ -1473,6 +1542,14 @@ class VLLMServiceSpec(_Model):
             field_path=".lora",
         ),
         CelRule(
+            id="ipc-lock-needs-baseline",
+            rule="!has(self.network) || !has(self.network.ipcLock) || !self.network.ipcLock || !has(self.security) "
+            "|| !has(self.security.profile) || self.security.profile != 'restricted'",
+            message="network.ipcLock adds a capability, which Pod Security restricted forbids; use "
+            "security.profile baseline or drop ipcLock",
+            field_path=".network.ipcLock",
+        ),
+        CelRule(
             id="autoscaling-or-max-replicas",
             rule="!has(self.autoscaling) || !has(self.maxReplicas)",
             message="spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler scales) exclude "
@@ -1572,6 +1649,10 @@ class VLLMServiceSpec(_Model):
     security: SecuritySpec = Field(
         default_factory=SecuritySpec, description="The vLLM pod's security context (least privilege by default)."
     )
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        description="RDMA / InfiniBand passthrough for the pods of a replica that spans nodes (spec.gpu.maxNodes).",
+    )
 
     def _violations(self) -> list[RuleViolation]:
         out: list[RuleViolation] = []
@@ -1619,6 +1700,15 @@ class VLLMServiceSpec(_Model):
                     "node-selector-keys-are-label-keys",
                     "nodeSelector",
                     f"nodeSelector keys must be label keys such as example.com/pool (got {_short(bad_keys[0])})",
+                )
+            )
+        if self.network.ipc_lock and self.security.profile == "restricted":
+            out.append(
+                RuleViolation(
+                    "ipc-lock-needs-baseline",
+                    "network.ipcLock",
+                    "network.ipcLock adds a capability, which Pod Security restricted forbids; use "
+                    "security.profile baseline or drop ipcLock",
                 )
             )
         if self.max_replicas is not None and self.max_replicas < self.replicas:

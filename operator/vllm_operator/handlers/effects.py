@@ -27,7 +27,8 @@ from urllib3.exceptions import HTTPError
 
 from ..api import conditions as cond
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
-from ..render.manifests import ANNOTATION_SPEC_HASH, MANAGED_BY
+from ..render.lws import lws_name
+from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -119,6 +120,32 @@ def delete_stale(stale: list[tuple[str, str]], namespace: str) -> list[str]:
                 raise
         written.append(f"deleted {kind} {name}")
     return written
+
+
+def delete_replaced_workload(namespace: str, name: str, uid: str, children: list[dict[str, Any]]) -> list[str]:
+    """Delete the workload of the other kind once the new one is applied and the plan that chose it is recorded
+    (call it after the status write): a Deployment when the service now runs on a LeaderWorkerSet (its plan spans
+    nodes), a LeaderWorkerSet when it is back on one node. Only a child this service owns — an ownerReference to its
+    UID and the operator's labels — is deleted; one that is gone or someone else's is left alone."""
+    kinds = ("Deployment", "LeaderWorkerSet")
+    now = [c["kind"] for c in children if c.get("kind") in kinds]
+    if len(now) != 1:
+        return []
+    old = kinds[1] if now[0] == kinds[0] else kinds[0]
+    old_name = lws_name(name) if old == "LeaderWorkerSet" else child_names(name).deployment
+    resource = kube.KIND_RESOURCES[old]
+    existing = _retrying(f"read {old} {old_name}", partial(kube.get, resource, namespace, old_name)) or {}
+    meta = existing.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owned = any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or [])
+    if not owned or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY or labels.get(LABEL_SERVICE) != name:
+        return []
+    try:
+        _retrying(f"delete {old} {old_name}", partial(kube.delete, resource, namespace, old_name))
+    except kopf.TemporaryError:
+        if _retrying(f"read {old} {old_name}", partial(kube.get, resource, namespace, old_name)) is not None:
+            raise
+    return [f"deleted {old} {old_name}: replaced by a {now[0]}"]
 
 
 def scale_deployment(namespace: str, name: str, replicas: int) -> None:

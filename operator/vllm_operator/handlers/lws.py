@@ -70,12 +70,13 @@ def refresh(namespace: str, service: str) -> bool:
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
         updates = lws_status.group_conditions(view)
         recreations = int(multi.get("groupRecreations") or 0)
-        if groups.recreations_exhausted(recreations, groups.MAX_GROUP_RECREATIONS):
+        limit = groups.group_recreation_limit(stored.get("spec"))
+        if groups.recreations_exhausted(recreations, limit):
             first: dict[str, Any] = next(iter(multi.get("failures") or []), {})
             updates.append(cond.ConditionUpdate(
                 cond.DEGRADED, cond.TRUE, cond.GROUP_RECREATIONS_EXHAUSTED,
                 f"LeaderWorkerSet recreated a group {recreations} times after pod failures (more than "
-                f"{groups.MAX_GROUP_RECREATIONS}); first failure: {first.get('pod', '?')} (node rank "
+                f"{limit}, spec.remediation.maxGroupRecreations); first failure: {first.get('pod', '?')} (node rank "
                 f"{first.get('nodeRank', '?')}, stages {first.get('stages', '?')}): {first.get('failureClass', '?')}: "
                 f"{first.get('summary', 'unknown')}"))
         return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,

@@ -25,7 +25,7 @@ import kopf
 from .. import metrics, reconcile
 from ..api.v1alpha1 import RemediationEvent
 from ..quantity import quantity_gib
-from ..remediation import ladder
+from ..remediation import groups, ladder
 from ..remediation.classifier import Failure, classify, classify_text
 from ..remediation.evidence import ContainerEvidence, evidence_from_pod
 from ..remediation.ladder import STEP_UP, Deferred, Outcome, PodFailure, ProfileChange, step_up_target
@@ -149,8 +149,15 @@ def pod_failures(pods: list[dict[str, Any]], deployment: Mapping[str, Any] | Non
                 continue
             classified = _classify(evidence)
             if classified is not None:
-                found.append(PodFailure(classified[0], classified[1], key, annotations.get(ANNOTATION_PLAN)))
+                found.append(PodFailure(classified[0], classified[1], key, annotations.get(ANNOTATION_PLAN),
+                                        node_rank=_node_rank(pod)))
     return found
+
+
+def _node_rank(pod: Mapping[str, Any]) -> int | None:
+    """The LeaderWorkerSet worker index of a pod of a group (its vLLM --node-rank); None for other pods."""
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(groups.WORKER_INDEX_LABEL)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
 # --------------------------------------------------------------------------------------------------

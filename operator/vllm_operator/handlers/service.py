@@ -181,6 +181,14 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
     write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+    nodes_before = (status.get("gpu") or {}).get("nodes") or 1
+    nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
+    spans = ((spec.get("gpu") or {}).get("maxNodes") or 1) > 1
+    if desired.children is not None and not new and (nodes_before != nodes_now or (node_max_age > 0 and spans)):
+        # recorded, then acted: the workload of the other kind goes only now; the watchdog looks again for services
+        # that may span nodes (a delete that failed after the status was written), no request for the others
+        for line in effects.delete_replaced_workload(namespace, name, uid, desired.children):
+            logger.info(line)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         with kube.api_errors("post an event"):

@@ -37,6 +37,6 @@ class FailureKind(StrEnum):
     INVALID_ARGUMENT = "InvalidArgument"
     """vLLM rejected a flag or its value (argparse, config validation)."""
     NETWORK = "Network"
-    """NCCL, Gloo, ZMQ or a rendezvous timeout between the nodes of a multi-node group (issue 13): never a memory flag."""
+    """NCCL, Gloo, ZMQ or a rendezvous failure on the network between ranks (issue 13): never a memory flag."""
     UNKNOWN = "Unknown"
     """None of the above; the summary carries the most informative error line."""

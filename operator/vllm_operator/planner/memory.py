@@ -17,6 +17,7 @@ the startup logs in benchmarks/data (benchmarks/planner_accuracy.py reports the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,6 +79,8 @@ class EngineFlags(BaseModel):
     # MoE parallelism (pinned only): see moe_parallel_weights
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
+    # VLLM_PP_LAYER_PARTITION (an environment variable, not a flag): layers per pipeline stage; None = vLLM's split
+    pp_layer_partition: tuple[int, ...] | None = None
 
 
 class GPUFacts(BaseModel):
@@ -190,9 +193,32 @@ def pp_layer_counts(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
-def _stage_kinds(arch: ModelArch, pp: int) -> list[tuple[LayerKind, ...]]:
+def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[int]:
+    """Layers per pipeline stage: `VLLM_PP_LAYER_PARTITION` if given (validated as vLLM's get_pp_indices does:
+    one integer per stage, summing to the layers), else vLLM's split. Raises ValueError for a bad override."""
+    if override is None:
+        return pp_layer_counts(num_layers, pp)
+    try:
+        parts = [int(part) for part in override.split(",")]
+    except ValueError:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} is not a comma-separated list of integers") from None
+    if len(parts) != pp:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} has {len(parts)} parts, pipeline-parallel-size is {pp}")
+    if sum(parts) != num_layers or min(parts) < 1:
+        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} must be positive and sum to {num_layers} layers")
+    return parts
+
+
+def stage_layer_counts(arch: ModelArch, flags: EngineFlags) -> list[int]:
+    """Layers per pipeline stage for these flags: the partition when one is set, else vLLM's split."""
+    if flags.pp_layer_partition is not None:
+        return list(flags.pp_layer_partition)
+    return pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size)
+
+
+def _stage_kinds(arch: ModelArch, pp: int, partition: Sequence[int] | None = None) -> list[tuple[LayerKind, ...]]:
     stages, start = [], 0
-    for count in pp_layer_counts(arch.num_layers, pp):
+    for count in partition or pp_layer_counts(arch.num_layers, pp):
         stages.append(arch.layer_kinds[start : start + count])
         start += count
     return stages
@@ -303,7 +329,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
     replicated = 0.015 * body if (q is not None and q.method == "mxfp4" and tp > 1) else 0.0
     rope_cache = arch.derived_max_model_len * arch.head_dim * 2 if not arch.is_mla else 0
     per_stage, start = [], 0
-    for i, layers in enumerate(pp_layer_counts(arch.num_layers, pp)):
+    for i, layers in enumerate(stage_layer_counts(arch, flags)):
         share = body * sum(layer_params[start : start + layers]) / all_layers
         start += layers
         extra = (embed if i == 0 else 0.0) + (head if i == pp - 1 else 0.0)
@@ -314,7 +340,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
     if flags.max_loras:  # adapter slots are allocated while the model loads: they count as weights
         slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank,
                           dtype_bytes=_model_dtype_bytes(arch, flags))
-        lora = adapter_bytes_per_stage(arch, slots, tp, pp_layer_counts(arch.num_layers, pp)).per_stage
+        lora = adapter_bytes_per_stage(arch, slots, tp, stage_layer_counts(arch, flags)).per_stage
         per_stage = [w + extra for w, extra in zip(per_stage, lora, strict=True)]
     return per_stage
 
@@ -430,7 +456,7 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     requested = math.ceil(total * util)
     pp = flags.pipeline_parallel_size
     free = total - int(gpu.other_used_gib * GiB)
-    stage_kinds = _stage_kinds(arch, pp)
+    stage_kinds = _stage_kinds(arch, pp, flags.pp_layer_partition)
     weights = weights_bytes_per_gpu(arch, flags)
     draft = speculative_memory(arch, flags, profile)
     if draft is not None:  # the drafter runs on the last stage: its weights, and its attention layers take KV pages

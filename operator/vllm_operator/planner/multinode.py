@@ -34,12 +34,29 @@ from .memory import (
     init_nontorch_gib,
     non_torch_bytes,
     pp_layer_counts,
+    pp_partition,
     profile_for_model,
     v2_sampler_state_bytes,
     weights_bytes_per_gpu,
 )
-from .plan import Option, Plan, PlanRequest, plan
+from .plan import Option, Plan, PlanRequest, layer_partition, plan
 from .versions import VersionProfile, profile_for
+
+__all__ = [
+    "MAX_OPTION_NODES",
+    "MultiNodePlan",
+    "Split",
+    "StageMemory",
+    "candidate_splits",
+    "limiting_stage",
+    "multinode_document",
+    "nodes_for",
+    "plan_across_nodes",
+    "pp_partition",
+    "render_multinode_text",
+    "spanning_option",
+    "stage_memory",
+]
 
 MAX_OPTION_NODES = 8   # how far the options look beyond what the caller allows
 
@@ -90,6 +107,12 @@ class MultiNodePlan(BaseModel):
     limiting_stage: int = Field(description="the stage with the fewest KV blocks: it caps every stage's KV cache")
     reasons: list[str] = Field(description="why this layout (before the single-node plan's reasons)")
     options: list[Option] = []
+    layer_partition: list[int] | None = Field(
+        None, description="VLLM_PP_LAYER_PARTITION for every rank (a remediation step moved layers); None: vLLM's split")
+
+    def partition_env(self) -> str | None:
+        """The value of VLLM_PP_LAYER_PARTITION the pods need, or None (vLLM's own split)."""
+        return ",".join(map(str, self.layer_partition)) if self.layer_partition else None
 
     @property
     def fits(self) -> bool:
@@ -108,21 +131,6 @@ class MultiNodePlan(BaseModel):
             where = (f"{s.nodes} nodes × {s.gpus_per_node}× {self.gpu} ({s.describe()}, spans nodes: one "
                      f"LeaderWorkerSet group of {s.nodes} pods)")
         return f"{verdict}: {self.plan.model_id} on {where} with vLLM {self.plan.vllm_version}"
-
-
-def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[int]:
-    """Layers per pipeline stage: `VLLM_PP_LAYER_PARTITION` if given (validated as vLLM does), else vLLM's split."""
-    if override is None:
-        return pp_layer_counts(num_layers, pp)
-    try:
-        parts = [int(part) for part in override.split(",")]
-    except ValueError:
-        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} is not a comma-separated list of integers") from None
-    if len(parts) != pp:
-        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} has {len(parts)} parts, pipeline-parallel-size is {pp}")
-    if sum(parts) != num_layers or min(parts) < 1:
-        raise ValueError(f"VLLM_PP_LAYER_PARTITION {override!r} must be positive and sum to {num_layers} layers")
-    return parts
 
 
 def nodes_for(world_size: int, gpus_per_node: int) -> int:
@@ -146,7 +154,7 @@ def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: Ve
     slack = int(profile.allocator_slack_gib * 2**30) if profile.profiler == "consumed" else 0
     stages: list[StageMemory] = []
     first = 0
-    for stage, kinds in enumerate(_stage_kinds(arch, pp)):
+    for stage, kinds in enumerate(_stage_kinds(arch, pp, flags.pp_layer_partition)):
         layout = _layout(arch, flags, profile, kinds)
         act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
         sampler_state = v2_sampler_state_bytes(arch, flags, profile) if stage == pp - 1 else 0
@@ -204,6 +212,7 @@ def _flags_of(result: Plan, request: PlanRequest) -> EngineFlags:
         kv_cache_memory_bytes=pinned.kv_cache_memory_bytes,
         data_parallel_size=pinned.data_parallel_size or 1,
         enable_expert_parallel=bool(pinned.enable_expert_parallel),
+        pp_layer_partition=layer_partition(request, int(f.get("pipeline_parallel_size", 1))),
     )
 
 
@@ -248,6 +257,11 @@ def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, re
     flags = _flags_of(result, request)
     stages = stage_memory(request.arch, flags, _facts(request, flags.tensor_parallel_size), profile)
     limit = limiting_stage(stages)
+    partition = list(flags.pp_layer_partition) if flags.pp_layer_partition else None
+    if partition is not None:
+        reasons = [*reasons, f"VLLM_PP_LAYER_PARTITION={','.join(map(str, partition))} on every rank (vLLM's own split "
+                             f"is {','.join(map(str, pp_layer_counts(request.arch.num_layers, len(partition))))}): a "
+                             "remediation step moved layers off a pipeline stage that ran out of memory."]
     if split.pipeline_parallel_size > 1:
         s = stages[limit]
         layers = ", ".join(str(st.layers) for st in stages)
@@ -257,7 +271,7 @@ def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, re
                    f"{s.first_layer + s.layers - 1}) has the least KV memory ({s.kv_cache_gib:.2f} GiB per GPU) and "
                    "caps the KV cache of every stage (vLLM takes the minimum of the workers' blocks)."]
     return MultiNodePlan(plan=result, split=split, gpu=request.gpu.name, max_nodes=max_nodes, stages=stages,
-                         limiting_stage=limit, reasons=reasons, options=options)
+                         limiting_stage=limit, reasons=reasons, options=options, layer_partition=partition)
 
 
 def _option(result: Plan, split: Split, summary: str) -> Option:
@@ -311,19 +325,23 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
             result = result.model_copy(update={"options": options})
         return _finish(request, result, split, max_nodes, reasons, list(result.options))
 
+    least = max(request.constraints.min_nodes or 1, 1)
     single = plan(request.model_copy(update={"gpu_count": gpus_per_node}))
     single_split = Split(nodes=1, gpus_per_node=single.gpu_count, tensor_parallel_size=int(
         single.flags.get("tensor_parallel_size", 1)), pipeline_parallel_size=int(
         single.flags.get("pipeline_parallel_size", 1)))
-    if single.fits:
+    if single.fits and not 1 < least <= max_nodes:
         return _finish(request, single, single_split, max_nodes, [], [])
+    # a remediation step that asked for more nodes (constraints.min_nodes) starts there: fewer failed
+    why_more = (f"an earlier start on fewer nodes ran out of memory (a remediation step asked for at least {least})"
+                if single.fits else f"one node's {gpus_per_node} GPU(s) do not fit "
+                f"({single.failure.kind if single.failure else 'workload'})")
     tried: list[str] = []
-    for nodes in range(2, max_nodes + 1):
+    for nodes in range(max(2, least if least <= max_nodes else 2), max_nodes + 1):
         for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
             result = plan(_with_split(request, split))
             if result.fits:
-                why = (f"{split.describe()} over {nodes} nodes of {gpus_per_node}× {request.gpu.name}: one node's "
-                       f"{gpus_per_node} GPU(s) do not fit ({single.failure.kind if single.failure else 'workload'})"
+                why = (f"{split.describe()} over {nodes} nodes of {gpus_per_node}× {request.gpu.name}: {why_more}"
                        + (f"; tried {', '.join(tried)}" if tried else "")
                        + ("; each node is one pipeline stage, TP stays inside the node"
                           + ("'s NVLink" if request.gpu.nvlink else "")

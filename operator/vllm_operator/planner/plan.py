@@ -30,6 +30,7 @@ from .memory import (
     cudagraph_bytes,
     init_nontorch_gib,
     pp_layer_counts,
+    pp_partition,
     predict_startup,
     profile_for_model,
     speculative_memory,
@@ -78,6 +79,11 @@ class Constraints(BaseModel):
     extra_activation_gib: float = Field(0.0, ge=0, description="activation seen above our model")
     force_enforce_eager: bool = False
     force_fp8_kv: bool = False
+    # multi-node, stage-specific steps (remediation/policy.py): layers moved off a failing pipeline stage, and nodes
+    pp_layer_partition: str | None = Field(None, max_length=256, pattern=r"^[0-9]+(,[0-9]+)*$",
+                                           description="VLLM_PP_LAYER_PARTITION, e.g. '64,62'; ignored when it does "
+                                                       "not match the plan's pipeline stages and layers")
+    min_nodes: int | None = Field(None, ge=1, le=64, description="plan a replica over at least this many nodes")
 
 
 class PlanRequest(BaseModel):
@@ -274,6 +280,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
     if request.constraints.max_num_seqs and not pinned.max_num_seqs:
         seqs = min(seqs, request.constraints.max_num_seqs)
     return EngineFlags(
+        pp_layer_partition=layer_partition(request, pp),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         gpu_memory_utilization=util,
@@ -295,6 +302,17 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         data_parallel_size=pinned.data_parallel_size or 1,
         enable_expert_parallel=bool(pinned.enable_expert_parallel),
     )
+
+
+def layer_partition(request: PlanRequest, pp: int) -> tuple[int, ...] | None:
+    """The learned VLLM_PP_LAYER_PARTITION when it fits this layout (pp stages, the model's layers), else None."""
+    wanted = request.constraints.pp_layer_partition
+    if wanted is None or pp < 2:
+        return None
+    try:
+        return tuple(pp_partition(request.arch.num_layers, pp, wanted))
+    except ValueError:
+        return None
 
 
 def _predict(request: PlanRequest, profile: VersionProfile, flags: EngineFlags) -> StartupPrediction:

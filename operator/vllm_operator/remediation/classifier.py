@@ -898,8 +898,12 @@ def classify_text(
     network = network_failure(text)
     if network is not None:
         line = next((ln for ln in text.splitlines() if network_failure(ln)), text)
-        return Failure(kind=FailureKind.NETWORK, summary=_one_line(f"{network} failure between the nodes: {line}"),
+        return Failure(kind=FailureKind.NETWORK, summary=_one_line(f"{network} failure between ranks: {line}"),
                        excerpt=_clip(line, EXCERPT_MAX), exit_code=exit_code)
+    system = nccl_system_error(text)
+    if system is not None:
+        return Failure(kind=FailureKind.UNKNOWN, summary=_one_line(system), excerpt=_clip(text, EXCERPT_MAX),
+                       exit_code=exit_code)
     if exit_code == 137 and not terminated_reason and not any(line.exc_type for line in lines):
         return Failure(
             kind=FailureKind.HOST_OOM_KILLED,
@@ -908,6 +912,29 @@ def classify_text(
             exit_code=exit_code,
         )
     return _unknown(lines, exit_code=exit_code, reason=terminated_reason, later=later)
+
+
+_NCCL_SYSTEM = re.compile(r"NCCL error:? unhandled system error|\bncclSystemError\b")
+_SHM = re.compile(r"/dev/shm|[Ss]hared memory|shm_open|posix_fallocate")
+
+
+def nccl_system_error(text: str) -> str | None:
+    """The summary for NCCL's ncclSystemError without sign of a network transport, else None.
+
+    ncclSystemError is "a call to the system failed" (nccl.h): socket, shared-memory, /proc or ibverbs calls. On
+    ONE node NCCL talks over shared memory and P2P, not the network, and in pods the usual culprit is a /dev/shm too
+    small for its shared-memory segments (Docker's 64 MiB default; llm-d#352 even across nodes). So the bare text
+    is not a Network failure (that class would send the user to the network); it stays Unknown — which, like
+    Network, never changes a memory flag — with what to check. A text that also shows the network transport
+    (`NCCL WARN NET/…`, sockets, timeouts) is a Network failure (groups.NETWORK_PATTERNS, matched before this)."""
+    match = _NCCL_SYSTEM.search(text)
+    if match is None:
+        return None
+    line = next((ln.strip() for ln in text.splitlines() if _NCCL_SYSTEM.search(ln)), match.group(0))
+    shm = "NCCL could not allocate its shared memory: " if _SHM.search(text) else ""
+    return (f"{shm}{line} — a system call in NCCL's transport failed (not the network unless NCCL_DEBUG=INFO shows "
+            "NET/Socket or NET/IB): on one node usually /dev/shm too small for NCCL's shared-memory segments "
+            "(raise spec.resources.shmSize)")
 
 
 def _evicted_for_memory(evidence: ContainerEvidence) -> bool:

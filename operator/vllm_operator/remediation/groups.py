@@ -17,7 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..api.v1alpha1 import RemediationSpec
 
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
@@ -26,8 +28,10 @@ GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 NETWORK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((what, re.compile(pattern)) for what, pattern in (
     ("NCCL", r"ProcessGroupNCCL.*(?:Watchdog caught collective operation timeout|timed out)"),
     # not "NCCL error: unhandled cuda error" (a CUDA fault inside a collective, not the network)
-    ("NCCL", r"NCCL error:? (?:unhandled system error|remote process exited|.*(?:socket|[Cc]onnection|timed? ?out))|"
-             r"\bncclSystemError\b|\bncclRemoteError\b|NCCL WARN .*(?:socket|[Cc]onnect|NET/|timeout)"),
+    # not a bare "NCCL error: unhandled system error" (ncclSystemError: a system call in NCCL's transport failed —
+    # on one node that is shared memory or P2P, not a network; see classifier.nccl_system_error)
+    ("NCCL", r"NCCL error:? (?:remote process exited|.*(?:socket|[Cc]onnection|timed? ?out))|"
+             r"\bncclRemoteError\b|NCCL WARN .*(?:[Ss]ocket|[Cc]onnect|NET/|timeout)"),
     ("Gloo", r"Gloo connectFullMesh failed|\[enforce fail at .*gloo|gloo/transport/tcp"),
     ("ZMQ", r"\bzmq\.error\.\w+|\bZMQError\b"),
     ("rendezvous", r"DistNetworkError|DistStoreError|TCPStore.*(?:timed out|Connection refused)|"
@@ -84,8 +88,21 @@ def recreations_exhausted(recreations: int, limit: int) -> bool:
 
 
 #: Group recreations after pod failures that the operator lets LeaderWorkerSet make before it says Degraded
-#: (lws#877 "bounded group recovery"; the LWS controller itself recreates forever).
-MAX_GROUP_RECREATIONS = 5
+#: (lws#877 "bounded group recovery"; the LWS controller itself recreates forever): the default of
+#: spec.remediation.maxGroupRecreations.
+MAX_GROUP_RECREATIONS: int = RemediationSpec.model_fields["max_group_recreations"].default
+
+
+def group_recreation_limit(spec: Any) -> int:
+    """spec.remediation.maxGroupRecreations of a stored spec (a raw mapping); the default when absent or invalid
+    (the CRD bounds it; an object written around the CRD must not crash the count)."""
+    remediation = spec.get("remediation") if isinstance(spec, Mapping) else None
+    if not isinstance(remediation, Mapping):
+        return MAX_GROUP_RECREATIONS
+    try:
+        return RemediationSpec.model_validate(dict(remediation)).max_group_recreations
+    except ValidationError:
+        return MAX_GROUP_RECREATIONS
 MAX_RECORDED_FAILURES = 8
 
 

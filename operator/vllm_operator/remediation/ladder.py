@@ -31,7 +31,9 @@ from ..api.v1alpha1 import (
     VLLMServiceStatus,
     flags_from_api,
 )
+from ..render.lws import PARTITION_ENV
 from ..render.manifests import ANNOTATION_PLAN
+from . import groups
 from .classifier import Failure
 from .evidence import ContainerEvidence
 from .policy import Action, Current, Decision, constraints_to_profile, decide, profile_constraints
@@ -79,6 +81,7 @@ class PodFailure:
     failure: Failure
     key: str
     template: str | None = None  # the plan annotation of the pod (None: unknown)
+    node_rank: int | None = None  # the pod's LeaderWorkerSet worker index (None: not a pod of a group)
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,31 @@ def recorded_keys(remediation: RemediationStatus) -> frozenset[str]:
     return frozenset(keys)
 
 
+def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: int | None) -> dict[str, Any]:
+    """The multi-node facts of Current: layers per stage, nodes, and the stages of the failed pod's ranks."""
+    multi = status.get("multiNode") if isinstance(status.get("multiNode"), Mapping) else None
+    layout: dict[str, Any] = {"max_nodes": spec.gpu.max_nodes,
+                              "partition_pinned": any(e.name == PARTITION_ENV for e in spec.env)}
+    if not multi:
+        return layout
+    try:
+        layers = tuple(int(s.get("layers") or 0) for s in multi.get("stages") or [] if isinstance(s, Mapping))
+        nodes = max(int(multi.get("nodes") or 1), 1)
+    except (TypeError, ValueError):  # a status edited by hand: no stage step, never a crash
+        return layout
+    layout.update(nodes=nodes, stage_layers=layers if layers and min(layers) > 0 else ())
+    if node_rank is not None:
+        where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank},
+                                 gpus_per_node=int(multi.get("gpusPerNode") or 1),
+                                 tensor_parallel_size=int(multi.get("tensorParallelSize") or 1))
+        layout["failed_stages"] = where.stages if where else ()
+    return layout
+
+
 def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memory_gib: float | None = None,
-                 node_memory_gib: float | None = None) -> Current:
-    """What `policy.decide` needs to know, from the spec and the recorded status."""
+                 node_memory_gib: float | None = None, node_rank: int | None = None) -> Current:
+    """What `policy.decide` needs to know, from the spec and the recorded status (and, for a pod of a group, its
+    node rank: a stage-specific step needs the failed stage)."""
     remediation = remediation_of(status)
     last = _parse_time(remediation.history[-1].time) if remediation.history else None
     plan = status.get("plan") or {}
@@ -165,6 +190,7 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
         host_memory_gib=host_memory_gib,
         node_memory_gib=node_memory_gib,
         memory_pinned=bool(spec.resources.memory),
+        **_group_layout(spec, status, node_rank),
     )
 
 
@@ -219,7 +245,8 @@ def next_step(observed: Observed, spec: VLLMServiceSpec, *, failures: Sequence[P
         recorded = template_hash(baseline.children)
         failures = [f for f in failures if not (f.template and recorded and f.template != recorded)]
     for found in failures:
-        current = current_from(spec, status, host_memory_gib=host_memory_gib, node_memory_gib=node_memory_gib)
+        current = current_from(spec, status, host_memory_gib=host_memory_gib, node_memory_gib=node_memory_gib,
+                               node_rank=found.node_rank)
         decision = decide(found.failure, found.key, current, now)
         if decision.action is Action.IGNORE:
             continue

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..api.v1alpha1 import flags_from_api
 from ..planner import Constraints
 from ..planner.failures import FailureKind
+from ..planner.multinode import pp_partition
 from .classifier import MEMORY_FAILURES, Failure
 
 _MAX_UTILIZATION = 0.95
@@ -57,6 +58,12 @@ class Current(BaseModel):
     node_memory_gib: float | None = Field(None, description="allocatable memory of the largest GPU node")
     memory_pinned: bool = False
     planned_kv_gib: float | None = Field(None, description="KV memory per GPU the current plan predicted")
+    # multi-node (status.multiNode): what a stage-specific step needs
+    stage_layers: tuple[int, ...] = Field((), description="layers per pipeline stage as planned now (empty: one node)")
+    failed_stages: tuple[int, ...] = Field((), description="the pipeline stages of the failed pod's ranks")
+    nodes: int = Field(1, ge=1, description="nodes one replica spans now")
+    max_nodes: int = Field(1, ge=1, description="spec.gpu.maxNodes")
+    partition_pinned: bool = Field(False, description="spec.env sets VLLM_PP_LAYER_PARTITION")
 
 
 class Decision(BaseModel):
@@ -92,7 +99,9 @@ def decide(failure: Failure, key: str, current: Current, now: datetime) -> Decis
             return Decision(action=Action.WAIT, failure_class=kind,
                             message=f"next step allowed after {due.isoformat()} (spec.remediation."
                                     "minIntervalSeconds)")
-    step = _STEPS[kind](failure, current)
+    step = _stage_step(failure, current)
+    if step is None:
+        step = _STEPS[kind](failure, current)
     if isinstance(step, str):
         return Decision(action=Action.EXHAUSTED, failure_class=kind, message=f"{kind}: {failure.summary} {step}")
     changes, why = step
@@ -268,6 +277,65 @@ def _too_long(failure: Failure, current: Current) -> _Step:
     if _pinned(current, "max_model_len") or derived is None:
         return (f"spec.flags.maxModelLen exceeds the model's context ({derived}); set it to {derived} or less.")
     return {"max_model_len": derived}, f"max-model-len above the model's own context; → {derived}"
+
+
+#: Failures that can be one stage's: a CUDA OOM loading that stage's weights, at its profiling peak or graph
+#: capture. (The KV-cache checks are the engine's, over the minimum of every stage: they take the uniform steps.)
+STAGE_FAILURES = frozenset({FailureKind.CUDA_OOM_STARTUP, FailureKind.WEIGHTS_DO_NOT_FIT})
+#: At most this share of a stage's own (vLLM-split) layers is moved off it before a node is added instead.
+MAX_SHIFT_FRACTION = 0.125
+
+
+def _stage_step(failure: Failure, current: Current) -> _Step | None:
+    """A step for a memory failure of ONE pipeline stage of a group, before the uniform steps: move a layer off
+    that stage (VLLM_PP_LAYER_PARTITION), or span one more node within spec.gpu.maxNodes. None: no such step
+    applies (one node, a failure of every stage, a pinned layout), and the uniform ladder decides."""
+    layers = current.stage_layers
+    if failure.kind not in STAGE_FAILURES or len(layers) < 2 or len(current.failed_stages) != 1:
+        return None
+    stage = current.failed_stages[0]
+    if not 0 <= stage < len(layers):
+        return None
+    moved = _moved_partition(layers, stage, current)
+    if moved is not None:
+        return moved
+    return _more_nodes(current, f"{failure.kind} on pipeline stage {stage} of {len(layers)}")
+
+
+def _moved_partition(layers: tuple[int, ...], stage: int, current: Current) -> _Step | None:
+    if current.partition_pinned:
+        return None
+    total = sum(layers)
+    own = pp_partition(total, len(layers))
+    if layers[stage] > own[stage] or own[stage] - layers[stage] + 1 > max(1, int(own[stage] * MAX_SHIFT_FRACTION)):
+        return None  # the stage already took layers from another (no ping-pong), or gave all it may
+    others = [i for i in range(len(layers)) if i != stage]
+    # the receiving stage: the one holding the fewest layers (the nearest of equals: neighbours share less state)
+    receiver = min(others, key=lambda i: (layers[i], abs(i - stage)))
+    parts = list(layers)
+    parts[stage] -= 1
+    parts[receiver] += 1
+    if parts[stage] < 1:
+        return None
+    value = ",".join(map(str, parts))
+    try:
+        pp_partition(total, len(parts), value)  # the planner's own check
+    except ValueError:
+        return None
+    role = "lm_head and sampler" if stage == len(layers) - 1 else ("embedding" if stage == 0 else "")
+    return ({"pp_layer_partition": value},
+            f"out of memory on pipeline stage {stage}" + (f" (it also holds the {role})" if role else "")
+            + f"; VLLM_PP_LAYER_PARTITION {','.join(map(str, layers))} → {value} moves one layer to stage {receiver}")
+
+
+def _more_nodes(current: Current, why: str) -> _Step | None:
+    if _pinned(current, "tensor_parallel_size") or _pinned(current, "pipeline_parallel_size"):
+        return None
+    if current.nodes + 1 > current.max_nodes:
+        return None
+    return ({"min_nodes": current.nodes + 1, "pp_layer_partition": None},
+            f"{why}: one more node ({current.nodes} → {current.nodes + 1}, spec.gpu.maxNodes {current.max_nodes}) "
+            "spreads the layers over more pipeline stages")
 
 
 _STEPS: dict[str, Any] = {

@@ -18,10 +18,12 @@ Pure: builds dicts; nothing here talks to the API.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from .flags import flag_table
 from .manifests import (
+    ANNOTATION_PLAN,
     ANNOTATION_SPEC_HASH,
     RenderInput,
     build_cache_pvc,
@@ -37,6 +39,8 @@ KIND = "LeaderWorkerSet"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+#: vLLM's layer split override (vllm/distributed/utils.py get_pp_indices); a remediation step may set it.
+PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
 MULTINODE_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
 #: How to install the engine when its CRD is missing (kubernetes-sigs/lws site/content/en/docs/installation).
@@ -70,10 +74,42 @@ def rank_args(*, leader: bool) -> list[str]:
     return args
 
 
-def _template(inp: RenderInput, *, leader: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GroupOptions:
+    """What every pod of a group gets beyond the single-node pod: the layer split a remediation step chose
+    (VLLM_PP_LAYER_PARTITION) and the network passthrough of spec.network (RDMA resources, IPC_LOCK)."""
+
+    layer_partition: str | None = None
+    rdma_resources: tuple[tuple[str, int], ...] = ()
+    ipc_lock: bool = False
+
+
+def _with_partition(template: dict[str, Any], container: dict[str, Any], layer_partition: str | None) -> None:
+    env = container.setdefault("env", [])
+    if layer_partition is None or any(e.get("name") == PARTITION_ENV for e in env):
+        return  # vLLM's own split, or a value the user set in spec.env (theirs: never replaced)
+    env.append({"name": PARTITION_ENV, "value": layer_partition})  # every rank must split the layers alike
+    annotations = template["metadata"]["annotations"]
+    # a different layer split is a different pod template: the plan hash says so (the ladder compares it)
+    annotations[ANNOTATION_PLAN] = spec_hash({"plan": annotations.get(ANNOTATION_PLAN), PARTITION_ENV: layer_partition})
+
+
+def _with_network(container: dict[str, Any], group: GroupOptions) -> None:
+    resources = container.setdefault("resources", {})
+    for name, count in group.rdma_resources:
+        for kind in ("requests", "limits"):
+            resources.setdefault(kind, {})[name] = str(count)
+    if group.ipc_lock:  # RDMA pins memory for its queues (GPUDirect RDMA needs it); everything else stays dropped
+        capabilities = container.setdefault("securityContext", {}).setdefault("capabilities", {})
+        capabilities["add"] = sorted({*capabilities.get("add", []), "IPC_LOCK"})
+
+
+def _template(inp: RenderInput, *, leader: bool, group: GroupOptions) -> dict[str, Any]:
     template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
     container = template["spec"]["containers"][0]
     container["args"] = [*container["args"], *rank_args(leader=leader)]
+    _with_partition(template, container, group.layer_partition)
+    _with_network(container, group)
     if not leader:
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             container.pop(probe, None)
@@ -84,8 +120,10 @@ def _template(inp: RenderInput, *, leader: bool) -> dict[str, Any]:
     return dict(template)
 
 
-def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
-    """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node)."""
+def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | None = None) -> dict[str, Any]:
+    """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node);
+    `group.layer_partition` (e.g. "64,62") becomes VLLM_PP_LAYER_PARTITION on the leader and every worker."""
+    group = group or GroupOptions()
     if nodes < 2:
         raise ValueError("a LeaderWorkerSet is rendered only for plans that span 2 or more nodes")
     if inp.memory is None:
@@ -106,8 +144,8 @@ def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(inp, leader=True),
-                "workerTemplate": _template(inp, leader=False),
+                "leaderTemplate": _template(inp, leader=True, group=group),
+                "workerTemplate": _template(inp, leader=False, group=group),
             },
         },
     }
@@ -128,7 +166,9 @@ def build_leader_service(inp: RenderInput) -> dict[str, Any]:
     return service
 
 
-def build_multinode_children(inp: RenderInput, nodes: int) -> list[dict[str, Any]]:
+def build_multinode_children(inp: RenderInput, nodes: int,
+                             group: GroupOptions | None = None) -> list[dict[str, Any]]:
     """Every object a multi-node VLLMService owns, in apply order (cache PVC, LeaderWorkerSet, Service)."""
     pvc = build_cache_pvc(inp)
-    return ([pvc] if pvc else []) + [build_leaderworkerset(inp, nodes), build_leader_service(inp)]
+    lws = build_leaderworkerset(inp, nodes, group)
+    return ([pvc] if pvc else []) + [lws, build_leader_service(inp)]

@@ -15,6 +15,7 @@ from ..planner import Plan, PlanRequest
 from ..planner.multinode import MultiNodePlan, plan_across_nodes, spanning_option
 from .lws import (
     LWS_INSTALL_HINT,
+    GroupOptions,
     build_multinode_children,
     lws_name,
     multinode_supported,
@@ -111,6 +112,14 @@ def progress_updates(stop: Blocker | None) -> list[cond.ConditionUpdate]:
     return [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, stop.reason, stop.message)]
 
 
-def children_for(render: RenderInput, nodes: int) -> list[dict[str, Any]]:
+def group_options(spec: VLLMServiceSpec, spread: MultiNodePlan | None) -> GroupOptions:
+    """What the pods of a group get beyond a single-node pod: the plan's layer split (VLLM_PP_LAYER_PARTITION, when
+    a remediation step moved layers) and spec.network's RDMA resources and IPC_LOCK."""
+    return GroupOptions(layer_partition=spread.partition_env() if spread else None,
+                        rdma_resources=tuple((r.name, r.count) for r in spec.network.rdma_resources),
+                        ipc_lock=spec.network.ipc_lock)
+
+
+def children_for(render: RenderInput, nodes: int, group: GroupOptions | None = None) -> list[dict[str, Any]]:
     """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more."""
-    return build_multinode_children(render, nodes) if nodes > 1 else build_children(render)
+    return build_multinode_children(render, nodes, group) if nodes > 1 else build_children(render)
