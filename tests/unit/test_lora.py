@@ -87,6 +87,100 @@ def test_bytes_match_vllm_tensor_shapes(load_arch: Callable[[str], ModelArch], m
     assert estimate.note == ""
 
 
+DEEPSEEK_V2_LITE = "deepseek-ai/DeepSeek-V2-Lite"
+DEEPSEEK_V3 = "deepseek-ai/DeepSeek-V3"
+QWEN15_MOE = "Qwen/Qwen1.5-MoE-A2.7B"
+
+
+def deepseek_shapes(cfg: dict[str, Any], slots: int, rank: int, tp: int) -> list[tuple[int, ...]]:
+    """The stacked A/B tensors vLLM 0.33.0 allocates for DeepseekV2ForCausalLM, module by module, read from the
+    config.json values directly (deepseek_v2.py: DeepseekV2MLAAttention, DeepseekV2MLP, DeepseekV2MoE)."""
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"] // tp
+    nope, rope, v, kv_lora = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    q_lora = cfg.get("q_lora_rank")
+    e, moe_inter = cfg["n_routed_experts"], cfg["moe_intermediate_size"] // tp
+    shared_inter = cfg["n_shared_experts"] * cfg["moe_intermediate_size"] // tp
+    shapes: list[tuple[int, ...]] = []
+    for layer in range(cfg["num_hidden_layers"]):
+        if q_lora:
+            # fused_qkv_a_proj: MergedColumnParallelLinear(disable_tp) -> 2 slices [q_lora, kv_lora + rope]
+            shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, q_lora, rank), (slots, 1, kv_lora + rope, rank)]
+            shapes += [(slots, 1, rank, q_lora), (slots, 1, heads * (nope + rope), rank)]   # q_b_proj (column)
+        else:
+            shapes += [(slots, 1, rank, h), (slots, 1, heads * (nope + rope), rank)]        # q_proj (column)
+            shapes += [(slots, 1, rank, h), (slots, 1, kv_lora + rope, rank)]               # kv_a_proj_with_mqa
+        shapes += [(slots, 1, rank, kv_lora), (slots, 1, heads * (nope + v), rank)]         # kv_b_proj (column)
+        shapes += [(slots, 1, rank, heads * v), (slots, 1, h, rank)]                        # o_proj (row)
+        if layer < cfg["first_k_dense_replace"]:
+            inter = cfg["intermediate_size"] // tp
+            shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, inter, rank)] * 2             # gate_up_proj
+            shapes += [(slots, 1, rank, inter), (slots, 1, h, rank)]                        # down_proj
+            continue
+        shapes += [(slots, 1, rank, h), (slots, 1, e, rank)]                                # gate (GateLinear)
+        shapes += [(slots, e, rank, h)] * 2 + [(slots, e, rank, moe_inter)]                 # w13 A x2, w2 A
+        shapes += [(slots, e, moe_inter, rank)] * 2 + [(slots, e, h, rank)]                 # w13 B x2, w2 B
+        shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, shared_inter, rank)] * 2          # shared gate_up
+        shapes += [(slots, 1, rank, shared_inter), (slots, 1, h, rank)]                     # shared down
+    return shapes
+
+
+def _config(model: str) -> dict[str, Any]:
+    files = load_model_files(model, offline=True)
+    return dict(files.config)
+
+
+def test_deepseek_v2_lite_one_slot_rank_16_by_hand(load_arch: Callable[[str], ModelArch]) -> None:
+    # MLA per layer (h 2048, 16 heads, nope 128, rope 64, v 128, kv_lora 512, no q_lora):
+    #   q_proj 16*2048 + 16*192*16 = 81920; kv_a 16*2048 + 576*16 = 41984; kv_b 16*512 + 16*256*16 = 73728;
+    #   o_proj 16*16*128 + 2048*16 = 65536 -> 263168
+    # layer 0 dense MLP (10944): 2*16*2048 + 2*10944*16 + 16*10944 + 2048*16 = 623616
+    # layers 1-26 MoE: gate 16*2048 + 64*16 = 33792; 64 experts 64*16*(2*2048 + 1408 + 2*1408 + 2048) = 10616832;
+    #   2 shared experts (2816): 2*16*2048 + 2*2816*16 + 16*2816 + 2048*16 = 233472 -> 10884096
+    # no embedding_modules on DeepseekV2ForCausalLM; bf16
+    expected = ((263168 + 623616) + 26 * (263168 + 10884096)) * 2
+    assert expected == 581_431_296
+    arch = load_arch(DEEPSEEK_V2_LITE)
+    estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=1, max_rank=16), 1, [27])
+    assert estimate.per_stage == (expected,)
+    assert estimate.note == ""
+
+
+@pytest.mark.parametrize(("model", "slots", "rank", "tp"), [
+    (DEEPSEEK_V2_LITE, 1, 16, 1),
+    (DEEPSEEK_V2_LITE, 4, 64, 2),
+    (DEEPSEEK_V3, 2, 8, 8),        # q_lora_rank 1536: fused_qkv_a_proj + q_b_proj, 3 dense layers
+])
+def test_mla_bytes_match_vllm_tensor_shapes(load_arch: Callable[[str], ModelArch], model: str, slots: int,
+                                            rank: int, tp: int) -> None:
+    arch = load_arch(model)
+    estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank), tp, [arch.num_layers])
+    assert estimate.per_stage == (shapes_bytes(deepseek_shapes(_config(model), slots, rank, tp)),)
+
+
+def test_mla_dense_layers_sit_on_the_first_stage(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(DEEPSEEK_V3)  # 61 layers, the first 3 dense
+    slots = LoRASlots(max_loras=1, max_rank=16)
+    whole = adapter_bytes_per_stage(arch, slots, 8, [61]).per_stage[0]
+    first, second = adapter_bytes_per_stage(arch, slots, 8, [31, 30]).per_stage
+    assert first + second == whole
+    dense = adapter_bytes_per_stage(arch, slots, 8, [1, 60]).per_stage[0]  # layer 0 alone: dense
+    moe = second // 30
+    assert second == 30 * moe and first == 3 * dense + 28 * moe
+    assert dense < moe
+
+
+def test_qwen2_moe_counts_the_shared_expert_and_its_gate(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(QWEN15_MOE)
+    cfg = _config(QWEN15_MOE)
+    assert arch.shared_expert_size == cfg["shared_expert_intermediate_size"] and arch.shared_expert_gate
+    rank, h, inter = 16, arch.hidden_size, cfg["shared_expert_intermediate_size"]
+    plain = arch.model_copy(update={"shared_expert_size": 0, "shared_expert_gate": False})
+    per_layer = (2 * rank * h + 2 * inter * rank + rank * inter + h * rank) + (rank * h + 1 * rank)
+    extra = (adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank), 1, [arch.num_layers]).per_stage[0]
+             - adapter_bytes_per_stage(plain, LoRASlots(max_rank=rank), 1, [arch.num_layers]).per_stage[0])
+    assert extra == per_layer * arch.num_layers * 2
+
+
 def test_pipeline_stages_split_layers_and_put_embedding_first_head_last(
         load_arch: Callable[[str], ModelArch]) -> None:
     arch = load_arch(LLAMA_8B)

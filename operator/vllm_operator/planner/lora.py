@@ -21,8 +21,16 @@ Pure arithmetic over the model's architecture, read from vLLM's own source (0.33
 The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
 Punica kernels' index buffers are a few integers per batched token, so neither is counted.
 
-Not modelled: MLA attention (DeepSeek-V2/V3 wraps q_a/q_b/kv_a/kv_b projections whose sizes the architecture record
-does not carry) — `adapter_bytes_per_stage` says so through `LoRAEstimate.note`.
+- MLA attention (`DeepseekV2MLAAttention`, `models/deepseek_v2.py`; DeepSeek-V2/V3/R1, Kimi-K2): with a query low
+  rank (`q_lora_rank`) the fused `fused_qkv_a_proj` (a `MergedColumnParallelLinear` built with `disable_tp`, so
+  `MergedColumnParallelLinearWithLoRA` with 2 full-size slices: q_lora_rank and kv_lora_rank + qk_rope_head_dim) and
+  `q_b_proj` (column-parallel, q_lora_rank → heads × (nope + rope)); without one, `q_proj` (column-parallel, hidden →
+  heads × (nope + rope)) and `kv_a_proj_with_mqa` (`ReplicatedLinear`, hidden → kv_lora_rank + rope). Then
+  `kv_b_proj` (column-parallel, kv_lora_rank → heads × (nope + v)) and `o_proj` (row-parallel, heads × v → hidden).
+- MoE layers also carry their shared experts (DeepSeek `shared_experts`: a `DeepseekV2MLP` of n_shared_experts ×
+  moe_intermediate_size; Qwen2-MoE `shared_expert` plus its `shared_expert_gate`, a `ReplicatedLinear` hidden → 1);
+  DeepSeek's first `first_k_dense_replace` layers have a dense MLP of `intermediate_size` instead. The router is a
+  `GateLinear`, a `ReplicatedLinear` subclass (`ReplicatedLinearWithLoRA` takes subclasses).
 """
 
 from __future__ import annotations
@@ -72,9 +80,9 @@ class LoRAEstimate(BaseModel):
 
 
 def attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot's A and B tensors for one layer's attention on one TP rank (0 for MLA: not modelled)."""
+    """Elements of one slot's A and B tensors for one layer's attention on one TP rank."""
     if arch.is_mla:
-        return 0
+        return mla_attention_elements(arch, rank, tp)
     h = arch.hidden_size
     q_out = arch.num_heads * arch.head_dim // tp
     kv_out = max(arch.num_kv_heads // tp, 1) * arch.head_dim  # KV heads are replicated when fewer than tp
@@ -83,21 +91,46 @@ def attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
     return qkv + o_proj
 
 
-def mlp_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot for one layer's MLP: gate_up (2 column slices) + down (row), or router + fused experts."""
+def mla_attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
+    """One slot of an MLA layer's projections on one TP rank (see the module docstring for the layers)."""
     h = arch.hidden_size
-    if not arch.is_moe:
-        inter = arch.intermediate_size // tp
-        return (2 * rank * h + 2 * inter * rank) + (rank * inter + h * rank)
-    router = rank * h + arch.num_experts * rank               # ReplicatedLinear gate
+    heads = arch.num_heads // tp                               # column-parallel outputs are split by heads
+    kv_a_out = (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)
+    qk_head = arch.qk_nope_head_dim + (arch.qk_rope_head_dim or 0)
+    if arch.q_lora_rank:
+        q = 2 * rank * h + (arch.q_lora_rank + kv_a_out) * rank   # fused_qkv_a_proj: 2 slices, not split by TP
+        q += rank * arch.q_lora_rank + heads * qk_head * rank     # q_b_proj
+    else:
+        q = rank * h + heads * qk_head * rank                     # q_proj
+        q += rank * h + kv_a_out * rank                           # kv_a_proj_with_mqa (replicated)
+    kv_b = rank * (arch.kv_lora_rank or 0) + heads * (arch.qk_nope_head_dim + arch.v_head_dim) * rank
+    o_proj = rank * heads * arch.v_head_dim + h * rank             # row-parallel: input split, full output
+    return q + kv_b + o_proj
+
+
+def dense_mlp_elements(hidden: int, intermediate: int, rank: int, tp: int) -> int:
+    """One slot of a gated MLP: gate_up (MergedColumnParallelLinearWithLoRA, 2 slices) + down (row-parallel)."""
+    inter = intermediate // tp
+    return (2 * rank * hidden + 2 * inter * rank) + (rank * inter + hidden * rank)
+
+
+def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False) -> int:
+    """Elements of one slot for one layer's MLP: dense, or router + fused experts + shared experts (MoE)."""
+    h = arch.hidden_size
+    if not arch.is_moe or dense:
+        return dense_mlp_elements(h, arch.intermediate_size, rank, tp)
+    router = rank * h + arch.num_experts * rank               # ReplicatedLinear gate (GateLinear)
     inter = arch.moe_intermediate_size // tp
     experts = arch.num_experts * rank * (2 * h + inter + 2 * inter + h)  # w13 A, w2 A, w13 B, w2 B
-    return router + experts
+    shared = dense_mlp_elements(h, arch.shared_expert_size, rank, tp) if arch.shared_expert_size else 0
+    shared += (rank * h + 1 * rank) if arch.shared_expert_gate else 0   # shared_expert_gate: hidden -> 1
+    return router + experts + shared
 
 
-def layer_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot for one decoder layer on one TP rank."""
-    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp)
+def layer_elements(arch: ModelArch, rank: int, tp: int, index: int = -1) -> int:
+    """Elements of one slot for decoder layer `index` on one TP rank (-1: a layer past the dense ones)."""
+    dense = 0 <= index < arch.first_dense_layers
+    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=dense)
 
 
 def embedding_elements(arch: ModelArch, rank: int) -> tuple[int, int]:
@@ -120,20 +153,20 @@ def adapter_bytes_per_stage(arch: ModelArch, slots: LoRASlots, tp: int,
     """
     rank = slots.max_rank
     tp = max(tp, 1)
-    per_layer = layer_elements(arch, rank, tp)
-    note = ("the LoRA slots of MLA attention projections are not modelled (MLP, expert and embedding slots are)"
-            if arch.is_mla else "")
     embed, head = embedding_elements(arch, rank)
     stages = list(stage_layers) or [arch.num_layers]
     out = []
+    first = 0
     for i, layers in enumerate(stages):
-        elements = per_layer * layers
+        dense = max(0, min(first + layers, arch.first_dense_layers) - first)  # the stage's leading dense layers
+        elements = layer_elements(arch, rank, tp, 0) * dense + layer_elements(arch, rank, tp) * (layers - dense)
+        first += layers
         if i == 0:
             elements += embed
         if i == len(stages) - 1:
             elements += head
         out.append(elements * slots.max_loras * slots.dtype_bytes)
-    return LoRAEstimate(per_stage=tuple(out), note=note)
+    return LoRAEstimate(per_stage=tuple(out))
 
 
 def vocab_too_large(arch: ModelArch) -> bool:
@@ -149,5 +182,6 @@ def slots_needed(adapters: int, max_loras: int | None) -> int:
 
 
 __all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "EMBEDDING_AND_HEAD", "LoRAEstimate", "LoRASlots",
-           "MAX_LORA_RANKS", "adapter_bytes_per_stage", "attention_elements", "embedding_elements", "layer_elements",
-           "mlp_elements", "slots_needed", "vocab_too_large"]
+           "MAX_LORA_RANKS", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
+           "embedding_elements", "layer_elements", "mla_attention_elements", "mlp_elements", "slots_needed",
+           "vocab_too_large"]

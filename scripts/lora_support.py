@@ -1,0 +1,159 @@
+"""Read which model architectures a vLLM release serves with `--enable-lora`, from the release's own source.
+
+    python scripts/lora_support.py DIR...        # DIR: an unpacked wheel's root (DIR/vllm/...), named by its release
+    python scripts/lora_support.py --yaml DIR... # the `architectures:` block of catalog/lora_support.yaml
+
+How a release decides (read from the wheels): the model registry (`_MODELS` dicts of `vllm/model_executor/models/
+__init__.py` up to 0.5.x, `registry.py` after) maps an architecture name to `(module, class)`; LoRA is allowed when
+that class implements the `SupportsLoRA` interface (`interfaces.py`, `supports_lora()`), or, in releases before the
+interface, when it declares `supported_lora_modules` (`loader.py` `_get_model_initialization_kwargs`). This script
+parses the sources with `ast` (no vLLM import, no GPU): a class supports LoRA when it or a base class (resolved by
+name, same module first) inherits `SupportsLoRA` or assigns `supported_lora_modules`/`supports_lora = True` in its
+body.
+
+Pure standard library; the catalog file it feeds is edited by hand around its output (the refusal texts and the
+rank choices have their own sources in the file's comments).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+_MARKERS = ("supported_lora_modules", "supports_lora")
+
+
+class _Class:
+    def __init__(self, module: str, node: ast.ClassDef) -> None:
+        self.module = module
+        self.name = node.name
+        self.bases = [_base_name(b) for b in node.bases]
+        self.marked = _marked(node)
+
+
+def _base_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ""
+
+
+def _marked(node: ast.ClassDef) -> bool:
+    """The class body assigns `supported_lora_modules` (a non-empty list) or `supports_lora = True`."""
+    for stmt in node.body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if "supported_lora_modules" in names and not (isinstance(value, ast.List) and not value.elts):
+            return True
+        if "supports_lora" in names and isinstance(value, ast.Constant) and value.value is True:
+            return True
+    return False
+
+
+def _classes(models_dir: Path) -> dict[str, list[_Class]]:
+    out: dict[str, list[_Class]] = {}
+    for path in sorted(models_dir.rglob("*.py")):
+        module = ".".join(path.relative_to(models_dir).with_suffix("").parts)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                out.setdefault(node.name, []).append(_Class(module, node))
+    return out
+
+
+def _registry(models_dir: Path) -> dict[str, tuple[str, str]]:
+    """Every `"Arch": ("module", "Class")` entry of a dict literal in the registry modules."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in ("__init__.py", "registry.py"):
+        path = models_dir / name
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values, strict=True):
+                if (isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple)
+                        and len(value.elts) >= 2
+                        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts[:2])):
+                    module, cls = (e.value for e in value.elts[:2])  # type: ignore[attr-defined]
+                    out.setdefault(key.value, (module, cls))
+    return out
+
+
+def _supports(name: str, module: str, classes: dict[str, list[_Class]], seen: frozenset[str] = frozenset()) -> bool:
+    if name == "SupportsLoRA":
+        return True
+    if name in seen or name not in classes:
+        return False
+    candidates = classes[name]
+    own = [c for c in candidates if c.module == module] or candidates
+    cls = own[0]
+    if cls.marked:
+        return True
+    return any(_supports(base, cls.module, classes, seen | {name}) for base in cls.bases)
+
+
+def release_support(root: Path) -> dict[str, bool]:
+    """Architecture name → supports LoRA, for the release unpacked at `root`."""
+    models_dir = root / "vllm" / "model_executor" / "models"
+    classes = _classes(models_dir)
+    return {arch: _supports(cls, module, classes) for arch, (module, cls) in sorted(_registry(models_dir).items())}
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def ranges(by_release: dict[str, dict[str, bool]]) -> dict[str, list[tuple[bool, str, str]]]:
+    """Per architecture: runs of checked releases with the same answer, as (supported, first, last)."""
+    releases = sorted(by_release, key=_key)
+    out: dict[str, list[tuple[bool, str, str]]] = {}
+    for arch in sorted({a for answers in by_release.values() for a in answers}):
+        runs: list[tuple[bool, str, str]] = []
+        for release in releases:
+            answer = by_release[release].get(arch)
+            if answer is None:  # not registered in that release: ends a run
+                runs.append((False, "", ""))
+                continue
+            if runs and runs[-1][1] and runs[-1][0] == answer:
+                runs[-1] = (answer, runs[-1][1], release)
+            else:
+                runs.append((answer, release, release))
+        out[arch] = [r for r in runs if r[1]]
+    return out
+
+
+def to_yaml(table: dict[str, list[tuple[bool, str, str]]]) -> Iterable[str]:
+    for arch, runs in table.items():
+        cells = ", ".join(f'[{"yes" if ok else "no"}, "{first}", "{last}"]' for ok, first, last in runs)
+        yield f"  {arch}: [{cells}]"
+
+
+def main(argv: list[str]) -> int:
+    as_yaml = "--yaml" in argv
+    dirs = [Path(a) for a in argv if a != "--yaml"]
+    by_release = {d.name: release_support(d) for d in dirs}
+    if as_yaml:
+        print("\n".join(to_yaml(ranges(by_release))))
+        return 0
+    for release, answers in sorted(by_release.items(), key=lambda kv: _key(kv[0])):
+        yes = sum(answers.values())
+        print(f"{release}: {len(answers)} architectures registered, {yes} with LoRA")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
