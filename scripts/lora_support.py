@@ -106,40 +106,49 @@ def _supports(name: str, module: str, classes: dict[str, list[_Class]], seen: fr
     return any(_supports(base, cls.module, classes, seen | {name}) for base in cls.bases)
 
 
-def release_support(root: Path) -> dict[str, bool]:
-    """Architecture name → supports LoRA, for the release unpacked at `root`."""
+def release_support(root: Path) -> dict[str, tuple[bool, str]]:
+    """Architecture name → (supports LoRA, the model class the registry maps it to), for the release at `root`."""
     models_dir = root / "vllm" / "model_executor" / "models"
     classes = _classes(models_dir)
-    return {arch: _supports(cls, module, classes) for arch, (module, cls) in sorted(_registry(models_dir).items())}
+    return {arch: (_supports(cls, module, classes), cls)
+            for arch, (module, cls) in sorted(_registry(models_dir).items())}
 
 
 def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".") if p.isdigit())
 
 
-def ranges(by_release: dict[str, dict[str, bool]]) -> dict[str, list[tuple[bool, str, str]]]:
-    """Per architecture: runs of checked releases with the same answer, as (supported, first, last)."""
+Run = tuple[bool, str, str, str]  # (supported, first checked release, last checked release, model class)
+
+
+def ranges(by_release: dict[str, dict[str, tuple[bool, str]]]) -> dict[str, list[Run]]:
+    """Per architecture: runs of checked releases with the same answer, with the class of the run's last release."""
     releases = sorted(by_release, key=_key)
-    out: dict[str, list[tuple[bool, str, str]]] = {}
+    out: dict[str, list[Run]] = {}
     for arch in sorted({a for answers in by_release.values() for a in answers}):
-        runs: list[tuple[bool, str, str]] = []
+        runs: list[Run] = []
         for release in releases:
-            answer = by_release[release].get(arch)
-            if answer is None:  # not registered in that release: ends a run
-                runs.append((False, "", ""))
+            entry = by_release[release].get(arch)
+            if entry is None:  # not registered in that release: ends a run
+                runs.append((False, "", "", ""))
                 continue
+            answer, cls = entry
             if runs and runs[-1][1] and runs[-1][0] == answer:
-                runs[-1] = (answer, runs[-1][1], release)
+                runs[-1] = (answer, runs[-1][1], release, cls)
             else:
-                runs.append((answer, release, release))
+                runs.append((answer, release, release, cls))
         out[arch] = [r for r in runs if r[1]]
     return out
 
 
-def to_yaml(table: dict[str, list[tuple[bool, str, str]]]) -> Iterable[str]:
+def to_yaml(table: dict[str, list[Run]]) -> Iterable[str]:
+    """One line per architecture: [yes|no, first, last] runs; a refusing run names the class when it differs."""
     for arch, runs in table.items():
-        cells = ", ".join(f'[{"yes" if ok else "no"}, "{first}", "{last}"]' for ok, first, last in runs)
-        yield f"  {arch}: [{cells}]"
+        cells = []
+        for ok, first, last, cls in runs:
+            named = f', "{cls}"' if not ok and cls != arch else ""
+            cells.append(f'["{"yes" if ok else "no"}", "{first}", "{last}"{named}]')
+        yield f"  {arch}: [{', '.join(cells)}]"
 
 
 def main(argv: list[str]) -> int:
@@ -147,10 +156,12 @@ def main(argv: list[str]) -> int:
     dirs = [Path(a) for a in argv if a != "--yaml"]
     by_release = {d.name: release_support(d) for d in dirs}
     if as_yaml:
+        print("checked: [" + ", ".join(f'"{r}"' for r in sorted(by_release, key=_key)) + "]")
+        print("architectures:")
         print("\n".join(to_yaml(ranges(by_release))))
         return 0
     for release, answers in sorted(by_release.items(), key=lambda kv: _key(kv[0])):
-        yes = sum(answers.values())
+        yes = sum(ok for ok, _ in answers.values())
         print(f"{release}: {len(answers)} architectures registered, {yes} with LoRA")
     return 0
 

@@ -7,9 +7,14 @@ worked out by hand for Llama-3.1-8B.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,9 +24,19 @@ from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import LoRAAdapter, LoRASpec, SpecValidationError, parse_spec, validate_spec
 from vllm_operator.planner import PinnedFlags, PlanRequest, plan
 from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.gpus import GPUSpec
-from vllm_operator.planner.lora import LoRASlots, adapter_bytes_per_stage, vocab_too_large
+from vllm_operator.planner.lora import (
+    LoRASlots,
+    adapter_bytes_per_stage,
+    allowed_ranks,
+    lora_support,
+    refusal_message,
+    support_table,
+    vocab_too_large,
+)
 from vllm_operator.planner.memory import EngineFlags, weights_bytes_per_gpu
+from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
 from vllm_operator.render.manifests import render_args
 from vllm_operator.sources import load_model_files
 
@@ -308,3 +323,171 @@ def test_bad_lora_specs_are_rejected(lora: dict[str, Any], flags: dict[str, Any]
 def test_extra_args_cannot_smuggle_lora_flags() -> None:
     errors = validate_spec({"model": {"name": LLAMA_8B}, "extraArgs": ["--max-loras", "4"]})
     assert any("spec.lora.maxLoras" in e.message for e in errors), errors
+
+
+# --- which architectures a release serves with LoRA (catalog/lora_support.yaml) ---------------------------------
+
+GPT_OSS = "openai/gpt-oss-20b"
+GPT_OSS_TEXT_0_10 = "ValueError: GptOssForCausalLM does not support LoRA yet."  # lora_model_runner_mixin.py, 0.10.2
+CONFIG_TEXT_0_33 = ("Value error, LoRA is not supported for MambaForCausalLM (state-spaces/mamba-like). Supported "
+                    "models implement the `SupportsLoRA` interface. Run this model without `enable_lora`.")
+
+
+def test_table_answers_for_every_catalog_architecture_in_the_newest_release() -> None:
+    archs = {a for row in _catalog_rows() for a in row}
+    assert NEWEST_KNOWN_VERSION in support_table().checked
+    unknown = {a for a in archs if lora_support([a], NEWEST_KNOWN_VERSION).supported is None}
+    assert not unknown
+
+
+def _catalog_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for path in resources.files("vllm_operator.catalog").joinpath("models").iterdir():
+        if path.name.endswith(".json"):
+            data = json.loads(path.read_text())
+            rows.append(tuple((data.get("config") or data).get("architectures") or ()))
+    return rows
+
+
+@pytest.mark.parametrize(("arch", "version", "supported", "basis"), [
+    ("GptOssForCausalLM", "0.10.2", False, "the vLLM 0.10.2 wheel"),
+    ("GptOssForCausalLM", "0.11.1", True, "the vLLM 0.11.1 wheel"),
+    ("GptOssForCausalLM", "0.10.1", None, "differ"),              # 0.9.2 had no such architecture
+    ("DeepseekV2ForCausalLM", "0.9.0", False, "0.8.5 and 0.9.2 wheels, which agree"),
+    ("LlamaForCausalLM", "0.5.1", True, "0.5.0 and 0.5.4 wheels, which agree"),
+    ("NoSuchForCausalLM", "0.33.0", None, "not in the LoRA table"),
+])
+def test_support_per_release(arch: str, version: str, supported: bool | None, basis: str) -> None:
+    answer = lora_support([arch], version)
+    assert answer.supported is supported and basis in answer.basis
+
+
+@pytest.mark.parametrize(("version", "cls", "text"), [
+    ("0.5.4", "Qwen2MoeForCausalLM", "ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is "
+                                     "enabled. Support for this model may be added in the future."),
+    ("0.7.3", "Qwen2MoeForCausalLM", "AssertionError: Qwen2MoeForCausalLM does not support LoRA yet."),
+    ("0.9.2", "Qwen2MoeForCausalLM", "ValueError: Qwen2MoeForCausalLM does not support LoRA yet."),
+])
+def test_refusal_text_per_release(version: str, cls: str, text: str) -> None:
+    answer = lora_support([cls], version)
+    assert answer.supported is False
+    assert refusal_message(answer, "Qwen/Qwen1.5-MoE-A2.7B").startswith(text)
+
+
+def test_plan_refuses_lora_where_vllm_does(load_arch: Callable[[str], ModelArch],
+                                          gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(GPT_OSS)
+    lora = LoRASpec(adapters=[LoRAAdapter(name="a", source="org/a")])
+    refused = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.10.2"))
+    assert not refused.fits and refused.failure is not None
+    assert refused.failure.kind is FailureKind.INVALID_ARGUMENT
+    assert refused.failure.message == GPT_OSS_TEXT_0_10
+    assert refused.options == []  # no GPU or flag change helps
+    assert any("does not implement SupportsLoRA for GptOssForCausalLM" in r for r in refused.reasons)
+    served = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.33.0"))
+    assert served.fits and any("implements SupportsLoRA for GptOssForCausalLM" in r for r in served.reasons)
+    unknown = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.10.1"))
+    assert unknown.fits and any("is not known" in r for r in unknown.reasons)
+    plain = plan(PlanRequest(arch=arch, gpu=gpu("h100"), vllm_version="0.10.2"))
+    assert plain.fits and not any("SupportsLoRA" in r for r in plain.reasons)  # no LoRA: nothing to say
+
+
+def test_plan_prints_the_config_check_of_0_33(load_arch: Callable[[str], ModelArch],
+                                              gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(LLAMA_8B).model_copy(update={"architectures": ("MambaForCausalLM",),
+                                                  "model_id": "state-spaces/mamba-like"})
+    result = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True),
+                              vllm_version="0.33.0"))
+    assert not result.fits and result.failure is not None
+    assert result.failure.message.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                                             "VllmConfig\n  " + CONFIG_TEXT_0_33)
+    assert any("before the engine starts" in r for r in result.reasons)
+
+
+def test_operator_reports_an_invalid_spec_instead_of_rolling_out() -> None:
+    desired = _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.10.2",
+                    "lora": {"adapters": [{"name": "a", "source": "org/a"}]}})
+    assert desired.children is None
+    found = {c.type: (c.status, c.reason, c.message) for c in desired.status.conditions}
+    assert found[cond.DEGRADED][:2] == (cond.TRUE, cond.INVALID_SPEC)
+    message = found[cond.DEGRADED][2]
+    assert message.startswith("spec.lora: vLLM 0.10.2 does not serve GptOssForCausalLM with LoRA")
+    assert GPT_OSS_TEXT_0_10 in message
+    pinned = _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.10.2", "flags": {"enableLora": True}})
+    assert pinned.children is None
+    assert any(c.message.startswith("spec.flags.enableLora: vLLM 0.10.2") for c in pinned.status.conditions)
+    assert _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.33.0",
+                 "lora": {"adapters": [{"name": "a", "source": "org/a"}]}}).children is not None
+
+
+# --- --max-lora-rank choices per release -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("version", "ranks"), [
+    ("0.5.4", (8, 16, 32, 64)),
+    ("0.5.5", (8, 16, 32, 64, 128, 256)),
+    ("0.7.3", (8, 16, 32, 64, 128, 256)),
+    ("0.8.0", (8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.11.0", (8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.11.1", (1, 8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.33.0", (1, 8, 16, 32, 64, 128, 256, 320, 512)),
+])
+def test_rank_choices_per_release(version: str, ranks: tuple[int, ...]) -> None:
+    assert allowed_ranks(version) == ranks
+
+
+@pytest.mark.parametrize(("image", "lora", "flags", "fragment"), [
+    ("v0.5.4", {"maxRank": 128}, {}, "spec.lora.maxRank: vLLM 0.5.4 accepts --max-lora-rank 8, 16, 32, 64, not 128"),
+    ("v0.11.0", {"maxRank": 1}, {}, "spec.lora.maxRank: vLLM 0.11.0 accepts --max-lora-rank 8, 16, 32, 64, 128, "
+                                    "256, 320, 512, not 1"),
+    ("v0.7.3", None, {"enableLora": True, "maxLoraRank": 512},
+     "spec.flags.maxLoraRank: vLLM 0.7.3 accepts --max-lora-rank 8, 16, 32, 64, 128, 256, not 512"),
+])
+def test_a_rank_the_release_refuses_is_an_invalid_spec(image: str, lora: dict[str, Any] | None,
+                                                        flags: dict[str, Any], fragment: str) -> None:
+    spec: dict[str, Any] = {"model": {"name": LLAMA_8B}, "image": f"vllm/vllm-openai:{image}", "flags": flags}
+    if lora is not None:
+        spec["lora"] = lora
+    desired = _run(spec)
+    assert desired.children is None
+    messages = [c.message for c in desired.status.conditions if c.reason == cond.INVALID_SPEC]
+    assert any(fragment in m for m in messages), messages
+
+
+def test_a_rank_the_release_accepts_deploys() -> None:
+    assert _run({"model": {"name": LLAMA_8B}, "image": "vllm/vllm-openai:v0.11.1",
+                 "lora": {"maxRank": 1}}).children is not None
+
+
+# --- the wheel reader behind the table ---------------------------------------------------------------------------
+
+def _wheel_reader() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "lora_support.py"
+    spec = importlib.util.spec_from_file_location("lora_support_script", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wheel_reader_follows_the_registry_and_base_classes(tmp_path: Path) -> None:
+    release_support = _wheel_reader().release_support
+    models = tmp_path / "0.9.9" / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    (models / "registry.py").write_text(
+        '_TEXT = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+        '         "MistralForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+        '         "ChildForCausalLM": ("child", "ChildForCausalLM"),\n'
+        '         "OldForCausalLM": ("old", "OldForCausalLM"),\n'
+        '         "EmptyForCausalLM": ("old", "EmptyForCausalLM"),\n'
+        '         "PlainForCausalLM": ("plain", "PlainForCausalLM")}\n')
+    (models / "llama.py").write_text("class LlamaForCausalLM(nn.Module, SupportsLoRA, SupportsPP):\n    pass\n")
+    (models / "child.py").write_text("from .llama import LlamaForCausalLM\n"
+                                     "class ChildForCausalLM(LlamaForCausalLM):\n    pass\n")
+    (models / "old.py").write_text("class OldForCausalLM(nn.Module):\n    supported_lora_modules = ['qkv_proj']\n"
+                                   "class EmptyForCausalLM(nn.Module):\n    supported_lora_modules = []\n")
+    (models / "plain.py").write_text("class PlainForCausalLM(nn.Module, SupportsPP):\n    pass\n")
+    assert release_support(tmp_path / "0.9.9") == {
+        "ChildForCausalLM": (True, "ChildForCausalLM"), "EmptyForCausalLM": (False, "EmptyForCausalLM"),
+        "LlamaForCausalLM": (True, "LlamaForCausalLM"), "MistralForCausalLM": (True, "LlamaForCausalLM"),
+        "OldForCausalLM": (True, "OldForCausalLM"), "PlainForCausalLM": (False, "PlainForCausalLM"),
+    }

@@ -36,12 +36,18 @@ Punica kernels' index buffers are a few integers per batched token, so neither i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .arch import ModelArch
+from .versions import Version, parse_version
 
-#: vLLM's `MaxLoRARanks` (config/lora.py): the only values `--max-lora-rank` accepts.
+#: vLLM's `MaxLoRARanks` (config/lora.py, 0.11.1+): the values `--max-lora-rank` accepts in the newest releases;
+#: `allowed_ranks(version)` gives those of any release (catalog/lora_support.yaml).
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: vLLM's default `--max-lora-rank` and `--max-loras` (LoRAConfig).
 DEFAULT_MAX_LORA_RANK = 16
@@ -181,7 +187,124 @@ def slots_needed(adapters: int, max_loras: int | None) -> int:
     return max(adapters, DEFAULT_MAX_LORAS)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Which architectures and ranks a release accepts (catalog/lora_support.yaml, read from the wheels)
+
+
+class Refusal(BaseModel):
+    """What vLLM prints when the model class does not implement LoRA, from `since` on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    phase: Literal["config", "loading"] = Field(
+        description="config: the API server refuses before any engine starts; loading: the worker, at model load")
+    where: str
+    text: str
+
+    def render(self, architecture: str, model_class: str, model_id: str) -> str:
+        return self.text.replace("{arch}", architecture).replace("{cls}", model_class).replace("{model}", model_id)
+
+
+class RankEra(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    ranks: tuple[int, ...]
+    where: str = ""
+
+
+class LoRASupportTable(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    checked: tuple[str, ...]
+    refusals: tuple[Refusal, ...]
+    max_lora_ranks: tuple[RankEra, ...]
+    architectures: dict[str, tuple[tuple[str, ...], ...]]
+
+
+@lru_cache(maxsize=1)
+def support_table() -> LoRASupportTable:
+    text = resources.files("vllm_operator.catalog").joinpath("lora_support.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return LoRASupportTable.model_validate(data)
+
+
+class LoRASupport(BaseModel):
+    """Whether vLLM `version` serves `architecture` with `--enable-lora`; None: the table cannot say."""
+
+    model_config = ConfigDict(frozen=True)
+
+    supported: bool | None
+    architecture: str = ""
+    model_class: str = ""
+    basis: str = Field("", description="which checked wheels the answer rests on")
+    refusal: Refusal | None = Field(None, description="what that release prints, when it refuses")
+
+
+def _answer_at(runs: tuple[tuple[str, ...], ...], checked: Version) -> tuple[bool, str] | None:
+    """(supported, class) of the run covering a checked release; None when the architecture was not registered."""
+    for run in runs:
+        ok, first, last = run[0], parse_version(run[1]), parse_version(run[2])
+        if first <= checked <= last:
+            return ok == "yes", (run[3] if len(run) > 3 else "")
+    return None
+
+
+def _neighbours(version: Version, checked: Sequence[str]) -> tuple[str | None, str | None]:
+    below = [c for c in checked if parse_version(c) <= version]
+    above = [c for c in checked if parse_version(c) >= version]
+    return (below[-1] if below else None), (above[0] if above else None)
+
+
+def refusal_for(version: str) -> Refusal | None:
+    """The refusal text era of that release (None before the oldest era)."""
+    v = parse_version(version)
+    eras = [r for r in support_table().refusals if parse_version(r.since) <= v]
+    return eras[-1] if eras else None
+
+
+def lora_support(architectures: Sequence[str], version: str) -> LoRASupport:
+    """Read the table for the model's architectures (vLLM uses the first one its registry knows)."""
+    table = support_table()
+    v = parse_version(version)
+    below, above = _neighbours(v, table.checked)
+    for arch in architectures:
+        runs = table.architectures.get(arch)
+        if runs is None:
+            continue
+        lo = _answer_at(runs, parse_version(below)) if below else None
+        hi = _answer_at(runs, parse_version(above)) if above else None
+        if lo is None and hi is None:
+            continue
+        if below == above or (lo is not None and hi is not None and lo[0] == hi[0]):
+            ok, cls = lo or hi  # type: ignore[misc]  # one of them is set
+            basis = (f"the vLLM {below} wheel" if below == above
+                     else f"the vLLM {below} and {above} wheels, which agree")
+            return LoRASupport(supported=ok, architecture=arch, model_class=cls or arch, basis=basis,
+                               refusal=None if ok else refusal_for(version))
+        return LoRASupport(supported=None, architecture=arch,
+                           basis=f"vLLM {version} lies between checked wheels that differ ({below}, {above})")
+    names = ", ".join(architectures) or "no architectures in config.json"
+    return LoRASupport(supported=None, basis=f"{names}: not in the LoRA table near vLLM {version}")
+
+
+def refusal_message(support: LoRASupport, model_id: str) -> str:
+    """vLLM's own text for a refused `--enable-lora` ('' when it does not refuse)."""
+    if support.supported is not False or support.refusal is None:
+        return ""
+    return support.refusal.render(support.architecture, support.model_class, model_id)
+
+
+def allowed_ranks(version: str) -> tuple[int, ...]:
+    """The `--max-lora-rank` values vLLM `version` accepts."""
+    v = parse_version(version)
+    eras = [e for e in support_table().max_lora_ranks if parse_version(e.since) <= v]
+    return (eras[-1] if eras else support_table().max_lora_ranks[0]).ranks
+
+
 __all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "EMBEDDING_AND_HEAD", "LoRAEstimate", "LoRASlots",
-           "MAX_LORA_RANKS", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
+           "LoRASupport", "MAX_LORA_RANKS", "Refusal", "allowed_ranks", "lora_support", "refusal_for",
+           "refusal_message", "support_table", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
            "embedding_elements", "layer_elements", "mla_attention_elements", "mlp_elements", "slots_needed",
            "vocab_too_large"]
