@@ -67,6 +67,8 @@ from vllm_operator.planner.versions import (
 )
 from vllm_operator.render.flags import flag_table
 
+from .lora import adapter_slot_bytes, lora_refusal, rank_error
+
 __all__ = [
     "HiddenFacts",
     "LogLine",
@@ -235,6 +237,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--speculative-config")
     p.add_argument("--enable-lora", action="store_true")
     p.add_argument("--max-lora-rank", type=int)
+    p.add_argument("--max-loras", type=int)
     p.add_argument("--seed", type=int)
     # native multi-node (mp) mode, vLLM >= 0.11.1: one engine over --nnodes pods (operator's LeaderWorkerSet)
     p.add_argument("--nnodes", "-n", type=int, default=1)
@@ -281,6 +284,9 @@ class VLLMArgs(BaseModel):
     kv_cache_memory_bytes: int | None = None
     nnodes: int = 1
     speculative_config: str | None = None
+    enable_lora: bool = False
+    max_loras: int = Field(1, description="--max-loras: adapter slots (vLLM's default 1)")
+    max_lora_rank: int = Field(16, description="--max-lora-rank (vLLM's default 16)")
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
 
@@ -327,7 +333,8 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
         swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, nnodes=max(ns.nnodes, 1),
-        speculative_config=ns.speculative_config, given=given)
+        speculative_config=ns.speculative_config, enable_lora=ns.enable_lora, max_loras=ns.max_loras or 1,
+        max_lora_rank=ns.max_lora_rank or 16, given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -517,6 +524,25 @@ def _fmt_gib(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _lora_config_error(parsed: VLLMArgs, version: str, refused: tuple[str, str] | None) -> str | None:
+    """What the API server prints for --enable-lora before any engine starts: a rank the release does not accept,
+    or (0.33+) a model class without SupportsLoRA."""
+    if not parsed.enable_lora:
+        return None
+    bad_rank = rank_error(version, parsed.max_lora_rank)
+    if bad_rank is not None:
+        return bad_rank
+    return refused[1] if refused is not None and refused[0] == "config" else None
+
+
+def _lora_slot_bytes(parsed: VLLMArgs, arch: ModelArch) -> list[int]:
+    """The adapter slots on each stage's GPUs (lora_dtype auto: the model's 16-bit dtype; float32 when pinned)."""
+    dtype = 4 if parsed.dtype in ("float", "float32") else 2
+    return adapter_slot_bytes(arch, slots=parsed.max_loras, rank=parsed.max_lora_rank, dtype_bytes=dtype,
+                              tp=parsed.tensor_parallel_size,
+                              stage_layers=pp_layer_counts(arch.num_layers, parsed.pipeline_parallel_size))
+
+
 def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one readable sequence
     args: Sequence[str],
     image: str,
@@ -637,6 +663,10 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     if bad is not None:
         run.at(3.0)
         return _fail(run, Phase.CONFIG, FailureKind.INVALID_PARALLELISM, bad, common)
+    lora_refused = lora_refusal(arch, profile.version, model_id) if parsed.enable_lora else None
+    lora_bad = _lora_config_error(parsed, profile.version, lora_refused)
+    if lora_bad is not None:  # LoRAConfig (rank) and, from 0.33, verify_with_model_config: the API server refuses
+        return _fail(run, Phase.CONFIG, FailureKind.INVALID_ARGUMENT, lora_bad, common, in_engine=False)
 
     # --- device init: the free-memory check -----------------------------------------------------------------
     run.at(3.0)
@@ -652,6 +682,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
 
     # --- loading the weights (GPU memory, and host memory on the way) ---------------------------------------
     weights = weights_bytes_per_gpu(arch, flags)
+    if parsed.enable_lora:  # adapter slots are allocated while the model loads: part of "Model loading took"
+        weights = [w + extra for w, extra in zip(weights, _lora_slot_bytes(parsed, arch), strict=True)]
     w_max = max(weights)
     checkpoint_gib = checkpoint_bytes(arch) / GiB
     run.at(1.0)
@@ -695,6 +727,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     run.raw(f"Loading safetensors checkpoint shards: 100% Completed | {shards}/{shards} [00:{int(load_s):02d}<00:00, "
             f"{load_s / shards:.2f}s/it]")
     run.info(f"Loading weights took {load_s - 0.4:.2f} seconds", "default_loader.py:267")
+    if lora_refused is not None and lora_refused[0] == "loading":  # up to 0.32: the runner, once the model loaded
+        return _fail(run, Phase.LOADING, FailureKind.INVALID_ARGUMENT, lora_refused[1], common)
     if profile.engine == "V0":
         run.info(f"Loading model weights took {weights[0] / GiB:.4f} GB", "model_runner.py:1072")
     elif v2 and profile.version_tuple < (0, 28, 0):  # MRV2's wording up to 0.27.1

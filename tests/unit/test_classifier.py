@@ -538,3 +538,12 @@ def test_lora_not_supported_is_an_invalid_argument(text: str, architecture: str)
 def test_lora_near_misses_are_not_lora_unsupported(text: str) -> None:
     failure = classify_text(text, exit_code=1)
     assert failure.wording != "lora-unsupported"
+
+
+def test_a_lora_rank_the_release_refuses_is_an_invalid_argument() -> None:
+    # vllm 0.8.1 config.py LoRAConfig.__post_init__ (possible_max_ranks), raised in the API server
+    failure = classify_text("ValueError: max_lora_rank (1) must be one of (8, 16, 32, 64, 128, 256, 320, 512).\n",
+                            exit_code=1)
+    assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "value"
+    near = classify_text("ValueError: the adapter's max_lora_rank (1) must be one of the served ranks\n", exit_code=1)
+    assert near.kind is FailureKind.UNKNOWN

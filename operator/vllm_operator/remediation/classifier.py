@@ -336,7 +336,8 @@ _BAD_VALUE = re.compile(
     r"Invalid (?:dtype|kv[_ ]cache[_ ]dtype|load[_ ]format)|Unknown (?:dtype|kv cache dtype)|"
     r"gpu_memory_utilization must be|"
     r"kv_cache_dtype=\"?\w+\"? is incompatible with dtype=|"  # 0.33 config/vllm.py::_reject_mismatched_float_kv_cache
-    r"max_num_active_seqs \(\d+\) cannot be greater than max_num_seqs)"  # 0.31 config/scheduler.py
+    r"max_num_active_seqs \(\d+\) cannot be greater than max_num_seqs|"  # 0.31 config/scheduler.py
+    r"max_lora_rank \(\d+\) must be one of)"  # 0.5.0-0.11.0 LoRAConfig.__post_init__ (catalog/lora_support.yaml)
 )
 
 # Exceptions that only wrap or follow the real one (they do not make an earlier match stale).
