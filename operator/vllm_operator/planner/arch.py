@@ -386,13 +386,14 @@ def arch_from_config(
     hidden_act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
     gated = model_type not in ("phi", "gpt2", "gpt_neox", "starcoder2", "falcon", "opt", "bloom") or "glu" in hidden_act
     tie = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    shared_experts = int(cfg.get("n_shared_experts") or 0)
+    shared_size = int(cfg.get("shared_expert_intermediate_size") or 0)
+    first_dense = int(cfg.get("first_k_dense_replace") or 0)
     counts = {
         "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
         "num_kv_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
         "num_experts": num_experts, "moe_intermediate_size": moe_inter, "gated": gated, "tie": tie,
-        "shared_experts": int(cfg.get("n_shared_experts") or 0),
-        "shared_expert_size": int(cfg.get("shared_expert_intermediate_size") or 0),
-        "first_dense": int(cfg.get("first_k_dense_replace") or 0),
+        "shared_experts": shared_experts, "shared_expert_size": shared_size, "first_dense": first_dense,
         "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
         "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 0), "v_head_dim": int(cfg.get("v_head_dim") or 0),
         "head_dim_qk": int(cfg.get("qk_nope_head_dim") or 0) + rope_dim,
@@ -422,9 +423,9 @@ def arch_from_config(
         q_lora_rank=_q_lora_rank(cfg) if is_mla else None,
         qk_nope_head_dim=counts["qk_nope_head_dim"] if is_mla else 0,
         v_head_dim=counts["v_head_dim"] if is_mla else 0,
-        first_dense_layers=min(counts["first_dense"], layers) if num_experts else 0,
-        shared_expert_size=(counts["shared_experts"] * moe_inter or counts["shared_expert_size"]) if num_experts else 0,
-        shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and counts["shared_expert_size"]),
+        first_dense_layers=min(first_dense, layers) if num_experts else 0,
+        shared_expert_size=(shared_experts * moe_inter or shared_size) if num_experts else 0,
+        shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
         yarn_unscaled_max_len=_yarn_unscaled(cfg),
