@@ -5,11 +5,12 @@
 
 How a release decides (read from the wheels): the model registry (`_MODELS` dicts of `vllm/model_executor/models/
 __init__.py` up to 0.5.x, `registry.py` after) maps an architecture name to `(module, class)`; LoRA is allowed when
-that class implements the `SupportsLoRA` interface (`interfaces.py`, `supports_lora()`), or, in releases before the
-interface, when it declares `supported_lora_modules` (`loader.py` `_get_model_initialization_kwargs`). This script
-parses the sources with `ast` (no vLLM import, no GPU): a class supports LoRA when it or a base class (resolved by
-name, same module first) inherits `SupportsLoRA` or assigns `supported_lora_modules`/`supports_lora = True` in its
-body.
+that class implements the `SupportsLoRA` interface (`interfaces.py`, `supports_lora()`: from 0.5.4 on, a
+runtime-checkable protocol that needs the `supports_lora = True` flag the interface's MRO carries), or, in releases
+without the interface (0.5.0), when it declares `supported_lora_modules` (`loader.py`
+`_get_model_initialization_kwargs`). This script parses the sources with `ast` (no vLLM import, no GPU): a class
+supports LoRA when it or a base class (resolved by name, same module first) inherits `SupportsLoRA` or sets
+`supports_lora = True` in its body — or, without the interface, assigns a non-empty `supported_lora_modules`.
 
 Pure standard library; the catalog file it feeds is edited by hand around its output (the refusal texts and the
 rank choices have their own sources in the file's comments).
@@ -30,7 +31,7 @@ class _Class:
         self.module = module
         self.name = node.name
         self.bases = [_base_name(b) for b in node.bases]
-        self.marked = _marked(node)
+        self.declares_modules, self.flagged = _marked(node)
 
 
 def _base_name(node: ast.expr) -> str:
@@ -43,8 +44,9 @@ def _base_name(node: ast.expr) -> str:
     return ""
 
 
-def _marked(node: ast.ClassDef) -> bool:
-    """The class body assigns `supported_lora_modules` (a non-empty list) or `supports_lora = True`."""
+def _marked(node: ast.ClassDef) -> tuple[bool, bool]:
+    """Whether the class body assigns a non-empty `supported_lora_modules`, and `supports_lora = True`."""
+    declares = flagged = False
     for stmt in node.body:
         targets: list[ast.expr] = []
         value: ast.expr | None = None
@@ -54,10 +56,10 @@ def _marked(node: ast.ClassDef) -> bool:
             targets, value = [stmt.target], stmt.value
         names = {t.id for t in targets if isinstance(t, ast.Name)}
         if "supported_lora_modules" in names and not (isinstance(value, ast.List) and not value.elts):
-            return True
+            declares = True
         if "supports_lora" in names and isinstance(value, ast.Constant) and value.value is True:
-            return True
-    return False
+            flagged = True
+    return declares, flagged
 
 
 def _classes(models_dir: Path) -> dict[str, list[_Class]]:
@@ -93,24 +95,34 @@ def _registry(models_dir: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _supports(name: str, module: str, classes: dict[str, list[_Class]], seen: frozenset[str] = frozenset()) -> bool:
+def _supports(name: str, module: str, classes: dict[str, list[_Class]], interface: bool,
+              seen: frozenset[str] = frozenset()) -> bool:
     if name == "SupportsLoRA":
-        return True
+        return interface
     if name in seen or name not in classes:
         return False
     candidates = classes[name]
     own = [c for c in candidates if c.module == module] or candidates
     cls = own[0]
-    if cls.marked:
+    if cls.flagged if interface else cls.declares_modules:
         return True
-    return any(_supports(base, cls.module, classes, seen | {name}) for base in cls.bases)
+    return any(_supports(base, cls.module, classes, interface, seen | {name}) for base in cls.bases)
+
+
+def _has_interface(models_dir: Path) -> bool:
+    path = models_dir / "interfaces.py"
+    if not path.is_file():
+        return False
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.ClassDef) and n.name == "SupportsLoRA" for n in ast.walk(tree))
 
 
 def release_support(root: Path) -> dict[str, tuple[bool, str]]:
     """Architecture name → (supports LoRA, the model class the registry maps it to), for the release at `root`."""
     models_dir = root / "vllm" / "model_executor" / "models"
     classes = _classes(models_dir)
-    return {arch: (_supports(cls, module, classes), cls)
+    interface = _has_interface(models_dir)
+    return {arch: (_supports(cls, module, classes, interface), cls)
             for arch, (module, cls) in sorted(_registry(models_dir).items())}
 
 

@@ -469,25 +469,40 @@ def _wheel_reader() -> ModuleType:
     return module
 
 
-def test_wheel_reader_follows_the_registry_and_base_classes(tmp_path: Path) -> None:
-    release_support = _wheel_reader().release_support
-    models = tmp_path / "0.9.9" / "vllm" / "model_executor" / "models"
+def _fake_release(root: Path, interface: bool) -> Path:
+    models = root / "vllm" / "model_executor" / "models"
     models.mkdir(parents=True)
+    if interface:
+        (models / "interfaces.py").write_text("class SupportsLoRA(Protocol):\n    supports_lora = True\n")
     (models / "registry.py").write_text(
         '_TEXT = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
         '         "MistralForCausalLM": ("llama", "LlamaForCausalLM"),\n'
         '         "ChildForCausalLM": ("child", "ChildForCausalLM"),\n'
+        '         "FlaggedForCausalLM": ("child", "FlaggedForCausalLM"),\n'
         '         "OldForCausalLM": ("old", "OldForCausalLM"),\n'
         '         "EmptyForCausalLM": ("old", "EmptyForCausalLM"),\n'
         '         "PlainForCausalLM": ("plain", "PlainForCausalLM")}\n')
     (models / "llama.py").write_text("class LlamaForCausalLM(nn.Module, SupportsLoRA, SupportsPP):\n    pass\n")
     (models / "child.py").write_text("from .llama import LlamaForCausalLM\n"
-                                     "class ChildForCausalLM(LlamaForCausalLM):\n    pass\n")
+                                     "class ChildForCausalLM(LlamaForCausalLM):\n    pass\n"
+                                     "class FlaggedForCausalLM(nn.Module):\n    supports_lora = True\n")
     (models / "old.py").write_text("class OldForCausalLM(nn.Module):\n    supported_lora_modules = ['qkv_proj']\n"
                                    "class EmptyForCausalLM(nn.Module):\n    supported_lora_modules = []\n")
     (models / "plain.py").write_text("class PlainForCausalLM(nn.Module, SupportsPP):\n    pass\n")
-    assert release_support(tmp_path / "0.9.9") == {
+    return root
+
+
+def test_wheel_reader_follows_the_registry_and_base_classes(tmp_path: Path) -> None:
+    release_support = _wheel_reader().release_support
+    with_interface = release_support(_fake_release(tmp_path / "0.9.9", interface=True))
+    assert with_interface == {
         "ChildForCausalLM": (True, "ChildForCausalLM"), "EmptyForCausalLM": (False, "EmptyForCausalLM"),
-        "LlamaForCausalLM": (True, "LlamaForCausalLM"), "MistralForCausalLM": (True, "LlamaForCausalLM"),
-        "OldForCausalLM": (True, "OldForCausalLM"), "PlainForCausalLM": (False, "PlainForCausalLM"),
+        "FlaggedForCausalLM": (True, "FlaggedForCausalLM"), "LlamaForCausalLM": (True, "LlamaForCausalLM"),
+        "MistralForCausalLM": (True, "LlamaForCausalLM"),
+        "OldForCausalLM": (False, "OldForCausalLM"),  # the protocol needs the flag: modules alone are not enough
+        "PlainForCausalLM": (False, "PlainForCausalLM"),
     }
+    before = release_support(_fake_release(tmp_path / "0.5.0", interface=False))  # loader: supported_lora_modules
+    assert before["OldForCausalLM"] == (True, "OldForCausalLM")
+    assert before["EmptyForCausalLM"] == (False, "EmptyForCausalLM")
+    assert before["LlamaForCausalLM"] == (False, "LlamaForCausalLM")
