@@ -32,7 +32,7 @@ from vllm_operator.planner.lora import (
 )
 from vllm_operator.planner.versions import parse_version
 
-__all__ = ["Wrapped", "adapter_slot_bytes", "lora_refusal", "rank_error", "wrapped_layer_modules"]
+__all__ = ["Wrapped", "adapter_slot_bytes", "lora_refusal", "rank_error", "wrapped_layer_modules", "wraps_experts"]
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,15 @@ def _gated_mlp(prefix: str, hidden: int, intermediate: int, tp: int) -> list[Wra
             _row(f"{prefix}down_proj", intermediate, hidden, tp)]
 
 
-def _mlp(arch: ModelArch, tp: int, dense: bool) -> list[Wrapped]:
+def _mlp(arch: ModelArch, tp: int, dense: bool, experts: bool) -> list[Wrapped]:
     h = arch.hidden_size
     if not arch.is_moe or dense:
         return _gated_mlp("", h, arch.intermediate_size, tp)
     inter = arch.moe_intermediate_size // tp
-    modules = [Wrapped("gate", h, (arch.num_experts,)),
-               Wrapped("experts.w13", h, (inter, inter), experts=arch.num_experts),
-               Wrapped("experts.w2", inter, (h,), experts=arch.num_experts)]
+    modules = [Wrapped("gate", h, (arch.num_experts,))]
+    if experts:  # FusedMoEWithLoRA (lora/layers/fused_moe.py) exists from 0.11.1
+        modules += [Wrapped("experts.w13", h, (inter, inter), experts=arch.num_experts),
+                    Wrapped("experts.w2", inter, (h,), experts=arch.num_experts)]
     if arch.shared_expert_size:
         modules += _gated_mlp("shared.", h, arch.shared_expert_size, tp)
     if arch.shared_expert_gate:
@@ -98,9 +99,15 @@ def _mlp(arch: ModelArch, tp: int, dense: bool) -> list[Wrapped]:
     return modules
 
 
-def wrapped_layer_modules(arch: ModelArch, tp: int, layer: int) -> list[Wrapped]:
-    """The modules of decoder layer `layer` that get adapter slots, on one TP rank."""
-    return _attention(arch, tp) + _mlp(arch, tp, dense=layer < arch.first_dense_layers)
+def wrapped_layer_modules(arch: ModelArch, tp: int, layer: int, experts: bool = True) -> list[Wrapped]:
+    """The modules of decoder layer `layer` that get adapter slots, on one TP rank (`experts`: the release wraps
+    the fused MoE experts)."""
+    return _attention(arch, tp) + _mlp(arch, tp, dense=layer < arch.first_dense_layers, experts=experts)
+
+
+def wraps_experts(version: str) -> bool:
+    """vLLM 0.11.1 added FusedMoEWithLoRA (absent from the 0.11.0 wheel): before, routed experts get no slots."""
+    return parse_version(version) >= (0, 11, 1)
 
 
 def _edges(arch: ModelArch) -> tuple[list[Wrapped], list[Wrapped]]:
@@ -115,13 +122,14 @@ def _edges(arch: ModelArch) -> tuple[list[Wrapped], list[Wrapped]]:
 
 
 def adapter_slot_bytes(arch: ModelArch, *, slots: int, rank: int, dtype_bytes: int, tp: int,
-                       stage_layers: Sequence[int]) -> list[int]:
+                       stage_layers: Sequence[int], experts: bool = True) -> list[int]:
     """Bytes of adapter slots on one GPU of each pipeline stage (embedding on the first, LM head on the last)."""
     embed, head = _edges(arch)
     out: list[int] = []
     first = 0
     for stage, count in enumerate(stage_layers):
-        modules = [m for layer in range(first, first + count) for m in wrapped_layer_modules(arch, tp, layer)]
+        modules = [m for layer in range(first, first + count)
+                   for m in wrapped_layer_modules(arch, tp, layer, experts)]
         first += count
         if stage == 0:
             modules += embed

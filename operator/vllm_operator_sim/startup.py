@@ -67,7 +67,7 @@ from vllm_operator.planner.versions import (
 )
 from vllm_operator.render.flags import flag_table
 
-from .lora import adapter_slot_bytes, lora_refusal, rank_error
+from .lora import adapter_slot_bytes, lora_refusal, rank_error, wraps_experts
 
 __all__ = [
     "HiddenFacts",
@@ -535,12 +535,13 @@ def _lora_config_error(parsed: VLLMArgs, version: str, refused: tuple[str, str] 
     return refused[1] if refused is not None and refused[0] == "config" else None
 
 
-def _lora_slot_bytes(parsed: VLLMArgs, arch: ModelArch) -> list[int]:
+def _lora_slot_bytes(parsed: VLLMArgs, arch: ModelArch, version: str) -> list[int]:
     """The adapter slots on each stage's GPUs (lora_dtype auto: the model's 16-bit dtype; float32 when pinned)."""
     dtype = 4 if parsed.dtype in ("float", "float32") else 2
     return adapter_slot_bytes(arch, slots=parsed.max_loras, rank=parsed.max_lora_rank, dtype_bytes=dtype,
                               tp=parsed.tensor_parallel_size,
-                              stage_layers=pp_layer_counts(arch.num_layers, parsed.pipeline_parallel_size))
+                              stage_layers=pp_layer_counts(arch.num_layers, parsed.pipeline_parallel_size),
+                              experts=wraps_experts(version))
 
 
 def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one readable sequence
@@ -683,7 +684,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     # --- loading the weights (GPU memory, and host memory on the way) ---------------------------------------
     weights = weights_bytes_per_gpu(arch, flags)
     if parsed.enable_lora:  # adapter slots are allocated while the model loads: part of "Model loading took"
-        weights = [w + extra for w, extra in zip(weights, _lora_slot_bytes(parsed, arch), strict=True)]
+        weights = [w + extra for w, extra in zip(weights, _lora_slot_bytes(parsed, arch, profile.version),
+                                                 strict=True)]
     w_max = max(weights)
     checkpoint_gib = checkpoint_bytes(arch) / GiB
     run.at(1.0)

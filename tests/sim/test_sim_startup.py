@@ -349,9 +349,12 @@ def test_the_simulators_slot_count_agrees_with_the_planners() -> None:
     for model_id, tp, slots, rank, stages in cases:
         files = model(model_id)
         arch = arch_from_config(files.config, model_id=model_id, total_size=files.total_size)
-        sim = adapter_slot_bytes(arch, slots=slots, rank=rank, dtype_bytes=2, tp=tp, stage_layers=stages)
-        planned = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank), tp, stages).per_stage
-        assert tuple(sim) == planned, model_id
+        for experts in (True, False):  # vLLM 0.11.1+ / before: the fused MoE experts get slots or not
+            sim = adapter_slot_bytes(arch, slots=slots, rank=rank, dtype_bytes=2, tp=tp, stage_layers=stages,
+                                     experts=experts)
+            planned = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank, moe_experts=experts),
+                                              tp, stages).per_stage
+            assert tuple(sim) == planned, (model_id, experts)
 
 
 def test_lora_on_a_tight_gpu_fails_as_vllm_would() -> None:
@@ -388,3 +391,14 @@ def test_a_rank_the_release_refuses(image: str, rank: int, needle: str) -> None:
     assert not outcome.starts and outcome.phase is Phase.CONFIG
     assert needle in outcome.log_text(START)
     assert classified(outcome).kind is FailureKind.INVALID_ARGUMENT
+
+
+def test_moe_experts_take_adapter_slots_only_from_0_11_1() -> None:
+    moe = "Qwen/Qwen3-30B-A3B"
+    flags = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 32,
+             "enable_lora": True, "max_loras": 2}
+    old = run(moe, image="vllm/vllm-openai:v0.11.0", gpu_name="H100", **flags)
+    new = run(moe, image="vllm/vllm-openai:v0.11.1", gpu_name="H100", **flags)
+    assert old.starts and new.starts, (old.message, new.message)
+    # 2 slots x 128 experts x 48 layers x 16 x (3 x 2048 + 3 x 768) elements x 2 bytes = 3.09 GiB
+    assert new.weights_gib - old.weights_gib == pytest.approx(3.09, abs=0.01)

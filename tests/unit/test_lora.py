@@ -506,3 +506,23 @@ def test_wheel_reader_follows_the_registry_and_base_classes(tmp_path: Path) -> N
     assert before["OldForCausalLM"] == (True, "OldForCausalLM")
     assert before["EmptyForCausalLM"] == (False, "EmptyForCausalLM")
     assert before["LlamaForCausalLM"] == (False, "LlamaForCausalLM")
+
+
+# --- the fused MoE experts get slots only from 0.11.1 (lora/layers/fused_moe.py) ---------------------------------
+
+def test_experts_get_slots_from_0_11_1(load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(QWEN3_MOE)
+    rank, tp = 16, 1
+    inter, h, e = arch.moe_intermediate_size, arch.hidden_size, arch.num_experts
+    experts_bytes = e * rank * (2 * h + inter + 2 * inter + h) * arch.num_layers * 2  # w13/w2 A and B, bf16
+    with_experts = adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank), tp, [arch.num_layers]).per_stage[0]
+    without = adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank, moe_experts=False), tp,
+                                      [arch.num_layers]).per_stage[0]
+    assert with_experts - without == experts_bytes
+    lora = LoRASpec(adapters=[LoRAAdapter(name="a", source="org/a")])
+    pinned = PinnedFlags(max_model_len=8192, max_num_seqs=64, gpu_memory_utilization=0.9)
+    old = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=pinned, lora=lora, vllm_version="0.11.0"))
+    new = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=pinned, lora=lora, vllm_version="0.11.1"))
+    assert any("routed experts get no slots before vLLM 0.11.1" in r for r in old.reasons)
+    assert not any("routed experts get no slots" in r for r in new.reasons)
+    assert new.memory.weights_gib - old.memory.weights_gib == pytest.approx(experts_bytes / 2**30, abs=0.02)

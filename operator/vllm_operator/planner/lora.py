@@ -68,6 +68,16 @@ EMBEDDING_AND_HEAD = frozenset({
 EMBEDDING_ONLY = frozenset({"CohereForCausalLM"})
 
 
+#: The first release whose LoRA wraps the fused MoE experts (`vllm/lora/layers/fused_moe.py`, FusedMoEWithLoRA: absent
+#: from the 0.11.0 wheel, present in 0.11.1's); before it a MoE model's routed experts get no adapter slots.
+MOE_EXPERTS_SINCE = "0.11.1"
+
+
+def lora_wraps_experts(version: str) -> bool:
+    """Whether vLLM `version` gives the fused MoE experts adapter slots."""
+    return parse_version(version) >= parse_version(MOE_EXPERTS_SINCE)
+
+
 class LoRASlots(BaseModel):
     """The LoRA settings that size vLLM's reservation."""
 
@@ -76,6 +86,7 @@ class LoRASlots(BaseModel):
     max_loras: int = Field(DEFAULT_MAX_LORAS, ge=1, description="adapters in one batch: GPU slots")
     max_rank: int = Field(DEFAULT_MAX_LORA_RANK, ge=1, description="the largest adapter rank served")
     dtype_bytes: int = Field(2, ge=1, description="bytes per element (lora_dtype auto = the model dtype)")
+    moe_experts: bool = Field(True, description="the fused MoE experts get slots (vLLM 0.11.1+)")
 
 
 class LoRAEstimate(BaseModel):
@@ -120,7 +131,7 @@ def dense_mlp_elements(hidden: int, intermediate: int, rank: int, tp: int) -> in
     return (2 * rank * hidden + 2 * inter * rank) + (rank * inter + hidden * rank)
 
 
-def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False) -> int:
+def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False, experts_wrapped: bool = True) -> int:
     """Elements of one slot for one layer's MLP: dense, or router + fused experts + shared experts (MoE)."""
     h = arch.hidden_size
     if not arch.is_moe or dense:
@@ -128,15 +139,17 @@ def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False) -> in
     router = rank * h + arch.num_experts * rank               # ReplicatedLinear gate (GateLinear)
     inter = arch.moe_intermediate_size // tp
     experts = arch.num_experts * rank * (2 * h + inter + 2 * inter + h)  # w13 A, w2 A, w13 B, w2 B
+    experts = experts if experts_wrapped else 0
     shared = dense_mlp_elements(h, arch.shared_expert_size, rank, tp) if arch.shared_expert_size else 0
     shared += (rank * h + 1 * rank) if arch.shared_expert_gate else 0   # shared_expert_gate: hidden -> 1
     return router + experts + shared
 
 
-def layer_elements(arch: ModelArch, rank: int, tp: int, index: int = -1) -> int:
+def layer_elements(arch: ModelArch, rank: int, tp: int, index: int = -1, experts_wrapped: bool = True) -> int:
     """Elements of one slot for decoder layer `index` on one TP rank (-1: a layer past the dense ones)."""
     dense = 0 <= index < arch.first_dense_layers
-    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=dense)
+    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=dense,
+                                                             experts_wrapped=experts_wrapped)
 
 
 def embedding_elements(arch: ModelArch, rank: int) -> tuple[int, int]:
@@ -165,7 +178,9 @@ def adapter_bytes_per_stage(arch: ModelArch, slots: LoRASlots, tp: int,
     first = 0
     for i, layers in enumerate(stages):
         dense = max(0, min(first + layers, arch.first_dense_layers) - first)  # the stage's leading dense layers
-        elements = layer_elements(arch, rank, tp, 0) * dense + layer_elements(arch, rank, tp) * (layers - dense)
+        wrapped = slots.moe_experts
+        elements = (layer_elements(arch, rank, tp, 0, wrapped) * dense
+                    + layer_elements(arch, rank, tp, -1, wrapped) * (layers - dense))
         first += layers
         if i == 0:
             elements += embed
@@ -304,7 +319,8 @@ def allowed_ranks(version: str) -> tuple[int, ...]:
 
 
 __all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "EMBEDDING_AND_HEAD", "LoRAEstimate", "LoRASlots",
-           "LoRASupport", "MAX_LORA_RANKS", "Refusal", "allowed_ranks", "lora_support", "refusal_for",
+           "LoRASupport", "MAX_LORA_RANKS", "MOE_EXPERTS_SINCE", "Refusal", "allowed_ranks", "lora_support",
+           "lora_wraps_experts", "refusal_for",
            "refusal_message", "support_table", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
            "embedding_elements", "layer_elements", "mla_attention_elements", "mlp_elements", "slots_needed",
            "vocab_too_large"]

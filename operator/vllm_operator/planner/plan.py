@@ -23,10 +23,12 @@ from .gpus import GPUSpec, safe_utilization
 from .lora import (
     DEFAULT_MAX_LORA_RANK,
     MAX_LORA_VOCAB,
+    MOE_EXPERTS_SINCE,
     LoRASlots,
     LoRASupport,
     adapter_bytes_per_stage,
     lora_support,
+    lora_wraps_experts,
     refusal_message,
     vocab_too_large,
 )
@@ -299,6 +301,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         enable_chunked_prefill=pinned.enable_chunked_prefill,
         max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
         max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
+        lora_moe_experts=lora_wraps_experts(profile.version),
         speculative=speculation,
     )
 
@@ -668,12 +671,15 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
 def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
     """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
     dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
-    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype)
+    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype,
+                      moe_experts=flags.lora_moe_experts)
     estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
                                        pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
     text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
             f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
             "taken from the KV cache)")
+    if arch.is_moe and not flags.lora_moe_experts:
+        text += f"; the routed experts get no slots before vLLM {MOE_EXPERTS_SINCE} (no fused-MoE LoRA layer)"
     if vocab_too_large(arch):
         text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
                  "the server will not start with --enable-lora")
