@@ -157,7 +157,8 @@ def rank_error(version: str, rank: int) -> str | None:
 
 def lora_refusal(arch: ModelArch, version: str, model_id: str) -> tuple[str, str] | None:
     """(phase, text) when the release refuses --enable-lora for this model class: 'config' (the API server, before
-    an engine starts) or 'loading' (the worker, as the model loads); None when it serves it or nobody knows."""
+    an engine starts), 'model_init' (the worker, building the model, before its weights load) or 'loading' (the
+    worker, once the weights loaded); None when it serves it or nobody knows."""
     support = lora_support(arch.architectures, version)
     if support.supported is not False or support.refusal is None:
         return None

@@ -690,6 +690,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     checkpoint_gib = checkpoint_bytes(arch) / GiB
     run.at(1.0)
     run.info(f"Starting to load model {model_id}...", "gpu_model_runner.py:2338")
+    if lora_refused is not None and lora_refused[0] == "model_init":  # up to 0.6.3: the loader, before any weight
+        return _fail(run, Phase.LOADING, FailureKind.INVALID_ARGUMENT, lora_refused[1], common)
     load_s = 3.0 + (w_max / GiB) / hidden.load_gib_per_second * (0.9 + 0.2 * _unit(seed, "load"))
     shards = max(1, math.ceil(checkpoint_gib / 4.6))
     host_peak = (0.35 * checkpoint_gib + 3.0 * world + 1.5 + flags.cpu_offload_gb * world

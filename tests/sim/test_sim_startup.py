@@ -402,3 +402,12 @@ def test_moe_experts_take_adapter_slots_only_from_0_11_1() -> None:
     assert old.starts and new.starts, (old.message, new.message)
     # 2 slots x 128 experts x 48 layers x 16 x (3 x 2048 + 3 x 768) elements x 2 bytes = 3.09 GiB
     assert new.weights_gib - old.weights_gib == pytest.approx(3.09, abs=0.01)
+
+
+def test_lora_refused_before_the_weights_load_up_to_0_6_3() -> None:
+    outcome = run("Qwen/Qwen1.5-MoE-A2.7B", image="vllm/vllm-openai:v0.6.3", gpu_name="H100", enable_lora=True)
+    assert not outcome.starts and outcome.phase is Phase.LOADING
+    text = outcome.log_text(START)
+    assert "ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is enabled." in text
+    assert "Loading weights took" not in text
+    assert classified(outcome).wording == "lora-unsupported"

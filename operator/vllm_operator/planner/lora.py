@@ -212,8 +212,9 @@ class Refusal(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     since: str
-    phase: Literal["config", "loading"] = Field(
-        description="config: the API server refuses before any engine starts; loading: the worker, at model load")
+    phase: Literal["config", "model_init", "loading"] = Field(
+        description="config: the API server refuses before any engine starts; model_init: the worker, building the "
+                    "model before its weights load; loading: the worker, once the weights loaded")
     where: str
     text: str
 
