@@ -18,9 +18,6 @@ Pure arithmetic over the model's architecture, read from vLLM's own source (0.33
   A `(S, 1, r, hidden)`, B `(S, 1, vocab, r)`; neither is split by tensor parallelism.
 - `lora_dtype` "auto" is the model's dtype (`LoRAConfig.verify_with_model_config`).
 
-The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
-Punica kernels' index buffers are a few integers per batched token, so neither is counted.
-
 - MLA attention (`DeepseekV2MLAAttention`, `models/deepseek_v2.py`; DeepSeek-V2/V3/R1, Kimi-K2): with a query low
   rank (`q_lora_rank`) the fused `fused_qkv_a_proj` (a `MergedColumnParallelLinear` built with `disable_tp`, so
   `MergedColumnParallelLinearWithLoRA` with 2 full-size slices: q_lora_rank and kv_lora_rank + qk_rope_head_dim) and
@@ -31,6 +28,15 @@ Punica kernels' index buffers are a few integers per batched token, so neither i
   moe_intermediate_size; Qwen2-MoE `shared_expert` plus its `shared_expert_gate`, a `ReplicatedLinear` hidden → 1);
   DeepSeek's first `first_k_dense_replace` layers have a dense MLP of `intermediate_size` instead. The router is a
   `GateLinear`, a `ReplicatedLinear` subclass (`ReplicatedLinearWithLoRA` takes subclasses).
+- The fused MoE wrapper exists from 0.11.1 (`MOE_EXPERTS_SINCE`); before, routed experts get no slots.
+
+The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
+Punica kernels' index buffers are a few integers per batched token, so neither is counted. Not modelled: the releases
+before 0.8 that wrapped only a model's `supported_lora_modules` list and padded the vocabulary by
+`lora_extra_vocab_size` (they are sized here as 0.33 sizes them).
+
+Which releases serve which architectures with LoRA, their refusal texts and the `--max-lora-rank` choices per release
+come from `catalog/lora_support.yaml` (`lora_support`, `refusal_message`, `allowed_ranks`).
 """
 
 from __future__ import annotations
