@@ -31,9 +31,10 @@ Pure arithmetic over the model's architecture, read from vLLM's own source (0.33
 - The fused MoE wrapper exists from 0.11.1 (`MOE_EXPERTS_SINCE`); before, routed experts get no slots.
 
 The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
-Punica kernels' index buffers are a few integers per batched token, so neither is counted. Not modelled: the releases
-before 0.8 that wrapped only a model's `supported_lora_modules` list and padded the vocabulary by
-`lora_extra_vocab_size` (they are sized here as 0.33 sizes them).
+Punica kernels' index buffers are a few integers per batched token, so neither is counted. Not modelled: releases
+before 0.8.0 wrapped only the model's own `supported_lora_modules` list (`lora/utils.py`'s all-linear-layers rule
+arrives in the 0.8.0 wheel), and releases before 0.12.0 widened the embedding and LM-head slots by
+`lora_extra_vocab_size` (256 by default; gone from the 0.12.0 wheel's config/lora.py): they are sized as 0.33 does.
 
 Which releases serve which architectures with LoRA, their refusal texts and the `--max-lora-rank` choices per release
 come from `catalog/lora_support.yaml` (`lora_support`, `refusal_message`, `allowed_ranks`).
