@@ -42,6 +42,7 @@ from .planner.gpus import (
     pick_gpu_pool,
     resolve_node_gpu,
 )
+from .planner.lora import allowed_ranks, lora_support, refusal_message
 from .planner.multinode import MultiNodePlan
 from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
 from .planner.versions import ImageVersion, VersionError, image_version
@@ -484,7 +485,34 @@ def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
               for name, why in unsupported_pinned(spec.flags.to_vllm(), version)]
     errors += [SpecError("spec.lora", f"{why}; remove spec.lora or use another image")
                for _name, why in unsupported_pinned(lora_flags(spec), version)]
-    return errors
+    return errors + _lora_rank_errors(spec, version)
+
+
+def _lora_rank_errors(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
+    """A LoRA rank the image's release does not accept (its choices changed: catalog/lora_support.yaml)."""
+    field, rank = (("spec.lora.maxRank", spec.lora.max_rank) if spec.lora and spec.lora.max_rank
+                   else ("spec.flags.maxLoraRank", spec.flags.max_lora_rank))
+    ranks = allowed_ranks(version)
+    if rank is None or rank in ranks:
+        return []
+    return [SpecError(field, f"vLLM {version} accepts --max-lora-rank {', '.join(map(str, ranks))}, not {rank}; "
+                             "pick one of those or use another image")]
+
+
+def _lora_refused(observed: Observed, spec: VLLMServiceSpec, version: str, arch: ModelArch) -> Desired | None:
+    """InvalidSpec when the image's release refuses --enable-lora for this model's class: no pod is rolled out to
+    crash on it (catalog/lora_support.yaml; the plan carries vLLM's text)."""
+    if not (spec.lora or spec.flags.enable_lora):
+        return None
+    support = lora_support(arch.architectures, version)
+    if support.supported is not False:
+        return None
+    field = "spec.lora" if spec.lora else "spec.flags.enableLora"
+    text = refusal_message(support, arch.model_id).splitlines()
+    said = next((line.strip() for line in text if "LoRA" in line), text[0] if text else "")
+    return _invalid(observed, [SpecError(field, f"vLLM {version} does not serve {support.architecture} with LoRA "
+                                                f"(read from {support.basis}); it would print: {said}; remove "
+                                                f"{field} or serve a model whose architecture supports LoRA")])
 
 
 @dataclass(frozen=True)
@@ -526,6 +554,9 @@ def _desired_state(observed: Observed) -> Desired:
     arch = _model_arch(observed, spec, files)
     if isinstance(arch, Desired):
         return arch
+    refused = _lora_refused(observed, spec, resolved.version, arch)
+    if refused is not None:
+        return refused
     catalog = observed.catalog or load_gpu_catalog()
     pool = _gpu_and_pool(observed, spec, catalog)
     if isinstance(pool, Desired):

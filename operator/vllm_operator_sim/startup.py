@@ -72,6 +72,8 @@ from vllm_operator.planner.versions import (
 )
 from vllm_operator.render.flags import flag_table
 
+from .lora import adapter_slot_bytes, lora_refusal, rank_error, wraps_experts
+
 __all__ = [
     "HiddenFacts",
     "LogLine",
@@ -250,6 +252,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--speculative-config")
     p.add_argument("--enable-lora", action="store_true")
     p.add_argument("--max-lora-rank", type=int)
+    p.add_argument("--max-loras", type=int)
     p.add_argument("--seed", type=int)
     # native multi-node (mp) mode, vLLM >= 0.11.1: one engine over --nnodes pods (operator's LeaderWorkerSet)
     p.add_argument("--nnodes", "-n", type=int, default=1)
@@ -298,6 +301,9 @@ class VLLMArgs(BaseModel):
     node_rank: int = 0
     headless: bool = False
     speculative_config: str | None = None
+    enable_lora: bool = False
+    max_loras: int = Field(1, description="--max-loras: adapter slots (vLLM's default 1)")
+    max_lora_rank: int = Field(16, description="--max-lora-rank (vLLM's default 16)")
     given: dict[str, Any] = Field(default_factory=dict, description="what the command line set (dest → value)")
 
 
@@ -344,7 +350,8 @@ def parse_vllm_args(args: Sequence[str], version: str) -> VLLMArgs:
         enforce_eager=ns.enforce_eager, enable_prefix_caching=ns.enable_prefix_caching,
         enable_chunked_prefill=ns.enable_chunked_prefill, cpu_offload_gb=ns.cpu_offload_gb or 0.0,
         swap_space=ns.swap_space, kv_cache_memory_bytes=ns.kv_cache_memory_bytes, nnodes=max(ns.nnodes, 1),
-        node_rank=max(ns.node_rank, 0), headless=bool(ns.headless), speculative_config=ns.speculative_config, given=given)
+        node_rank=max(ns.node_rank, 0), headless=bool(ns.headless), speculative_config=ns.speculative_config,
+        enable_lora=ns.enable_lora, max_loras=ns.max_loras or 1, max_lora_rank=ns.max_lora_rank or 16, given=given)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -548,6 +555,26 @@ def _fmt_gib(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _lora_config_error(parsed: VLLMArgs, version: str, refused: tuple[str, str] | None) -> str | None:
+    """What the API server prints for --enable-lora before any engine starts: a rank the release does not accept,
+    or (0.33+) a model class without SupportsLoRA."""
+    if not parsed.enable_lora:
+        return None
+    bad_rank = rank_error(version, parsed.max_lora_rank)
+    if bad_rank is not None:
+        return bad_rank
+    return refused[1] if refused is not None and refused[0] == "config" else None
+
+
+def _lora_slot_bytes(parsed: VLLMArgs, arch: ModelArch, version: str, stage_layers: Sequence[int]) -> list[int]:
+    """The adapter slots on each stage's GPUs (lora_dtype auto: the model's 16-bit dtype; float32 when pinned)."""
+    dtype = 4 if parsed.dtype in ("float", "float32") else 2
+    return adapter_slot_bytes(arch, slots=parsed.max_loras, rank=parsed.max_lora_rank, dtype_bytes=dtype,
+                              tp=parsed.tensor_parallel_size,
+                              stage_layers=list(stage_layers),
+                              experts=wraps_experts(version))
+
+
 def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one readable sequence
     args: Sequence[str],
     image: str,
@@ -678,6 +705,10 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     mine = rank_stages(parsed, world)
     if pp > 1 and PARTITION_ENV in (env or {}):
         flags = flags.model_copy(update={"pp_layer_partition": tuple(stage_layers)})  # vLLM's bookkeeping follows
+    lora_refused = lora_refusal(arch, profile.version, model_id) if parsed.enable_lora else None
+    lora_bad = _lora_config_error(parsed, profile.version, lora_refused)
+    if lora_bad is not None:  # LoRAConfig (rank) and, from 0.33, verify_with_model_config: the API server refuses
+        return _fail(run, Phase.CONFIG, FailureKind.INVALID_ARGUMENT, lora_bad, common, in_engine=False)
 
     # --- device init: the free-memory check -----------------------------------------------------------------
     run.at(3.0)
@@ -693,11 +724,16 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
 
     # --- loading the weights (GPU memory, and host memory on the way) ---------------------------------------
     weights = sim_stage_weights(arch, flags, stage_layers)
+    if parsed.enable_lora:  # adapter slots are allocated while the model loads: part of "Model loading took"
+        weights = [w + extra for w, extra in zip(
+            weights, _lora_slot_bytes(parsed, arch, profile.version, stage_layers), strict=True)]
     w_max = max(weights[i] for i in mine)
     first = mine[0]
     checkpoint_gib = checkpoint_bytes(arch) / GiB
     run.at(1.0)
     run.info(f"Starting to load model {model_id}...", "gpu_model_runner.py:2338")
+    if lora_refused is not None and lora_refused[0] == "model_init":  # up to 0.6.3: the loader, before any weight
+        return _fail(run, Phase.LOADING, FailureKind.INVALID_ARGUMENT, lora_refused[1], common)
     load_s = 3.0 + (w_max / GiB) / hidden.load_gib_per_second * (0.9 + 0.2 * _unit(seed, "load"))
     shards = max(1, math.ceil(checkpoint_gib / 4.6))
     host_peak = (0.35 * checkpoint_gib + 3.0 * world + 1.5 + flags.cpu_offload_gb * world
@@ -737,6 +773,8 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     run.raw(f"Loading safetensors checkpoint shards: 100% Completed | {shards}/{shards} [00:{int(load_s):02d}<00:00, "
             f"{load_s / shards:.2f}s/it]")
     run.info(f"Loading weights took {load_s - 0.4:.2f} seconds", "default_loader.py:267")
+    if lora_refused is not None and lora_refused[0] == "loading":  # up to 0.32: the runner, once the model loaded
+        return _fail(run, Phase.LOADING, FailureKind.INVALID_ARGUMENT, lora_refused[1], common)
     if profile.engine == "V0":
         run.info(f"Loading model weights took {weights[first] / GiB:.4f} GB", "model_runner.py:1072")
     elif v2 and profile.version_tuple < (0, 28, 0):  # MRV2's wording up to 0.27.1

@@ -319,3 +319,95 @@ def test_the_declared_version_decides_for_a_digest_and_the_tag_wins_over_it() ->
     assert version_of(digest, None) == NEWEST_KNOWN_VERSION  # undeclared: the newest release the simulator knows
     assert version_of(IMAGE_026, "0.33.0") == "0.26.0"  # a tag naming a release is what the image runs
     assert version_of(digest, "not-a-version") == NEWEST_KNOWN_VERSION
+
+
+# --- LoRA (issue 14): adapter slots by the simulator's own count, and what a release refuses ---------------------
+
+LORA_8B = {"enable_lora": True, "max_loras": 4, "max_lora_rank": 64}
+
+
+def test_lora_slots_take_kv_cache_memory() -> None:
+    plain = run(image=IMAGE_033, **PLANNED_8B_L4)
+    served = run(image=IMAGE_033, **PLANNED_8B_L4, **LORA_8B)
+    assert plain.starts and served.starts, served.message
+    assert served.kv_cache_tokens is not None and plain.kv_cache_tokens is not None
+    assert served.kv_cache_tokens < plain.kv_cache_tokens
+    slots_gib = 4 * 64 / 16 * 92_356_608 / 2**30  # Llama-3-8B: 92,356,608 B per slot at rank 16 (test_lora.py)
+    assert served.weights_gib == pytest.approx(plain.weights_gib + slots_gib, abs=0.01)
+    assert served.available_kv_gib == pytest.approx(plain.available_kv_gib - slots_gib, abs=0.02)
+    loaded = re.search(r"Model loading took (\d+\.\d+) GiB", served.log_text(START))
+    assert loaded and float(loaded[1]) == pytest.approx(served.weights_gib, abs=0.01)  # the slots are in it
+
+
+def test_the_simulators_slot_count_agrees_with_the_planners() -> None:
+    # two counts written separately from vLLM's create_lora_weights: vllm_operator_sim/lora.py, planner/lora.py
+    from vllm_operator.planner.lora import LoRASlots, adapter_bytes_per_stage
+    from vllm_operator_sim.lora import adapter_slot_bytes
+    cases = [(LLAMA3_8B, 1, 3, 16, [32]), (QWEN25_7B, 4, 2, 8, [28]), ("deepseek-ai/DeepSeek-V2-Lite", 2, 1, 16, [27]),
+             ("deepseek-ai/DeepSeek-V3", 8, 2, 64, [31, 30]), ("Qwen/Qwen1.5-MoE-A2.7B", 2, 4, 32, [12, 12]),
+             ("Qwen/Qwen3-30B-A3B", 4, 2, 128, [48])]
+    for model_id, tp, slots, rank, stages in cases:
+        files = model(model_id)
+        arch = arch_from_config(files.config, model_id=model_id, total_size=files.total_size)
+        for experts in (True, False):  # vLLM 0.11.1+ / before: the fused MoE experts get slots or not
+            sim = adapter_slot_bytes(arch, slots=slots, rank=rank, dtype_bytes=2, tp=tp, stage_layers=stages,
+                                     experts=experts)
+            planned = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank, moe_experts=experts),
+                                              tp, stages).per_stage
+            assert tuple(sim) == planned, (model_id, experts)
+
+
+def test_lora_on_a_tight_gpu_fails_as_vllm_would() -> None:
+    tight = {**PLANNED_8B_L4, "enable_lora": True, "max_loras": 8, "max_lora_rank": 128}  # 5.5 GiB of slots
+    outcome = run(image=IMAGE_033, **tight)
+    assert not outcome.starts
+    assert outcome.failure_kind in (FailureKind.KV_CACHE_TOO_SMALL, FailureKind.NO_KV_CACHE_MEMORY)
+    assert classified(outcome).kind is outcome.failure_kind
+
+
+def test_lora_refused_for_a_model_class_without_it() -> None:
+    old = run("openai/gpt-oss-20b", image="vllm/vllm-openai:v0.10.2", gpu_name="H100", enable_lora=True)
+    assert not old.starts and old.phase is Phase.LOADING and old.exit_code == 1
+    assert "ValueError: GptOssForCausalLM does not support LoRA yet." in old.log_text(START)
+    failure = classified(old)
+    assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "lora-unsupported"
+    assert run("openai/gpt-oss-20b", image=IMAGE_033, gpu_name="H100", enable_lora=True).starts
+    files = model(LLAMA3_8B)
+    mamba = arch_from_config(files.config, model_id=LLAMA3_8B, total_size=files.total_size).model_copy(
+        update={"architectures": ("MambaForCausalLM",)})
+    new = simulate_startup(serve_args(LLAMA3_8B, enable_lora=True, **PLANNED_8B_L4), IMAGE_033, gpu("L4"),
+                           HiddenFacts(), mamba)
+    assert not new.starts and new.phase is Phase.CONFIG
+    assert f"Value error, LoRA is not supported for MambaForCausalLM ({LLAMA3_8B})" in new.log_text(START)
+    assert classified(new).wording == "lora-unsupported"
+
+
+@pytest.mark.parametrize(("image", "rank", "needle"), [
+    ("vllm/vllm-openai:v0.8.1", 1, "ValueError: max_lora_rank (1) must be one of (8, 16, 32, 64, 128, 256, 320, 512)."),
+    (IMAGE_033, 12, "Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512"),
+])
+def test_a_rank_the_release_refuses(image: str, rank: int, needle: str) -> None:
+    outcome = run(image=image, **PLANNED_8B_L4, enable_lora=True, max_lora_rank=rank)
+    assert not outcome.starts and outcome.phase is Phase.CONFIG
+    assert needle in outcome.log_text(START)
+    assert classified(outcome).kind is FailureKind.INVALID_ARGUMENT
+
+
+def test_moe_experts_take_adapter_slots_only_from_0_11_1() -> None:
+    moe = "Qwen/Qwen3-30B-A3B"
+    flags = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 32,
+             "enable_lora": True, "max_loras": 2}
+    old = run(moe, image="vllm/vllm-openai:v0.11.0", gpu_name="H100", **flags)
+    new = run(moe, image="vllm/vllm-openai:v0.11.1", gpu_name="H100", **flags)
+    assert old.starts and new.starts, (old.message, new.message)
+    # 2 slots x 128 experts x 48 layers x 16 x (3 x 2048 + 3 x 768) elements x 2 bytes = 3.09 GiB
+    assert new.weights_gib - old.weights_gib == pytest.approx(3.09, abs=0.01)
+
+
+def test_lora_refused_before_the_weights_load_up_to_0_6_3() -> None:
+    outcome = run("Qwen/Qwen1.5-MoE-A2.7B", image="vllm/vllm-openai:v0.6.3", gpu_name="H100", enable_lora=True)
+    assert not outcome.starts and outcome.phase is Phase.LOADING
+    text = outcome.log_text(START)
+    assert "ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is enabled." in text
+    assert "Loading weights took" not in text
+    assert classified(outcome).wording == "lora-unsupported"

@@ -483,3 +483,67 @@ def test_evidence_is_frozen() -> None:
     ev = ContainerEvidence(pod_name="p")
     with pytest.raises(ValidationError):
         ev.pod_name = "q"  # type: ignore[misc]
+
+
+# --- LoRA on a model class without SupportsLoRA (issue 14; releases and files in catalog/lora_support.yaml) --------
+
+_LORA_0_33 = """\
+(APIServer pid=1) INFO 11-26 06:00:00 [api_server.py:1839] vLLM API server version 0.33.0
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/usr/local/lib/python3.12/dist-packages/vllm/engine/arg_utils.py", line 1790, in create_engine_config
+(APIServer pid=1)     config = VllmConfig(
+(APIServer pid=1)              ^^^^^^^^^^^
+(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
+(APIServer pid=1)   Value error, LoRA is not supported for MambaForCausalLM (state-spaces/mamba-2.8b-hf). Supported models implement the `SupportsLoRA` interface. Run this model without `enable_lora`. [type=value_error, input_value=ArgsKwargs((), {'model_config': ...}), input_type=ArgsKwargs]
+(APIServer pid=1)     For further information visit https://errors.pydantic.dev/2.12/v/value_error
+"""
+_LORA_0_10 = """\
+(EngineCore_0 pid=281) INFO 09-20 10:00:00 [default_loader.py:267] Loading weights took 6.12 seconds
+(EngineCore_0 pid=281) ERROR 09-20 10:00:01 [core.py:700] EngineCore failed to start.
+(EngineCore_0 pid=281) ERROR 09-20 10:00:01 [core.py:700] Traceback (most recent call last):
+(EngineCore_0 pid=281) ERROR 09-20 10:00:01 [core.py:700]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/lora_model_runner_mixin.py", line 41, in load_lora_model
+(EngineCore_0 pid=281) ERROR 09-20 10:00:01 [core.py:700] ValueError: GptOssForCausalLM does not support LoRA yet.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+_LORA_0_7 = """\
+INFO 02-20 10:00:00 model_runner.py:1110] Starting to load model Qwen/Qwen1.5-MoE-A2.7B...
+[rank0]: AssertionError: Qwen2MoeForCausalLM does not support LoRA yet.
+"""
+_LORA_0_5 = ("ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is enabled. Support for this "
+             "model may be added in the future. If this is important to you, please open an issue on github.\n")
+
+
+@pytest.mark.parametrize(("text", "architecture"), [
+    (_LORA_0_33, "MambaForCausalLM"),
+    (_LORA_0_10, "GptOssForCausalLM"),
+    (_LORA_0_7, "Qwen2MoeForCausalLM"),
+    (_LORA_0_5, "Qwen2MoeForCausalLM"),
+])
+def test_lora_not_supported_is_an_invalid_argument(text: str, architecture: str) -> None:
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureKind.INVALID_ARGUMENT
+    assert failure.wording == "lora-unsupported"
+    assert failure.architecture == architecture
+    assert failure.summary.startswith(f"LoRA is not supported for {architecture} by this vLLM release")
+
+
+@pytest.mark.parametrize("text", [
+    "AssertionError: V1 does not support LoRA yet.\n",  # 0.7.0's V1 scheduler: the engine, not the model
+    "NotImplementedError: MRV2 PCP does not support LoRA yet.\n",
+    "WARNING 11-26 06:00:00 [lora.py:12] LoRA is not supported for MambaForCausalLM (m). Supported models implement "
+    "the `SupportsLoRA` interface.\n",  # a warning quoting it is context, never the failure
+    "ValueError: the docs say LoRA is not supported for MambaForCausalLM (m). Supported models implement the "
+    "`SupportsLoRA` interface.\n",  # not at the start of the message
+])
+def test_lora_near_misses_are_not_lora_unsupported(text: str) -> None:
+    failure = classify_text(text, exit_code=1)
+    assert failure.wording != "lora-unsupported"
+
+
+def test_a_lora_rank_the_release_refuses_is_an_invalid_argument() -> None:
+    # vllm 0.8.1 config.py LoRAConfig.__post_init__ (possible_max_ranks), raised in the API server
+    failure = classify_text("ValueError: max_lora_rank (1) must be one of (8, 16, 32, 64, 128, 256, 320, 512).\n",
+                            exit_code=1)
+    assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "value"
+    near = classify_text("ValueError: the adapter's max_lora_rank (1) must be one of the served ranks\n", exit_code=1)
+    assert near.kind is FailureKind.UNKNOWN

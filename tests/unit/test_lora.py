@@ -7,9 +7,14 @@ worked out by hand for Llama-3.1-8B.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,9 +24,19 @@ from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import LoRAAdapter, LoRASpec, SpecValidationError, parse_spec, validate_spec
 from vllm_operator.planner import PinnedFlags, PlanRequest, plan
 from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.gpus import GPUSpec
-from vllm_operator.planner.lora import LoRASlots, adapter_bytes_per_stage, vocab_too_large
+from vllm_operator.planner.lora import (
+    LoRASlots,
+    adapter_bytes_per_stage,
+    allowed_ranks,
+    lora_support,
+    refusal_message,
+    support_table,
+    vocab_too_large,
+)
 from vllm_operator.planner.memory import EngineFlags, weights_bytes_per_gpu
+from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
 from vllm_operator.render.manifests import render_args
 from vllm_operator.sources import load_model_files
 
@@ -85,6 +100,100 @@ def test_bytes_match_vllm_tensor_shapes(load_arch: Callable[[str], ModelArch], m
     estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank), tp, [arch.num_layers])
     assert estimate.per_stage == (shapes_bytes(vllm_shapes(arch, slots, rank, tp, embeddings)),)
     assert estimate.note == ""
+
+
+DEEPSEEK_V2_LITE = "deepseek-ai/DeepSeek-V2-Lite"
+DEEPSEEK_V3 = "deepseek-ai/DeepSeek-V3"
+QWEN15_MOE = "Qwen/Qwen1.5-MoE-A2.7B"
+
+
+def deepseek_shapes(cfg: dict[str, Any], slots: int, rank: int, tp: int) -> list[tuple[int, ...]]:
+    """The stacked A/B tensors vLLM 0.33.0 allocates for DeepseekV2ForCausalLM, module by module, read from the
+    config.json values directly (deepseek_v2.py: DeepseekV2MLAAttention, DeepseekV2MLP, DeepseekV2MoE)."""
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"] // tp
+    nope, rope, v, kv_lora = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+    q_lora = cfg.get("q_lora_rank")
+    e, moe_inter = cfg["n_routed_experts"], cfg["moe_intermediate_size"] // tp
+    shared_inter = cfg["n_shared_experts"] * cfg["moe_intermediate_size"] // tp
+    shapes: list[tuple[int, ...]] = []
+    for layer in range(cfg["num_hidden_layers"]):
+        if q_lora:
+            # fused_qkv_a_proj: MergedColumnParallelLinear(disable_tp) -> 2 slices [q_lora, kv_lora + rope]
+            shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, q_lora, rank), (slots, 1, kv_lora + rope, rank)]
+            shapes += [(slots, 1, rank, q_lora), (slots, 1, heads * (nope + rope), rank)]   # q_b_proj (column)
+        else:
+            shapes += [(slots, 1, rank, h), (slots, 1, heads * (nope + rope), rank)]        # q_proj (column)
+            shapes += [(slots, 1, rank, h), (slots, 1, kv_lora + rope, rank)]               # kv_a_proj_with_mqa
+        shapes += [(slots, 1, rank, kv_lora), (slots, 1, heads * (nope + v), rank)]         # kv_b_proj (column)
+        shapes += [(slots, 1, rank, heads * v), (slots, 1, h, rank)]                        # o_proj (row)
+        if layer < cfg["first_k_dense_replace"]:
+            inter = cfg["intermediate_size"] // tp
+            shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, inter, rank)] * 2             # gate_up_proj
+            shapes += [(slots, 1, rank, inter), (slots, 1, h, rank)]                        # down_proj
+            continue
+        shapes += [(slots, 1, rank, h), (slots, 1, e, rank)]                                # gate (GateLinear)
+        shapes += [(slots, e, rank, h)] * 2 + [(slots, e, rank, moe_inter)]                 # w13 A x2, w2 A
+        shapes += [(slots, e, moe_inter, rank)] * 2 + [(slots, e, h, rank)]                 # w13 B x2, w2 B
+        shapes += [(slots, 1, rank, h)] * 2 + [(slots, 1, shared_inter, rank)] * 2          # shared gate_up
+        shapes += [(slots, 1, rank, shared_inter), (slots, 1, h, rank)]                     # shared down
+    return shapes
+
+
+def _config(model: str) -> dict[str, Any]:
+    files = load_model_files(model, offline=True)
+    return dict(files.config)
+
+
+def test_deepseek_v2_lite_one_slot_rank_16_by_hand(load_arch: Callable[[str], ModelArch]) -> None:
+    # MLA per layer (h 2048, 16 heads, nope 128, rope 64, v 128, kv_lora 512, no q_lora):
+    #   q_proj 16*2048 + 16*192*16 = 81920; kv_a 16*2048 + 576*16 = 41984; kv_b 16*512 + 16*256*16 = 73728;
+    #   o_proj 16*16*128 + 2048*16 = 65536 -> 263168
+    # layer 0 dense MLP (10944): 2*16*2048 + 2*10944*16 + 16*10944 + 2048*16 = 623616
+    # layers 1-26 MoE: gate 16*2048 + 64*16 = 33792; 64 experts 64*16*(2*2048 + 1408 + 2*1408 + 2048) = 10616832;
+    #   2 shared experts (2816): 2*16*2048 + 2*2816*16 + 16*2816 + 2048*16 = 233472 -> 10884096
+    # no embedding_modules on DeepseekV2ForCausalLM; bf16
+    expected = ((263168 + 623616) + 26 * (263168 + 10884096)) * 2
+    assert expected == 581_431_296
+    arch = load_arch(DEEPSEEK_V2_LITE)
+    estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=1, max_rank=16), 1, [27])
+    assert estimate.per_stage == (expected,)
+    assert estimate.note == ""
+
+
+@pytest.mark.parametrize(("model", "slots", "rank", "tp"), [
+    (DEEPSEEK_V2_LITE, 1, 16, 1),
+    (DEEPSEEK_V2_LITE, 4, 64, 2),
+    (DEEPSEEK_V3, 2, 8, 8),        # q_lora_rank 1536: fused_qkv_a_proj + q_b_proj, 3 dense layers
+])
+def test_mla_bytes_match_vllm_tensor_shapes(load_arch: Callable[[str], ModelArch], model: str, slots: int,
+                                            rank: int, tp: int) -> None:
+    arch = load_arch(model)
+    estimate = adapter_bytes_per_stage(arch, LoRASlots(max_loras=slots, max_rank=rank), tp, [arch.num_layers])
+    assert estimate.per_stage == (shapes_bytes(deepseek_shapes(_config(model), slots, rank, tp)),)
+
+
+def test_mla_dense_layers_sit_on_the_first_stage(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(DEEPSEEK_V3)  # 61 layers, the first 3 dense
+    slots = LoRASlots(max_loras=1, max_rank=16)
+    whole = adapter_bytes_per_stage(arch, slots, 8, [61]).per_stage[0]
+    first, second = adapter_bytes_per_stage(arch, slots, 8, [31, 30]).per_stage
+    assert first + second == whole
+    dense = adapter_bytes_per_stage(arch, slots, 8, [1, 60]).per_stage[0]  # layer 0 alone: dense
+    moe = second // 30
+    assert second == 30 * moe and first == 3 * dense + 28 * moe
+    assert dense < moe
+
+
+def test_qwen2_moe_counts_the_shared_expert_and_its_gate(load_arch: Callable[[str], ModelArch]) -> None:
+    arch = load_arch(QWEN15_MOE)
+    cfg = _config(QWEN15_MOE)
+    assert arch.shared_expert_size == cfg["shared_expert_intermediate_size"] and arch.shared_expert_gate
+    rank, h, inter = 16, arch.hidden_size, cfg["shared_expert_intermediate_size"]
+    plain = arch.model_copy(update={"shared_expert_size": 0, "shared_expert_gate": False})
+    per_layer = (2 * rank * h + 2 * inter * rank + rank * inter + h * rank) + (rank * h + 1 * rank)
+    extra = (adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank), 1, [arch.num_layers]).per_stage[0]
+             - adapter_bytes_per_stage(plain, LoRASlots(max_rank=rank), 1, [arch.num_layers]).per_stage[0])
+    assert extra == per_layer * arch.num_layers * 2
 
 
 def test_pipeline_stages_split_layers_and_put_embedding_first_head_last(
@@ -214,3 +323,206 @@ def test_bad_lora_specs_are_rejected(lora: dict[str, Any], flags: dict[str, Any]
 def test_extra_args_cannot_smuggle_lora_flags() -> None:
     errors = validate_spec({"model": {"name": LLAMA_8B}, "extraArgs": ["--max-loras", "4"]})
     assert any("spec.lora.maxLoras" in e.message for e in errors), errors
+
+
+# --- which architectures a release serves with LoRA (catalog/lora_support.yaml) ---------------------------------
+
+GPT_OSS = "openai/gpt-oss-20b"
+GPT_OSS_TEXT_0_10 = "ValueError: GptOssForCausalLM does not support LoRA yet."  # lora_model_runner_mixin.py, 0.10.2
+CONFIG_TEXT_0_33 = ("Value error, LoRA is not supported for MambaForCausalLM (state-spaces/mamba-like). Supported "
+                    "models implement the `SupportsLoRA` interface. Run this model without `enable_lora`.")
+
+
+def test_table_answers_for_every_catalog_architecture_in_the_newest_release() -> None:
+    archs = {a for row in _catalog_rows() for a in row}
+    assert NEWEST_KNOWN_VERSION in support_table().checked
+    unknown = {a for a in archs if lora_support([a], NEWEST_KNOWN_VERSION).supported is None}
+    assert not unknown
+
+
+def _catalog_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for path in resources.files("vllm_operator.catalog").joinpath("models").iterdir():
+        if path.name.endswith(".json"):
+            data = json.loads(path.read_text())
+            rows.append(tuple((data.get("config") or data).get("architectures") or ()))
+    return rows
+
+
+@pytest.mark.parametrize(("arch", "version", "supported", "basis"), [
+    ("GptOssForCausalLM", "0.10.2", False, "the vLLM 0.10.2 wheel"),
+    ("GptOssForCausalLM", "0.11.1", True, "the vLLM 0.11.1 wheel"),
+    ("GptOssForCausalLM", "0.10.1", None, "differ"),              # 0.9.2 had no such architecture
+    ("DeepseekV2ForCausalLM", "0.9.0", False, "0.8.5 and 0.9.2 wheels, which agree"),
+    ("LlamaForCausalLM", "0.5.1", True, "0.5.0 and 0.5.4 wheels, which agree"),
+    ("NoSuchForCausalLM", "0.33.0", None, "not in the LoRA table"),
+])
+def test_support_per_release(arch: str, version: str, supported: bool | None, basis: str) -> None:
+    answer = lora_support([arch], version)
+    assert answer.supported is supported and basis in answer.basis
+
+
+@pytest.mark.parametrize(("version", "cls", "text"), [
+    ("0.5.4", "Qwen2MoeForCausalLM", "ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is "
+                                     "enabled. Support for this model may be added in the future."),
+    ("0.7.3", "Qwen2MoeForCausalLM", "AssertionError: Qwen2MoeForCausalLM does not support LoRA yet."),
+    ("0.9.2", "Qwen2MoeForCausalLM", "ValueError: Qwen2MoeForCausalLM does not support LoRA yet."),
+])
+def test_refusal_text_per_release(version: str, cls: str, text: str) -> None:
+    answer = lora_support([cls], version)
+    assert answer.supported is False
+    assert refusal_message(answer, "Qwen/Qwen1.5-MoE-A2.7B").startswith(text)
+
+
+def test_plan_refuses_lora_where_vllm_does(load_arch: Callable[[str], ModelArch],
+                                          gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(GPT_OSS)
+    lora = LoRASpec(adapters=[LoRAAdapter(name="a", source="org/a")])
+    refused = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.10.2"))
+    assert not refused.fits and refused.failure is not None
+    assert refused.failure.kind is FailureKind.INVALID_ARGUMENT
+    assert refused.failure.message == GPT_OSS_TEXT_0_10
+    assert refused.options == []  # no GPU or flag change helps
+    assert any("does not implement SupportsLoRA for GptOssForCausalLM" in r for r in refused.reasons)
+    served = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.33.0"))
+    assert served.fits and any("implements SupportsLoRA for GptOssForCausalLM" in r for r in served.reasons)
+    unknown = plan(PlanRequest(arch=arch, gpu=gpu("h100"), lora=lora, vllm_version="0.10.1"))
+    assert unknown.fits and any("is not known" in r for r in unknown.reasons)
+    plain = plan(PlanRequest(arch=arch, gpu=gpu("h100"), vllm_version="0.10.2"))
+    assert plain.fits and not any("SupportsLoRA" in r for r in plain.reasons)  # no LoRA: nothing to say
+
+
+def test_plan_prints_the_config_check_of_0_33(load_arch: Callable[[str], ModelArch],
+                                              gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(LLAMA_8B).model_copy(update={"architectures": ("MambaForCausalLM",),
+                                                  "model_id": "state-spaces/mamba-like"})
+    result = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True),
+                              vllm_version="0.33.0"))
+    assert not result.fits and result.failure is not None
+    assert result.failure.message.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                                             "VllmConfig\n  " + CONFIG_TEXT_0_33)
+    assert any("before the engine starts" in r for r in result.reasons)
+
+
+def test_operator_reports_an_invalid_spec_instead_of_rolling_out() -> None:
+    desired = _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.10.2",
+                    "lora": {"adapters": [{"name": "a", "source": "org/a"}]}})
+    assert desired.children is None
+    found = {c.type: (c.status, c.reason, c.message) for c in desired.status.conditions}
+    assert found[cond.DEGRADED][:2] == (cond.TRUE, cond.INVALID_SPEC)
+    message = found[cond.DEGRADED][2]
+    assert message.startswith("spec.lora: vLLM 0.10.2 does not serve GptOssForCausalLM with LoRA")
+    assert GPT_OSS_TEXT_0_10 in message
+    pinned = _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.10.2", "flags": {"enableLora": True}})
+    assert pinned.children is None
+    assert any(c.message.startswith("spec.flags.enableLora: vLLM 0.10.2") for c in pinned.status.conditions)
+    assert _run({"model": {"name": GPT_OSS}, "image": "vllm/vllm-openai:v0.33.0",
+                 "lora": {"adapters": [{"name": "a", "source": "org/a"}]}}).children is not None
+
+
+# --- --max-lora-rank choices per release -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("version", "ranks"), [
+    ("0.5.4", (8, 16, 32, 64)),
+    ("0.5.5", (8, 16, 32, 64, 128, 256)),
+    ("0.7.3", (8, 16, 32, 64, 128, 256)),
+    ("0.8.0", (8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.11.0", (8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.11.1", (1, 8, 16, 32, 64, 128, 256, 320, 512)),
+    ("0.33.0", (1, 8, 16, 32, 64, 128, 256, 320, 512)),
+])
+def test_rank_choices_per_release(version: str, ranks: tuple[int, ...]) -> None:
+    assert allowed_ranks(version) == ranks
+
+
+@pytest.mark.parametrize(("image", "lora", "flags", "fragment"), [
+    ("v0.5.4", {"maxRank": 128}, {}, "spec.lora.maxRank: vLLM 0.5.4 accepts --max-lora-rank 8, 16, 32, 64, not 128"),
+    ("v0.11.0", {"maxRank": 1}, {}, "spec.lora.maxRank: vLLM 0.11.0 accepts --max-lora-rank 8, 16, 32, 64, 128, "
+                                    "256, 320, 512, not 1"),
+    ("v0.7.3", None, {"enableLora": True, "maxLoraRank": 512},
+     "spec.flags.maxLoraRank: vLLM 0.7.3 accepts --max-lora-rank 8, 16, 32, 64, 128, 256, not 512"),
+])
+def test_a_rank_the_release_refuses_is_an_invalid_spec(image: str, lora: dict[str, Any] | None,
+                                                        flags: dict[str, Any], fragment: str) -> None:
+    spec: dict[str, Any] = {"model": {"name": LLAMA_8B}, "image": f"vllm/vllm-openai:{image}", "flags": flags}
+    if lora is not None:
+        spec["lora"] = lora
+    desired = _run(spec)
+    assert desired.children is None
+    messages = [c.message for c in desired.status.conditions if c.reason == cond.INVALID_SPEC]
+    assert any(fragment in m for m in messages), messages
+
+
+def test_a_rank_the_release_accepts_deploys() -> None:
+    assert _run({"model": {"name": LLAMA_8B}, "image": "vllm/vllm-openai:v0.11.1",
+                 "lora": {"maxRank": 1}}).children is not None
+
+
+# --- the wheel reader behind the table ---------------------------------------------------------------------------
+
+def _wheel_reader() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "lora_support.py"
+    spec = importlib.util.spec_from_file_location("lora_support_script", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_release(root: Path, interface: bool) -> Path:
+    models = root / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    if interface:
+        (models / "interfaces.py").write_text("class SupportsLoRA(Protocol):\n    supports_lora = True\n")
+    (models / "registry.py").write_text(
+        '_TEXT = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+        '         "MistralForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+        '         "ChildForCausalLM": ("child", "ChildForCausalLM"),\n'
+        '         "FlaggedForCausalLM": ("child", "FlaggedForCausalLM"),\n'
+        '         "OldForCausalLM": ("old", "OldForCausalLM"),\n'
+        '         "EmptyForCausalLM": ("old", "EmptyForCausalLM"),\n'
+        '         "PlainForCausalLM": ("plain", "PlainForCausalLM")}\n')
+    (models / "llama.py").write_text("class LlamaForCausalLM(nn.Module, SupportsLoRA, SupportsPP):\n    pass\n")
+    (models / "child.py").write_text("from .llama import LlamaForCausalLM\n"
+                                     "class ChildForCausalLM(LlamaForCausalLM):\n    pass\n"
+                                     "class FlaggedForCausalLM(nn.Module):\n    supports_lora = True\n")
+    (models / "old.py").write_text("class OldForCausalLM(nn.Module):\n    supported_lora_modules = ['qkv_proj']\n"
+                                   "class EmptyForCausalLM(nn.Module):\n    supported_lora_modules = []\n")
+    (models / "plain.py").write_text("class PlainForCausalLM(nn.Module, SupportsPP):\n    pass\n")
+    return root
+
+
+def test_wheel_reader_follows_the_registry_and_base_classes(tmp_path: Path) -> None:
+    release_support = _wheel_reader().release_support
+    with_interface = release_support(_fake_release(tmp_path / "0.9.9", interface=True))
+    assert with_interface == {
+        "ChildForCausalLM": (True, "ChildForCausalLM"), "EmptyForCausalLM": (False, "EmptyForCausalLM"),
+        "FlaggedForCausalLM": (True, "FlaggedForCausalLM"), "LlamaForCausalLM": (True, "LlamaForCausalLM"),
+        "MistralForCausalLM": (True, "LlamaForCausalLM"),
+        "OldForCausalLM": (False, "OldForCausalLM"),  # the protocol needs the flag: modules alone are not enough
+        "PlainForCausalLM": (False, "PlainForCausalLM"),
+    }
+    before = release_support(_fake_release(tmp_path / "0.5.0", interface=False))  # loader: supported_lora_modules
+    assert before["OldForCausalLM"] == (True, "OldForCausalLM")
+    assert before["EmptyForCausalLM"] == (False, "EmptyForCausalLM")
+    assert before["LlamaForCausalLM"] == (False, "LlamaForCausalLM")
+
+
+# --- the fused MoE experts get slots only from 0.11.1 (lora/layers/fused_moe.py) ---------------------------------
+
+def test_experts_get_slots_from_0_11_1(load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(QWEN3_MOE)
+    rank, tp = 16, 1
+    inter, h, e = arch.moe_intermediate_size, arch.hidden_size, arch.num_experts
+    experts_bytes = e * rank * (2 * h + inter + 2 * inter + h) * arch.num_layers * 2  # w13/w2 A and B, bf16
+    with_experts = adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank), tp, [arch.num_layers]).per_stage[0]
+    without = adapter_bytes_per_stage(arch, LoRASlots(max_rank=rank, moe_experts=False), tp,
+                                      [arch.num_layers]).per_stage[0]
+    assert with_experts - without == experts_bytes
+    lora = LoRASpec(adapters=[LoRAAdapter(name="a", source="org/a")])
+    pinned = PinnedFlags(max_model_len=8192, max_num_seqs=64, gpu_memory_utilization=0.9)
+    old = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=pinned, lora=lora, vllm_version="0.11.0"))
+    new = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=pinned, lora=lora, vllm_version="0.11.1"))
+    assert any("routed experts get no slots before vLLM 0.11.1" in r for r in old.reasons)
+    assert not any("routed experts get no slots" in r for r in new.reasons)
+    assert new.memory.weights_gib - old.memory.weights_gib == pytest.approx(experts_bytes / 2**30, abs=0.02)

@@ -1306,7 +1306,9 @@ class LoRASpec(_Model):
                                         description="Adapters loaded at startup. More can be loaded at run time "
                                         "through vLLM's API when VLLM_ALLOW_RUNTIME_LORA_UPDATING is set.")
     max_rank: MaxLoraRank | None = Field(default=None, description="`--max-lora-rank`: the largest adapter rank. "
-                                         "Defaults to vLLM's 16 (or flags.maxLoraRank).")
+                                         "Defaults to vLLM's 16 (or flags.maxLoraRank). Older releases accept "
+                                         "fewer values (1 from 0.11.1, 320/512 from 0.8.0, 128/256 from 0.5.5): "
+                                         "the operator checks it against the image's release.")
     max_loras: int | None = Field(default=None, ge=1, le=MAX_LORA_SLOTS,
                                   description="`--max-loras`: adapters in one batch (GPU slots). Defaults to the "
                                   "number of adapters (at least 1).")

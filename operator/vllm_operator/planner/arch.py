@@ -91,6 +91,15 @@ class ModelArch(BaseModel):
     # MLA (DeepSeek-V2/V3, Kimi-K2): one latent of kv_lora_rank + qk_rope_head_dim per layer
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    # the MLA projections' other sizes (vLLM's LoRA wraps q_a/q_b or q, kv_a, kv_b and o; planner/lora.py)
+    q_lora_rank: int | None = Field(None, description="MLA: the query's low rank (None: one full q_proj)")
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # MoE layers besides the routed experts (LoRA wraps their linear layers too)
+    first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense MLP (first_k_dense_replace)")
+    shared_expert_size: int = Field(0, ge=0, description="intermediate size of the shared-expert MLP of a MoE layer "
+                                    "(n_shared_experts x moe_intermediate_size, or shared_expert_intermediate_size)")
+    shared_expert_gate: bool = Field(False, description="Qwen2-MoE: a hidden -> 1 gate on the shared expert")
     multimodal: bool = False
     # linear-attention / mamba layers: elements of one layer's per-sequence state (conv + recurrent), before TP
     state_elements: int = Field(0, description="per-sequence state elements of one linear/mamba layer (all ranks)")
@@ -397,12 +406,14 @@ def arch_from_config(
     hidden_act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or cfg.get("activation_function") or "")
     gated = model_type not in ("phi", "gpt2", "gpt_neox", "starcoder2", "falcon", "opt", "bloom") or "glu" in hidden_act
     tie = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    shared_experts = _shared_experts(cfg, model_type)
+    shared_size = int(cfg.get("shared_expert_intermediate_size") or 0)
+    first_dense = int(cfg.get("first_k_dense_replace") or 0)
     counts = {
         "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
         "num_kv_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
         "num_experts": num_experts, "moe_intermediate_size": moe_inter, "gated": gated, "tie": tie,
-        "shared_experts": _shared_experts(cfg, model_type),
-        "shared_expert_size": int(cfg.get("shared_expert_intermediate_size") or 0),
+        "shared_experts": shared_experts, "shared_expert_size": shared_size, "first_dense": first_dense,
         "moe_layers": moe_layers, "vision_params": _vision_params(config),
         "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
         "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
@@ -431,6 +442,12 @@ def arch_from_config(
         moe_intermediate_size=moe_inter,
         kv_lora_rank=kv_lora if is_mla else None,
         qk_rope_head_dim=rope_dim if is_mla else None,
+        q_lora_rank=_q_lora_rank(cfg) if is_mla else None,
+        qk_nope_head_dim=counts["qk_nope_head_dim"] if is_mla else 0,
+        v_head_dim=counts["v_head_dim"] if is_mla else 0,
+        first_dense_layers=min(first_dense, layers) if num_experts else 0,
+        shared_expert_size=(shared_experts * moe_inter or shared_size) if num_experts else 0,
+        shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
         yarn_unscaled_max_len=_yarn_unscaled(cfg),
@@ -517,6 +534,11 @@ def _vision_params(config: Mapping[str, Any]) -> int:
     return layers * encoder_layer + stem + adapter + out_dim * text_hidden
 
 
+def _q_lora_rank(cfg: Mapping[str, Any]) -> int | None:
+    value = cfg.get("q_lora_rank")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _mtp_layers(cfg: Mapping[str, Any]) -> int:
     """MTP layers the checkpoint carries (vllm/config/speculative.py reads the same two fields per model type)."""
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
@@ -564,7 +586,8 @@ ARCH_BOUNDS: dict[str, int] = {
     **dict.fromkeys(("hidden_size", "n_embd", "d_model"), 131072),
     **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv", "num_kv_heads",
                      "multi_query_group_num", "num_attention_groups"), 4096),
-    **dict.fromkeys(("head_dim", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), 65536),
+    **dict.fromkeys(("head_dim", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                     "v_head_dim"), 65536),
     "vocab_size": 2**23,
     **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size",
                      "shared_expert_intermediate_size"), 2**20),

@@ -18,22 +18,43 @@ Pure arithmetic over the model's architecture, read from vLLM's own source (0.33
   A `(S, 1, r, hidden)`, B `(S, 1, vocab, r)`; neither is split by tensor parallelism.
 - `lora_dtype` "auto" is the model's dtype (`LoRAConfig.verify_with_model_config`).
 
-The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
-Punica kernels' index buffers are a few integers per batched token, so neither is counted.
+- MLA attention (`DeepseekV2MLAAttention`, `models/deepseek_v2.py`; DeepSeek-V2/V3/R1, Kimi-K2): with a query low
+  rank (`q_lora_rank`) the fused `fused_qkv_a_proj` (a `MergedColumnParallelLinear` built with `disable_tp`, so
+  `MergedColumnParallelLinearWithLoRA` with 2 full-size slices: q_lora_rank and kv_lora_rank + qk_rope_head_dim) and
+  `q_b_proj` (column-parallel, q_lora_rank → heads × (nope + rope)); without one, `q_proj` (column-parallel, hidden →
+  heads × (nope + rope)) and `kv_a_proj_with_mqa` (`ReplicatedLinear`, hidden → kv_lora_rank + rope). Then
+  `kv_b_proj` (column-parallel, kv_lora_rank → heads × (nope + v)) and `o_proj` (row-parallel, heads × v → hidden).
+- MoE layers also carry their shared experts (DeepSeek `shared_experts`: a `DeepseekV2MLP` of n_shared_experts ×
+  moe_intermediate_size; Qwen2-MoE `shared_expert` plus its `shared_expert_gate`, a `ReplicatedLinear` hidden → 1);
+  DeepSeek's first `first_k_dense_replace` layers have a dense MLP of `intermediate_size` instead. The router is a
+  `GateLinear`, a `ReplicatedLinear` subclass (`ReplicatedLinearWithLoRA` takes subclasses).
+- The fused MoE wrapper exists from 0.11.1 (`MOE_EXPERTS_SINCE`); before, routed experts get no slots.
 
-Not modelled: MLA attention (DeepSeek-V2/V3 wraps q_a/q_b/kv_a/kv_b projections whose sizes the architecture record
-does not carry) — `adapter_bytes_per_stage` says so through `LoRAEstimate.note`.
+The dummy adapters vLLM builds for profiling and warm-up live on the CPU (`create_dummy_lora(..., "cpu")`), and the
+Punica kernels' index buffers are a few integers per batched token, so neither is counted. Not modelled: releases
+before 0.8.0 wrapped only the model's own `supported_lora_modules` list (`lora/utils.py`'s all-linear-layers rule
+arrives in the 0.8.0 wheel), and releases before 0.12.0 widened the embedding and LM-head slots by
+`lora_extra_vocab_size` (256 by default; gone from the 0.12.0 wheel's config/lora.py): they are sized as 0.33 does.
+
+Which releases serve which architectures with LoRA, their refusal texts and the `--max-lora-rank` choices per release
+come from `catalog/lora_support.yaml` (`lora_support`, `refusal_message`, `allowed_ranks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .arch import ModelArch
+from .versions import Version, parse_version
 
-#: vLLM's `MaxLoRARanks` (config/lora.py): the only values `--max-lora-rank` accepts.
+#: vLLM's `MaxLoRARanks` (config/lora.py, 0.11.1+): the values `--max-lora-rank` accepts in the newest releases;
+#: `allowed_ranks(version)` gives those of any release (catalog/lora_support.yaml).
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: vLLM's default `--max-lora-rank` and `--max-loras` (LoRAConfig).
 DEFAULT_MAX_LORA_RANK = 16
@@ -54,6 +75,16 @@ EMBEDDING_AND_HEAD = frozenset({
 EMBEDDING_ONLY = frozenset({"CohereForCausalLM"})
 
 
+#: The first release whose LoRA wraps the fused MoE experts (`vllm/lora/layers/fused_moe.py`, FusedMoEWithLoRA: absent
+#: from the 0.11.0 wheel, present in 0.11.1's); before it a MoE model's routed experts get no adapter slots.
+MOE_EXPERTS_SINCE = "0.11.1"
+
+
+def lora_wraps_experts(version: str) -> bool:
+    """Whether vLLM `version` gives the fused MoE experts adapter slots."""
+    return parse_version(version) >= parse_version(MOE_EXPERTS_SINCE)
+
+
 class LoRASlots(BaseModel):
     """The LoRA settings that size vLLM's reservation."""
 
@@ -62,6 +93,7 @@ class LoRASlots(BaseModel):
     max_loras: int = Field(DEFAULT_MAX_LORAS, ge=1, description="adapters in one batch: GPU slots")
     max_rank: int = Field(DEFAULT_MAX_LORA_RANK, ge=1, description="the largest adapter rank served")
     dtype_bytes: int = Field(2, ge=1, description="bytes per element (lora_dtype auto = the model dtype)")
+    moe_experts: bool = Field(True, description="the fused MoE experts get slots (vLLM 0.11.1+)")
 
 
 class LoRAEstimate(BaseModel):
@@ -72,9 +104,9 @@ class LoRAEstimate(BaseModel):
 
 
 def attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot's A and B tensors for one layer's attention on one TP rank (0 for MLA: not modelled)."""
+    """Elements of one slot's A and B tensors for one layer's attention on one TP rank."""
     if arch.is_mla:
-        return 0
+        return mla_attention_elements(arch, rank, tp)
     h = arch.hidden_size
     q_out = arch.num_heads * arch.head_dim // tp
     kv_out = max(arch.num_kv_heads // tp, 1) * arch.head_dim  # KV heads are replicated when fewer than tp
@@ -83,21 +115,48 @@ def attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
     return qkv + o_proj
 
 
-def mlp_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot for one layer's MLP: gate_up (2 column slices) + down (row), or router + fused experts."""
+def mla_attention_elements(arch: ModelArch, rank: int, tp: int) -> int:
+    """One slot of an MLA layer's projections on one TP rank (see the module docstring for the layers)."""
     h = arch.hidden_size
-    if not arch.is_moe:
-        inter = arch.intermediate_size // tp
-        return (2 * rank * h + 2 * inter * rank) + (rank * inter + h * rank)
-    router = rank * h + arch.num_experts * rank               # ReplicatedLinear gate
+    heads = arch.num_heads // tp                               # column-parallel outputs are split by heads
+    kv_a_out = (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)
+    qk_head = arch.qk_nope_head_dim + (arch.qk_rope_head_dim or 0)
+    if arch.q_lora_rank:
+        q = 2 * rank * h + (arch.q_lora_rank + kv_a_out) * rank   # fused_qkv_a_proj: 2 slices, not split by TP
+        q += rank * arch.q_lora_rank + heads * qk_head * rank     # q_b_proj
+    else:
+        q = rank * h + heads * qk_head * rank                     # q_proj
+        q += rank * h + kv_a_out * rank                           # kv_a_proj_with_mqa (replicated)
+    kv_b = rank * (arch.kv_lora_rank or 0) + heads * (arch.qk_nope_head_dim + arch.v_head_dim) * rank
+    o_proj = rank * heads * arch.v_head_dim + h * rank             # row-parallel: input split, full output
+    return q + kv_b + o_proj
+
+
+def dense_mlp_elements(hidden: int, intermediate: int, rank: int, tp: int) -> int:
+    """One slot of a gated MLP: gate_up (MergedColumnParallelLinearWithLoRA, 2 slices) + down (row-parallel)."""
+    inter = intermediate // tp
+    return (2 * rank * hidden + 2 * inter * rank) + (rank * inter + hidden * rank)
+
+
+def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False, experts_wrapped: bool = True) -> int:
+    """Elements of one slot for one layer's MLP: dense, or router + fused experts + shared experts (MoE)."""
+    h = arch.hidden_size
+    if not arch.is_moe or dense:
+        return dense_mlp_elements(h, arch.intermediate_size, rank, tp)
+    router = rank * h + arch.num_experts * rank               # ReplicatedLinear gate (GateLinear)
     inter = arch.moe_intermediate_size // tp
     experts = arch.num_experts * rank * (2 * h + inter + 2 * inter + h)  # w13 A, w2 A, w13 B, w2 B
-    return router + experts
+    experts = experts if experts_wrapped else 0
+    shared = dense_mlp_elements(h, arch.shared_expert_size, rank, tp) if arch.shared_expert_size else 0
+    shared += (rank * h + 1 * rank) if arch.shared_expert_gate else 0   # shared_expert_gate: hidden -> 1
+    return router + experts + shared
 
 
-def layer_elements(arch: ModelArch, rank: int, tp: int) -> int:
-    """Elements of one slot for one decoder layer on one TP rank."""
-    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp)
+def layer_elements(arch: ModelArch, rank: int, tp: int, index: int = -1, experts_wrapped: bool = True) -> int:
+    """Elements of one slot for decoder layer `index` on one TP rank (-1: a layer past the dense ones)."""
+    dense = 0 <= index < arch.first_dense_layers
+    return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=dense,
+                                                             experts_wrapped=experts_wrapped)
 
 
 def embedding_elements(arch: ModelArch, rank: int) -> tuple[int, int]:
@@ -120,20 +179,22 @@ def adapter_bytes_per_stage(arch: ModelArch, slots: LoRASlots, tp: int,
     """
     rank = slots.max_rank
     tp = max(tp, 1)
-    per_layer = layer_elements(arch, rank, tp)
-    note = ("the LoRA slots of MLA attention projections are not modelled (MLP, expert and embedding slots are)"
-            if arch.is_mla else "")
     embed, head = embedding_elements(arch, rank)
     stages = list(stage_layers) or [arch.num_layers]
     out = []
+    first = 0
     for i, layers in enumerate(stages):
-        elements = per_layer * layers
+        dense = max(0, min(first + layers, arch.first_dense_layers) - first)  # the stage's leading dense layers
+        wrapped = slots.moe_experts
+        elements = (layer_elements(arch, rank, tp, 0, wrapped) * dense
+                    + layer_elements(arch, rank, tp, -1, wrapped) * (layers - dense))
+        first += layers
         if i == 0:
             elements += embed
         if i == len(stages) - 1:
             elements += head
         out.append(elements * slots.max_loras * slots.dtype_bytes)
-    return LoRAEstimate(per_stage=tuple(out), note=note)
+    return LoRAEstimate(per_stage=tuple(out))
 
 
 def vocab_too_large(arch: ModelArch) -> bool:
@@ -148,6 +209,126 @@ def slots_needed(adapters: int, max_loras: int | None) -> int:
     return max(adapters, DEFAULT_MAX_LORAS)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Which architectures and ranks a release accepts (catalog/lora_support.yaml, read from the wheels)
+
+
+class Refusal(BaseModel):
+    """What vLLM prints when the model class does not implement LoRA, from `since` on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    phase: Literal["config", "model_init", "loading"] = Field(
+        description="config: the API server refuses before any engine starts; model_init: the worker, building the "
+                    "model before its weights load; loading: the worker, once the weights loaded")
+    where: str
+    text: str
+
+    def render(self, architecture: str, model_class: str, model_id: str) -> str:
+        return self.text.replace("{arch}", architecture).replace("{cls}", model_class).replace("{model}", model_id)
+
+
+class RankEra(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    ranks: tuple[int, ...]
+    where: str = ""
+
+
+class LoRASupportTable(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    checked: tuple[str, ...]
+    refusals: tuple[Refusal, ...]
+    max_lora_ranks: tuple[RankEra, ...]
+    architectures: dict[str, tuple[tuple[str, ...], ...]]
+
+
+@lru_cache(maxsize=1)
+def support_table() -> LoRASupportTable:
+    text = resources.files("vllm_operator.catalog").joinpath("lora_support.yaml").read_text(encoding="utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return LoRASupportTable.model_validate(data)
+
+
+class LoRASupport(BaseModel):
+    """Whether vLLM `version` serves `architecture` with `--enable-lora`; None: the table cannot say."""
+
+    model_config = ConfigDict(frozen=True)
+
+    supported: bool | None
+    architecture: str = ""
+    model_class: str = ""
+    basis: str = Field("", description="which checked wheels the answer rests on")
+    refusal: Refusal | None = Field(None, description="what that release prints, when it refuses")
+
+
+def _answer_at(runs: tuple[tuple[str, ...], ...], checked: Version) -> tuple[bool, str] | None:
+    """(supported, class) of the run covering a checked release; None when the architecture was not registered."""
+    for run in runs:
+        ok, first, last = run[0], parse_version(run[1]), parse_version(run[2])
+        if first <= checked <= last:
+            return ok == "yes", (run[3] if len(run) > 3 else "")
+    return None
+
+
+def _neighbours(version: Version, checked: Sequence[str]) -> tuple[str | None, str | None]:
+    below = [c for c in checked if parse_version(c) <= version]
+    above = [c for c in checked if parse_version(c) >= version]
+    return (below[-1] if below else None), (above[0] if above else None)
+
+
+def refusal_for(version: str) -> Refusal | None:
+    """The refusal text era of that release (None before the oldest era)."""
+    v = parse_version(version)
+    eras = [r for r in support_table().refusals if parse_version(r.since) <= v]
+    return eras[-1] if eras else None
+
+
+def lora_support(architectures: Sequence[str], version: str) -> LoRASupport:
+    """Read the table for the model's architectures (vLLM uses the first one its registry knows)."""
+    table = support_table()
+    v = parse_version(version)
+    below, above = _neighbours(v, table.checked)
+    for arch in architectures:
+        runs = table.architectures.get(arch)
+        if runs is None:
+            continue
+        lo = _answer_at(runs, parse_version(below)) if below else None
+        hi = _answer_at(runs, parse_version(above)) if above else None
+        if lo is None and hi is None:
+            continue
+        if below == above or (lo is not None and hi is not None and lo[0] == hi[0]):
+            ok, cls = lo or hi  # type: ignore[misc]  # one of them is set
+            basis = (f"the vLLM {below} wheel" if below == above
+                     else f"the vLLM {below} and {above} wheels, which agree")
+            return LoRASupport(supported=ok, architecture=arch, model_class=cls or arch, basis=basis,
+                               refusal=None if ok else refusal_for(version))
+        return LoRASupport(supported=None, architecture=arch,
+                           basis=f"vLLM {version} lies between checked wheels that differ ({below}, {above})")
+    names = ", ".join(architectures) or "no architectures in config.json"
+    return LoRASupport(supported=None, basis=f"{names}: not in the LoRA table near vLLM {version}")
+
+
+def refusal_message(support: LoRASupport, model_id: str) -> str:
+    """vLLM's own text for a refused `--enable-lora` ('' when it does not refuse)."""
+    if support.supported is not False or support.refusal is None:
+        return ""
+    return support.refusal.render(support.architecture, support.model_class, model_id)
+
+
+def allowed_ranks(version: str) -> tuple[int, ...]:
+    """The `--max-lora-rank` values vLLM `version` accepts."""
+    v = parse_version(version)
+    eras = [e for e in support_table().max_lora_ranks if parse_version(e.since) <= v]
+    return (eras[-1] if eras else support_table().max_lora_ranks[0]).ranks
+
+
 __all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "EMBEDDING_AND_HEAD", "LoRAEstimate", "LoRASlots",
-           "MAX_LORA_RANKS", "adapter_bytes_per_stage", "attention_elements", "embedding_elements", "layer_elements",
-           "mlp_elements", "slots_needed", "vocab_too_large"]
+           "LoRASupport", "MAX_LORA_RANKS", "MOE_EXPERTS_SINCE", "Refusal", "allowed_ranks", "lora_support",
+           "lora_wraps_experts", "refusal_for",
+           "refusal_message", "support_table", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
+           "embedding_elements", "layer_elements", "mla_attention_elements", "mlp_elements", "slots_needed",
+           "vocab_too_large"]

@@ -75,6 +75,7 @@ class EngineFlags(BaseModel):
     # LoRA (--enable-lora): adapter slots vLLM reserves at load time, see planner/lora.py; 0 = LoRA off
     max_loras: int = 0
     max_lora_rank: int = 16
+    lora_moe_experts: bool = Field(True, description="the release gives fused MoE experts slots (lora.py, 0.11.1+)")
     speculative: Speculation | None = Field(None, description="`--speculative-config`, parsed (planner/speculative.py)")
     # MoE parallelism (pinned only): see moe_parallel_weights
     data_parallel_size: int = 1
@@ -339,7 +340,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
     per_stage = moe_parallel_weights(arch, flags, per_stage)
     if flags.max_loras:  # adapter slots are allocated while the model loads: they count as weights
         slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank,
-                          dtype_bytes=_model_dtype_bytes(arch, flags))
+                          dtype_bytes=_model_dtype_bytes(arch, flags), moe_experts=flags.lora_moe_experts)
         lora = adapter_bytes_per_stage(arch, slots, tp, stage_layer_counts(arch, flags)).per_stage
         per_stage = [w + extra for w, extra in zip(per_stage, lora, strict=True)]
     return per_stage

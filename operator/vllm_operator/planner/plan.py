@@ -20,7 +20,18 @@ from ..api.v1alpha1 import LoRASpec, MemoryBreakdown, PinnedFlags
 from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
-from .lora import DEFAULT_MAX_LORA_RANK, MAX_LORA_VOCAB, LoRASlots, adapter_bytes_per_stage, vocab_too_large
+from .lora import (
+    DEFAULT_MAX_LORA_RANK,
+    MAX_LORA_VOCAB,
+    MOE_EXPERTS_SINCE,
+    LoRASlots,
+    LoRASupport,
+    adapter_bytes_per_stage,
+    lora_support,
+    lora_wraps_experts,
+    refusal_message,
+    vocab_too_large,
+)
 from .memory import (
     EngineFlags,
     GPUFacts,
@@ -298,6 +309,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         enable_chunked_prefill=pinned.enable_chunked_prefill,
         max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
         max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
+        lora_moe_experts=lora_wraps_experts(profile.version),
         speculative=speculation,
         data_parallel_size=pinned.data_parallel_size or 1,
         enable_expert_parallel=bool(pinned.enable_expert_parallel),
@@ -580,8 +592,11 @@ def plan(request: PlanRequest) -> Plan:
                     "longer context.")
     if not fits and failure is None:
         failure = PredictedFailure(kind=FailureKind.KV_CACHE_TOO_SMALL, message=_workload_message(request, result))
+    refused = _lora_verdict(request, profile, result.flags, reasons)
+    if refused is not None:  # no GPU, flag or checkpoint change helps: vLLM refuses --enable-lora for this model
+        fits, failure = False, refused
     degenerate = fits and bool(shortfalls(request, result.flags))
-    options = [] if fits and not degenerate else list(_options(request, profile, usable_only=degenerate))
+    options = [] if refused or (fits and not degenerate) else list(_options(request, profile, usable_only=degenerate))
     prediction = result.prediction
     if prediction.failure is not None:
         prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
@@ -684,16 +699,48 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
 def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
     """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
     dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
-    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype)
+    slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype,
+                      moe_experts=flags.lora_moe_experts)
     estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
                                        pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
     text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
             f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
             "taken from the KV cache)")
+    if arch.is_moe and not flags.lora_moe_experts:
+        text += f"; the routed experts get no slots before vLLM {MOE_EXPERTS_SINCE} (no fused-MoE LoRA layer)"
     if vocab_too_large(arch):
         text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
                  "the server will not start with --enable-lora")
     return text + (f"; {estimate.note}." if estimate.note else ".")
+
+
+def _lora_verdict(request: PlanRequest, profile: VersionProfile, flags: EngineFlags,
+                  reasons: list[str]) -> PredictedFailure | None:
+    """With LoRA on, whether the release serves this model's class with it (catalog/lora_support.yaml): adds the
+    reason, and returns vLLM's refusal as the plan's failure when it does not."""
+    if not flags.max_loras:
+        return None
+    support = lora_support(request.arch.architectures, profile.version)
+    reasons.append(lora_support_reason(request.arch, profile.version, support))
+    if support.supported is not False:
+        return None
+    return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT,
+                            message=refusal_message(support, request.arch.model_id))
+
+
+def lora_support_reason(arch: ModelArch, version: str, support: LoRASupport) -> str:
+    """Whether this release serves the architecture with LoRA, and what the answer rests on."""
+    names = support.architecture or ", ".join(arch.architectures) or arch.model_id
+    if support.supported:
+        return f"LoRA: vLLM {version} implements SupportsLoRA for {names} (read from {support.basis})."
+    if support.supported is None:
+        return (f"LoRA: whether vLLM {version} serves {names} with --enable-lora is not known ({support.basis}); "
+                "the plan assumes it does.")
+    phase = "before the engine starts" if support.refusal and support.refusal.phase == "config" else \
+        "while the model loads"
+    return (f"LoRA: vLLM {version} does not implement SupportsLoRA for {names} (read from {support.basis}): it "
+            f"refuses --enable-lora {phase}. Remove spec.lora / --enable-lora, or serve a model whose architecture "
+            "supports LoRA.")
 
 
 def _speculation_reasons(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> list[str]:

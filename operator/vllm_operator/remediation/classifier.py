@@ -50,7 +50,10 @@ InsufficientFreeGPUMemory  `no-device` 0.9.1–0.13 ("Free memory on device (F/T
 WeightsDoNotFit        `load-wrapper` 0.13+, V1 model runner only (vLLM logs "Failed to load model - not enough GPU
                        memory" and re-raises PyTorch's error); Model Runner V2 (default for more models from 0.22, for
                        all from 0.29) raises the bare torch OOM from `load_model`, placed by its frames.
-InvalidArgument        `external-weights-exceed` 0.32+ ("Externally held weights on device cuda:N (W/T GiB) exceed the
+InvalidArgument        `lora-unsupported` --enable-lora on a model class without SupportsLoRA: 0.33+ "LoRA is not
+                       supported for A (M). Supported models implement the `SupportsLoRA` interface…" (config),
+                       0.6.4–0.32 "C does not support LoRA yet." (model runner), 0.5–0.6.3 "Model C does not support
+                       LoRA, but LoRA is enabled…" (loader); `external-weights-exceed` 0.32+ ("Externally held weights on device cuda:N (W/T GiB) exceed the
                        desired GPU memory utilization (U, R GiB)": a person raises utilization or frees the weight
                        daemon); `value` also for 0.33's `kv_cache_dtype="float16" is incompatible with
                        dtype="bfloat16"` and 0.31's `max_num_active_seqs (X) cannot be greater than max_num_seqs (Y)`.
@@ -145,6 +148,9 @@ class Failure(BaseModel):
 
     # model not found
     model_id: str | None = None
+
+    # LoRA on a model class without SupportsLoRA
+    architecture: str | None = Field(None, description="the architecture (or model class) vLLM named")
 
     @property
     def memory_related(self) -> bool:
@@ -274,6 +280,14 @@ _OOM_CAPACITY_OLD = re.compile(  # torch ≤2.0: "(GPU 0; 15.78 GiB total capaci
     r"(?P<fu>[KMGT]i?B|bytes|B) free"
 )
 _PP_UNSUPPORTED = re.compile(r"Pipeline parallelism is (?:not supported for this model|only supported for)")
+# --enable-lora on a model class without SupportsLoRA (catalog/lora_support.yaml has the releases and files):
+# 0.33+ config/lora.py (in VllmConfig's ValidationError), 0.6.4-0.32 the model runner ("yet"), 0.5-0.6.3 the loader.
+# "V1 does not support LoRA yet." (0.7.0's V1 scheduler) is about the engine, not the model: not this.
+_LORA_UNSUPPORTED = re.compile(
+    r"LoRA is not supported for (?P<arch>\w+) \((?P<model>[^)]*)\)\. Supported models implement the `SupportsLoRA`|"
+    r"Model (?P<old>\w+) does not support LoRA, but LoRA is enabled|"
+    r"(?!V1 )(?P<cls>\w+) does not support LoRA yet\.?$"
+)
 _HEADS_TP = re.compile(
     r"Total number of attention heads \((?P<h>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)"
 )
@@ -322,7 +336,8 @@ _BAD_VALUE = re.compile(
     r"Invalid (?:dtype|kv[_ ]cache[_ ]dtype|load[_ ]format)|Unknown (?:dtype|kv cache dtype)|"
     r"gpu_memory_utilization must be|"
     r"kv_cache_dtype=\"?\w+\"? is incompatible with dtype=|"  # 0.33 config/vllm.py::_reject_mismatched_float_kv_cache
-    r"max_num_active_seqs \(\d+\) cannot be greater than max_num_seqs)"  # 0.31 config/scheduler.py
+    r"max_num_active_seqs \(\d+\) cannot be greater than max_num_seqs|"  # 0.31 config/scheduler.py
+    r"max_lora_rank \(\d+\) must be one of)"  # 0.5.0-0.11.0 LoRAConfig.__post_init__ (catalog/lora_support.yaml)
 )
 
 # Exceptions that only wrap or follow the real one (they do not make an earlier match stale).
@@ -499,6 +514,9 @@ def _match_memory(line: _Line) -> _Hit | None:
 
 def _match_other(line: _Line) -> _Hit | None:  # noqa: C901 - a case per message family
     msg = line.message
+    if m := _LORA_UNSUPPORTED.match(msg):
+        return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="lora-unsupported",
+                    fields={"architecture": m["arch"] or m["old"] or m["cls"]})
     if _PP_UNSUPPORTED.match(msg):
         return _Hit(FailureKind.PIPELINE_PARALLEL_UNSUPPORTED, line)
     if m := _HEADS_TP.match(msg):
@@ -768,6 +786,9 @@ def _summary(kind: FailureKind, hit: _Hit, phase: Phase | None, details: Sequenc
         return f"Model{model} not found or not accessible (wrong id/path, private or gated repo, or no token): " + (
             _one_line(msg, 200)
         )
+    if kind is FailureKind.INVALID_ARGUMENT and hit.wording == "lora-unsupported":
+        return (f"LoRA is not supported for {f['architecture']} by this vLLM release (the model class does not "
+                "implement SupportsLoRA): remove spec.lora / --enable-lora or serve another model")
     if kind is FailureKind.INVALID_ARGUMENT:
         m = _ARGPARSE.match(hit.line.body.strip())
         if m:
