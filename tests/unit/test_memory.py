@@ -776,3 +776,79 @@ def test_external_weights_above_the_budget_are_an_error(load_arch: LoadArch) -> 
     assert low.failure is not None and low.failure.kind is FailureKind.INVALID_ARGUMENT
     assert low.failure.message.startswith("ValueError: Externally held weights on device cuda:0 (15.")
     assert "exceed the desired GPU memory utilization (0.15, 11.88 GiB)" in low.failure.message
+
+
+# --- 2026 hybrid models of the built-in catalog (catalog/models; configs as recalled, see their source notes) ----
+
+QWEN3_NEXT = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+GRANITE_4_H = "ibm-granite/granite-4.0-h-small"
+
+
+def test_qwen3_next_80b_layers_and_state(load_arch: LoadArch) -> None:
+    """48 layers, full_attention_interval 4: layers 3, 7, …, 47 hold KV (12), the other 36 a Gated DeltaNet state."""
+    from vllm_operator.planner.arch import LayerKind
+    from vllm_operator.planner.memory import state_page_bytes
+
+    arch = load_arch(QWEN3_NEXT)
+    full = [i for i, kind in enumerate(arch.layer_kinds) if kind is LayerKind.FULL]
+    assert full == list(range(3, 48, 4)) and arch.layer_kinds.count(LayerKind.LINEAR) == 36
+    assert arch.is_moe and arch.num_experts == 512 and arch.experts_per_token == 10
+    # conv (4 − 1) × (2·16·128 + 32·128) + recurrent 32·128·128 = 548,864 elements, split over TP ranks, bf16
+    assert arch.state_elements == 548_864
+    tp4 = EngineFlags(tensor_parallel_size=4, max_model_len=32768, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert state_page_bytes(arch, tp4) == 137_216 * 2
+
+
+def test_qwen3_next_80b_on_four_h100s(load_arch: LoadArch) -> None:
+    arch = load_arch(QWEN3_NEXT)
+    pred = predict(arch, "0.33.0", tensor_parallel_size=4, max_model_len=32768, kv_cache_memory_bytes=20 * GiB)
+    # 2 KV heads at TP 4: one (replicated) head per rank → 12 layers × 2 × 1 × 256 × 2 B
+    assert pred.kv_bytes_per_token == 12_288
+    # attention block 16·⌈274,432 / (16 · 1,024)⌉ = 272 tokens, page 272 × 1,024 = 278,528 B ≥ the state page;
+    # group size 12 (1 attention + 3 state groups): a block id holds 12 pages
+    assert pred.num_blocks == 20 * GiB // (278_528 * 12)
+    per_request = -(-32768 // 272) + 3 * 2  # 0.28+: prefix caching on for hybrids → 2 state pages per group
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+    # weights: the checkpoint's 162,649,725,440 B (MTP layer included) over 4 ranks, the embedding and lm_head split
+    assert pred.memory.weights_gib == pytest.approx(162_649_725_440 / 4 / GiB, rel=0.01)
+    assert pred.failure is None
+
+
+def test_qwen3_next_80b_plan_needs_four_h100s(load_arch: LoadArch) -> None:
+    from vllm_operator.planner import PlanRequest, plan
+    from vllm_operator.planner.gpus import load_gpu_catalog
+
+    h100 = load_gpu_catalog().get("H100")
+    planned = plan(PlanRequest(arch=load_arch(QWEN3_NEXT), gpu=h100, gpu_count=4, vllm_version="0.33.0"))
+    assert planned.fits and planned.flags["tensor_parallel_size"] == 4
+    assert planned.prediction.kv_bytes_per_token == 12_288
+    two = plan(PlanRequest(arch=load_arch(QWEN3_NEXT), gpu=h100, gpu_count=2, vllm_version="0.33.0"))
+    assert not two.fits  # 75.7 GiB of weights per GPU at TP 2
+
+
+def test_granite_4_h_small_layers_and_state(load_arch: LoadArch) -> None:
+    """40 layers: attention at 5, 15, 25, 35, Mamba-2 elsewhere (layer_types)."""
+    from vllm_operator.planner.arch import LayerKind
+    from vllm_operator.planner.memory import state_page_bytes
+
+    arch = load_arch(GRANITE_4_H)
+    full = [i for i, kind in enumerate(arch.layer_kinds) if kind is LayerKind.FULL]
+    assert full == [5, 15, 25, 35] and arch.layer_kinds.count(LayerKind.LINEAR) == 36
+    # mamba2_state_shape: conv (4 − 1) × (8192 + 2·1·128) + SSM 128 heads × 64 × 128 = 1,073,920 elements, bf16
+    assert arch.state_elements == 3 * 8448 + 128 * 64 * 128 == 1_073_920
+    flags = EngineFlags(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert state_page_bytes(arch, flags) == 2_147_840
+
+
+def test_granite_4_h_small_on_one_h100(load_arch: LoadArch) -> None:
+    arch = load_arch(GRANITE_4_H)
+    pred = predict(arch, "0.33.0", max_model_len=8192, kv_cache_memory_bytes=20 * GiB)
+    assert pred.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2  # 4 attention layers of 40
+    # attention block 16·⌈2,147,840 / (16 · 4,096)⌉ = 528 tokens, page 2,162,688 B; 36 Mamba + 4 attention layers →
+    # group size 4: 9 state groups + 1 attention group
+    assert pred.num_blocks == 20 * GiB // (528 * 4096 * 4) == 2482
+    per_request = -(-8192 // 528) + 9 * 2
+    assert pred.max_concurrency == pytest.approx(2482 / per_request, abs=0.01)
+    assert pred.memory.weights_gib == pytest.approx(63_659_701_248 / GiB, rel=0.01)
+    plain = predict(arch, "0.33.0", max_model_len=8192)
+    assert plain.failure is None and plain.memory.kv_cache_gib > 5
