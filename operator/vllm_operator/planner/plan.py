@@ -234,6 +234,9 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
     init = outside_budget_gib(tp, pp, gpu.nvlink, resolved)
     util, basis = safe_utilization(gpu, init)
     why = f"gpu-memory-utilization {util:.2f}: {basis}"
+    if pp > 1:  # memory.pp_comm_gib: NCCL's buffers have no figure in vLLM's source
+        comm = init - outside_budget_gib(tp, 1, gpu.nvlink, resolved)
+        why += f" ({comm:.2f} GiB of the {init:.2f} GiB are the pipeline-parallel NCCL communicators, an estimate)"
     graphs, buffers = _beside_budget_gib(request, resolved, arch, tp, pp, eager)
     if graphs or buffers:
         cap = int((1 - (init + graphs + buffers + _MARGIN_GIB) / total) * 100) / 100
