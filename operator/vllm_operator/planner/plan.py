@@ -97,6 +97,8 @@ class PlanRequest(BaseModel):
     speculation: Speculation | None = Field(
         None, description="the pinned speculative config as the planner reads it (with the draft's architecture when "
                           "its config.json was read); None: read from pinned.speculative_config")
+    load_format: str = Field("auto", description="`--load-format`: 'ipc_cache' maps weights a weight-cache daemon "
+                                                 "holds on the GPU (vLLM 0.32+ takes them out of its budget)")
 
 
 def request_speculation(request: PlanRequest) -> Speculation | None:
@@ -316,6 +318,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         max_loras=lora.get("max_loras", 1) if lora or pinned.enable_lora else 0,
         max_lora_rank=lora.get("max_lora_rank") or pinned.max_lora_rank or DEFAULT_MAX_LORA_RANK,
         speculative=speculation,
+        load_format=request.load_format,
     )
 
 
