@@ -530,14 +530,20 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     model, words = parse_command_line(command_line)
     kept: list[str] = []
     no_effect: list[str] = []
+    load_format = "auto"
     i = 0
     while i < len(words):
-        name = words[i].split("=", 1)[0]
+        name, _, inline = words[i].partition("=")
         if name in NO_MEMORY_EFFECT:
-            no_effect.append(name)
-            takes_value = name not in _NO_VALUE and "=" not in words[i]
+            takes_value = name not in _NO_VALUE and not inline
+            value = inline
             if takes_value and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                value = words[i + 1]
                 i += 1
+            if name == "--load-format" and value == "ipc_cache":
+                load_format = value  # weights held by a weight-cache daemon: vLLM 0.32+ takes them out of its budget
+            else:
+                no_effect.append(name)
             i += 1
             continue
         kept.append(words[i])
@@ -559,7 +565,7 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     parsed.concurrency = None
     parsed.prefix_caching = parsed.enable_prefix_caching
     parsed.as_is = True
-    request = build_request(parsed)
+    request = build_request(parsed).model_copy(update={"load_format": load_format})
     if parsed.enable_chunked_prefill is not None:
         request = request.model_copy(update={"pinned": request.pinned.model_copy(
             update={"enable_chunked_prefill": parsed.enable_chunked_prefill})})

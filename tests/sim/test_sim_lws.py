@@ -213,7 +213,7 @@ def test_the_last_stage_ooms_while_the_leader_waits_and_one_layer_fixes_it() -> 
     from vllm_operator_sim.startup import STALL_S, HiddenFacts, Phase, simulate_startup
 
     files, gpu = load_model_files(LLAMA_405B, offline=True), _h100()
-    hidden = HiddenFacts(last_stage_unprofiled_gib=4.0)
+    hidden = HiddenFacts(last_stage_unprofiled_gib=5.2)
     worker = simulate_startup(_rank_args(1), "vllm/vllm-openai:v0.26.0", gpu, hidden, files, gpu_count=8)
     leader = simulate_startup(_rank_args(0), "vllm/vllm-openai:v0.26.0", gpu, hidden, files, gpu_count=8)
     assert not worker.starts and worker.failure_kind is FailureKind.CUDA_OOM_STARTUP
@@ -230,7 +230,7 @@ def test_a_last_stage_oom_is_remediated_by_moving_a_layer(tmp_path: Path) -> Non
     from vllm_operator_sim.scenarios import Scenario, ScenarioSet
     from vllm_operator_sim.startup import HiddenFacts
 
-    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(last_stage_unprofiled_gib=4.0))})
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(last_stage_unprofiled_gib=5.2))})
     with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
                           workdir=tmp_path) as cluster:
         cluster.start_operator()

@@ -368,6 +368,20 @@ def test_check_says_which_flags_it_did_not_model(capsys: pytest.CaptureFixture[s
     assert f"vLLM {NEWEST_KNOWN_VERSION} would start: GPU KV cache size:" in out
 
 
+@pytest.mark.parametrize(("load_format", "starts"), [("auto", False), ("ipc_cache", True)])
+def test_check_models_weights_held_by_a_weight_cache_daemon(capsys: pytest.CaptureFixture[str], load_format: str,
+                                                            starts: bool) -> None:
+    """0.32+ request_memory: `--load-format ipc_cache` takes the daemon's weights out of ceil(total × util), so a GPU
+    on which the daemon holds them (63 GiB free) passes the free-memory check a plain load fails."""
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--gpu-free-gib", "63", "--vllm-version", "0.32.0", "--",
+                       "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--load-format", load_format,
+                       "--gpu-memory-utilization", "0.9")
+    assert ("vLLM 0.32.0 would start" in out) is starts
+    assert ("Not modelled (no effect on GPU memory at startup): --load-format" in out) is not starts
+    if not starts:
+        assert "less than desired GPU memory utilization (0.9, 71.27 GiB)" in out
+
+
 def test_check_needs_a_vllm_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert_one_line_error(*run(capsys, "check", "--gpu", "l4", "--", "docker", "run", "vllm"))
 

@@ -50,6 +50,7 @@ def test_catalog_has_the_required_skus(catalog: GPUCatalog) -> None:
         "H100-NVL-94GB", "H200-SXM-141GB", "GH200-96GB", "B200-180GB", "RTX-3090", "RTX-4090", "RTX-5090",
         "RTX-A5000", "RTX-A6000", "RTX-6000-Ada", "A30", "RTX-4080-16GB", "GB10",
         "RTX-PRO-6000-Blackwell", "RTX-5080", "RTX-5070-Ti", "RTX-5060-Ti-16GB", "RTX-4090-D", "RTX-3090-Ti",
+        "B300-288GB", "GB300-288GB",
     ]  # fmt: skip
     assert set(required) <= set(catalog.names)
 
@@ -85,7 +86,8 @@ def test_row_values_are_consistent(catalog: GPUCatalog, row: dict[str, Any]) -> 
 
 def test_arch_matches_compute_capability(catalog: GPUCatalog) -> None:
     expected = {(7, 0): "volta", (7, 5): "turing", (8, 0): "ampere", (8, 6): "ampere", (8, 9): "ada",
-                (9, 0): "hopper", (10, 0): "blackwell", (12, 0): "blackwell", (12, 1): "blackwell"}  # fmt: skip
+                (9, 0): "hopper", (10, 0): "blackwell", (10, 3): "blackwell", (12, 0): "blackwell",
+                (12, 1): "blackwell"}  # fmt: skip
     for spec in catalog:
         assert expected[_cc(spec)] == spec.arch, spec.name
 
@@ -164,6 +166,7 @@ def test_aliases_and_spellings(catalog: GPUCatalog, text: str, name: str) -> Non
         ("Tesla-V100-SXM2-16GB", "V100-16GB"), ("Tesla-V100-SXM2-32GB", "V100-32GB"),
         ("Tesla-V100-PCIE-16GB", "V100-16GB"), ("NVIDIA-RTX-A6000", "RTX-A6000"),
         ("NVIDIA-RTX-6000-Ada-Generation", "RTX-6000-Ada"), ("NVIDIA-RTX-A5000", "RTX-A5000"),
+        ("NVIDIA-B300-SXM6-AC", "B300-288GB"), ("NVIDIA-GB300", "GB300-288GB"),
     ],
 )  # fmt: skip
 def test_gfd_product_labels(catalog: GPUCatalog, product: str, name: str) -> None:
@@ -510,3 +513,27 @@ def test_duplicate_catalog_rows_are_rejected(catalog: GPUCatalog) -> None:
     clash = spec.model_copy(update={"name": "T4-copy"})
     with pytest.raises(ValueError, match="already names"):
         GPUCatalog([spec, clash])
+
+
+#: Every field a catalog row must state (GPUSpec's fields less those only overrides and MIG slices set).
+_ROW_FIELDS = set(GPUSpec.model_fields) - {"utilization_set", "mig_profile", "parent"}
+
+
+@pytest.mark.parametrize("row", RAW_ROWS, ids=ROW_IDS)
+def test_every_row_states_every_field(row: dict[str, Any]) -> None:
+    assert set(row) == _ROW_FIELDS, sorted(_ROW_FIELDS ^ set(row))
+
+
+@pytest.mark.parametrize(("name", "raw_gib"), [("B300-288GB", 288), ("GB300-288GB", 288)])
+def test_blackwell_ultra_rows_are_estimates_derived_from_their_siblings(
+    catalog: GPUCatalog, name: str, raw_gib: int,
+) -> None:
+    """B300/GB300: no log or node of them was seen; memory is the raw HBM times the nvidia-smi share of the sibling
+    of the same board type (B200 183359, GB200 189471 MiB of 192 GiB), the total by the estimation rule."""
+    spec = catalog.get(name)
+    sibling_mib = 183359 if name.startswith("B300") else 189471
+    assert spec.memory_mib == int(raw_gib * 1024 * sibling_mib / (192 * 1024))
+    assert spec.reported_gib == estimate_reported_gib(spec.memory_mib)
+    assert spec.source.startswith("estimated:") and "ESTIMATE" in spec.source
+    assert spec.compute_capability == "10.3" and spec.arch == "blackwell" and spec.tier == "datacenter"
+    assert spec.reported_gib >= 160  # vLLM 0.28+ batch defaults 1024 / 16384

@@ -14,9 +14,20 @@ from vllm_operator.planner.memory import (
     EngineFlags,
     GPUFacts,
     StartupPrediction,
+    activation_bytes,
+    cudagraph_bytes,
+    cudagraph_capture_counts,
+    cudagraph_capture_sizes,
+    external_weights_bytes,
+    init_nontorch_gib,
+    outside_budget_gib,
+    pp_intermediate_bytes,
     pp_layer_counts,
     predict_startup,
     profile_for_model,
+    serving_comm_bytes,
+    stage_terms,
+    v2_sampler_state_bytes,
 )
 from vllm_operator.planner.versions import profile_for
 
@@ -608,3 +619,236 @@ def test_sliding_window_in_flight_batches_follow_pipeline_stages_on_mrv2(load_ar
     full = 16384 // 16
     sliding = -(-(4095 + 3 * 2048) // 16) + 1
     assert pred.num_blocks / pred.max_concurrency == pytest.approx(full + sliding, rel=0.01)
+
+
+# --- CUDA-graph capture sizes and the graph estimate (config/vllm.py::_set_cudagraph_sizes, 0.28) --------------
+
+
+def test_capture_sizes_are_vllms_default_list() -> None:
+    sizes = cudagraph_capture_sizes(1024, 8192)
+    assert len(sizes) == 51 and sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 512  # "PIECEWISE=51 (largest=512)"
+    assert len(cudagraph_capture_sizes(1024, 8192, largest_default=1024)) == 83  # + 32 sizes of 16 up to 1024
+    # largest = min(2 × max_num_seqs × query length, default, max_num_batched_tokens); mnbt itself when below it
+    assert cudagraph_capture_sizes(10, 2048) == [1, 2, 4, 8, 16]
+    assert cudagraph_capture_sizes(256, 300) == [*cudagraph_capture_sizes(128, 8192), 272, 288, 300]
+    assert cudagraph_capture_sizes(4, 2048, decode_query_len=5) == [1, 2, 4, 8, 16, 24, 32, 40]
+
+
+def test_full_decode_graphs_stop_at_max_num_seqs(load_arch: LoadArch) -> None:
+    arch, profile = load_arch(LLAMA_8B), profile_for("0.21.0")
+    h100 = EngineFlags(max_model_len=8192, max_num_seqs=1024, max_num_batched_tokens=8192)
+    l4 = EngineFlags(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=2048)
+    assert cudagraph_capture_counts(arch, h100, profile) == (51, 51, 512)
+    assert cudagraph_capture_counts(arch, l4, profile) == (51, 35, 512)  # FULL only up to 256 = max_num_seqs
+
+
+def test_graph_estimate_scales_with_the_graphs_captured(load_arch: LoadArch) -> None:
+    """0.3 GiB shared + 0.0165 GiB per layer per (51 − 1) + (51 − 1) further graphs, × the era's scale."""
+    arch = load_arch(LLAMA_8B)  # 32 layers
+    v19, v21 = profile_for("0.19.0"), profile_for("0.21.0")
+    h100 = EngineFlags(max_model_len=8192, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert cudagraph_bytes(arch, h100, v19, 32) / GiB == pytest.approx(0.3 + 0.0165 * 32, abs=1e-6)  # as calibrated
+    few = h100.model_copy(update={"max_num_seqs": 10})  # PIECEWISE 1..16 (5 graphs), FULL up to 10 (4 graphs)
+    assert cudagraph_capture_counts(arch, few, v19) == (5, 4, 16)
+    assert cudagraph_bytes(arch, few, v19, 32) / GiB == pytest.approx(0.3 + 0.0165 * 32 * 7 / 100, abs=1e-6)
+    # the 0.21 scale reproduces the RTX A5000 Qwen3-8B log (256 sequences, 36 layers): 0.52 GiB
+    qwen3 = EngineFlags(max_model_len=40960, max_num_seqs=256, max_num_batched_tokens=2048)
+    assert cudagraph_bytes(arch, qwen3, v21, 36) / GiB == pytest.approx(0.52, abs=0.005)
+    assert cudagraph_bytes(arch, h100.model_copy(update={"enforce_eager": True}), v21, 32) == 0
+
+
+def test_compute_capability_10_captures_up_to_1024_from_0_28(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    flags = EngineFlags(max_model_len=8192, max_num_seqs=1024, max_num_batched_tokens=16384)
+    v27, v28 = profile_for("0.27.0"), profile_for("0.28.0")
+    assert cudagraph_capture_counts(arch, flags, v27, "10.0") == (51, 51, 512)
+    assert cudagraph_capture_counts(arch, flags, v28, "10.0") == (83, 83, 1024)
+    assert cudagraph_capture_counts(arch, flags, v28, "10.3") == (83, 83, 1024)  # B300/GB300
+    assert cudagraph_capture_counts(arch, flags, v28, "12.0") == (51, 51, 512)   # RTX 50xx / PRO 6000: not 10.x
+    assert cudagraph_capture_counts(arch, flags, v28, "9.0") == (51, 51, 512)
+    # (0.3 × 1024/512 shared, ESTIMATE) + 0.0165 × 32 × (82 + 82) / 100
+    assert cudagraph_bytes(arch, flags, v28, 32, compute_capability="10.0") / GiB == pytest.approx(
+        (0.6 + 0.0165 * 32 * 164 / 100) * v28.cudagraph_scale, abs=1e-6)
+    b200 = GPUFacts(total_gib=178.41, compute_capability="10.0")
+    v33 = profile_for("0.33.0")
+    pred = predict_startup(arch, flags, b200, v33)
+    assert pred.memory.cudagraph_gib == round((0.6 + 0.0165 * 32 * 164 / 100) * v33.v2_cudagraph_scale, 2)
+    assert "cudagraph_gib" in pred.memory.estimated
+    # the same B200 on 0.27 captured 51 graphs per mode; MRV2's estimate is 0 there, graphs sit in the headroom
+    assert predict_startup(arch, flags, b200, v27).memory.cudagraph_gib == round(
+        (0.3 + 0.0165 * 32) * v27.v2_cudagraph_scale, 2)
+
+
+# --- pipeline parallelism: communicators and the receive buffer ----------------------------------------------
+
+
+def test_pp_group_communicator_is_held_before_the_init_snapshot() -> None:
+    """parallel_state.initialize_model_parallel: the PP group's PyNcclCommunicator is warmed up in init_device, before
+    the snapshot (ESTIMATE 0.5 GiB on NVLink GPUs, 0.25 GiB on PCIe)."""
+    assert init_nontorch_gib(1, True) == 0.51 and init_nontorch_gib(2, True) == 2.01
+    assert init_nontorch_gib(2, True, pp=2) == pytest.approx(2.51)
+    assert init_nontorch_gib(8, True, pp=4) == pytest.approx(2.51)  # one PP group per rank, whatever its size
+    assert init_nontorch_gib(2, False, pp=2) == pytest.approx(0.51 + 0.25 + 0.25)
+    assert init_nontorch_gib(1, False, pp=4) == pytest.approx(0.76)
+
+
+def test_mrv2_pp_broadcast_communicator_is_booked_outside_the_budget(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    v1 = profile_for_model(profile_for("0.21.0"), arch)
+    v2 = profile_for_model(profile_for("0.33.0"), arch)
+    pp2 = EngineFlags(pipeline_parallel_size=2, max_model_len=8192, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert serving_comm_bytes(pp2, v1, nvlink=True) == 0
+    assert serving_comm_bytes(pp2, v2, nvlink=True) == GiB // 2
+    assert serving_comm_bytes(pp2.model_copy(update={"pipeline_parallel_size": 1}), v2, nvlink=True) == 0
+    assert outside_budget_gib(1, 2, True, v2) == pytest.approx(0.51 + 0.5 + 0.5)
+    assert outside_budget_gib(2, 2, True, v2) == pytest.approx(3.01)  # issue 15: ~3.0 GiB per stage seen
+    assert outside_budget_gib(1, 2, True, v1) == pytest.approx(0.51 + 0.5)
+
+
+def test_non_first_stages_keep_a_receive_buffer(load_arch: LoadArch) -> None:
+    """make_empty_intermediate_tensors: hidden_states + residual, max_num_batched_tokens × hidden (not split by TP)."""
+    arch = load_arch(LLAMA_70B)  # hidden 8192, bf16
+    flags = EngineFlags(tensor_parallel_size=4, pipeline_parallel_size=2, max_model_len=8192, max_num_seqs=1024,
+                        max_num_batched_tokens=8192)
+    assert pp_intermediate_bytes(arch, flags, 0) == 0
+    assert pp_intermediate_bytes(arch, flags, 1) == 2 * 8192 * 8192 * 2  # 256 MiB
+    # V1 runner: allocated in the profile run, so inside the activation peak of stage 1
+    v1 = profile_for_model(profile_for("0.21.0"), arch)
+    first, second = (stage_terms(arch, flags, v1, s, 40) for s in (0, 1))
+    plain = activation_bytes(arch, flags, v1, last_stage=True)
+    assert second.activation - plain == 2 * 8192 * 8192 * 2 and first.persistent == second.persistent == 0
+    # MRV2 (Llama from 0.24): allocated in load_model, persistent: in the headroom before 0.27, in the budget after
+    v26 = profile_for_model(profile_for("0.26.0"), arch)
+    v27 = profile_for_model(profile_for("0.27.0"), arch)
+    state = v2_sampler_state_bytes(arch, flags, v26)
+    assert stage_terms(arch, flags, v26, 1, 40).headroom == state + 2 * 8192 * 8192 * 2
+    assert stage_terms(arch, flags, v27, 1, 40).persistent == int(0.3 * GiB) + state + 2 * 8192 * 8192 * 2
+    assert stage_terms(arch, flags, v27, 0, 40).persistent == int(0.3 * GiB)
+
+
+def test_pp_communicator_can_fail_the_free_memory_check(load_arch: LoadArch) -> None:
+    """What the PP communicator holds before the snapshot is not free when vLLM compares free with total × util."""
+    arch = load_arch(LLAMA_70B)
+    flags: dict[str, Any] = dict(tensor_parallel_size=4, max_model_len=8192, gpu_memory_utilization=0.972)
+    assert predict(arch, version="0.21.0", **flags).failure is None  # 79.19 − 2.01 ≥ 76.97 requested
+    failed = predict(arch, version="0.21.0", pipeline_parallel_size=2, **flags).failure
+    assert failed is not None and failed.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY  # 79.19 − 2.51 < 76.97
+    assert "(76.68/79.19 GiB)" in failed.message
+
+
+# --- externally held weights (0.32, v1/worker/utils.py::request_memory) ---------------------------------------
+
+
+def test_external_weights_leave_the_budget_from_0_32(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    v31, v32 = profile_for("0.31.0"), profile_for("0.32.0")
+    assert external_weights_bytes(EngineFlags(max_model_len=1, max_num_seqs=1, max_num_batched_tokens=1,
+                                              load_format="ipc_cache"), v31, 10 * GiB) == 0  # no such loader yet
+    local = predict(arch, version="0.32.0")
+    mapped = predict(arch, version="0.32.0", load_format="ipc_cache")
+    # engine budget = ceil(total × util) − external weights, and nothing is loaded into the process: the same KV
+    assert mapped.memory.kv_cache_gib == local.memory.kv_cache_gib and mapped.num_blocks == local.num_blocks
+    assert mapped.failure is None and local.failure is None
+    assert v32.external_weights_budget and not v31.external_weights_budget
+
+
+def test_external_weights_change_the_startup_check(load_arch: LoadArch) -> None:
+    """The daemon's weights are another process's memory: a local load at util 0.9 fails the free check, the
+    zero-copy start compares free memory with the budget less those weights and starts."""
+    arch = load_arch(LLAMA_8B)  # 15.01 GiB of weights
+    weights = 15.01 * 1.0  # held by the weight-cache daemon
+    local = predict(arch, version="0.32.0", other_gib=weights, gpu_memory_utilization=0.9)
+    assert local.failure is not None and local.failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    assert "desired GPU memory utilization" in local.failure.message
+    mapped = predict(arch, version="0.32.0", other_gib=weights, gpu_memory_utilization=0.9, load_format="ipc_cache")
+    assert mapped.failure is None
+    # 0.9 x 79.19 = 71.27 budget, 15.01 of it held outside: 56.26 for the engine; 79.19 - 15.01 - 0.51 free ≥ 56.26
+    tight = predict(arch, version="0.32.0", other_gib=weights + 10, gpu_memory_utilization=0.9,
+                    load_format="ipc_cache")
+    assert tight.failure is not None and tight.failure.kind is FailureKind.INSUFFICIENT_FREE_GPU_MEMORY
+    assert "the engine's budget after excluding external process's weights" in tight.failure.message
+    assert re.search(r"\(0\.9, 56\.2\d GiB\)", tight.failure.message)
+
+
+def test_external_weights_above_the_budget_are_an_error(load_arch: LoadArch) -> None:
+    arch = load_arch(LLAMA_8B)
+    low = predict(arch, version="0.33.0", gpu_memory_utilization=0.15, load_format="ipc_cache")  # 11.88 < 15.01
+    assert low.failure is not None and low.failure.kind is FailureKind.INVALID_ARGUMENT
+    assert low.failure.message.startswith("ValueError: Externally held weights on device cuda:0 (15.")
+    assert "exceed the desired GPU memory utilization (0.15, 11.88 GiB)" in low.failure.message
+
+
+# --- 2026 hybrid models of the built-in catalog (catalog/models; configs as recalled, see their source notes) ----
+
+QWEN3_NEXT = "Qwen/Qwen3-Next-80B-A3B-Instruct"
+GRANITE_4_H = "ibm-granite/granite-4.0-h-small"
+
+
+def test_qwen3_next_80b_layers_and_state(load_arch: LoadArch) -> None:
+    """48 layers, full_attention_interval 4: layers 3, 7, …, 47 hold KV (12), the other 36 a Gated DeltaNet state."""
+    from vllm_operator.planner.arch import LayerKind
+    from vllm_operator.planner.memory import state_page_bytes
+
+    arch = load_arch(QWEN3_NEXT)
+    full = [i for i, kind in enumerate(arch.layer_kinds) if kind is LayerKind.FULL]
+    assert full == list(range(3, 48, 4)) and arch.layer_kinds.count(LayerKind.LINEAR) == 36
+    assert arch.is_moe and arch.num_experts == 512 and arch.experts_per_token == 10
+    # conv (4 − 1) × (2·16·128 + 32·128) + recurrent 32·128·128 = 548,864 elements, split over TP ranks, bf16
+    assert arch.state_elements == 548_864
+    tp4 = EngineFlags(tensor_parallel_size=4, max_model_len=32768, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert state_page_bytes(arch, tp4) == 137_216 * 2
+
+
+def test_qwen3_next_80b_on_four_h100s(load_arch: LoadArch) -> None:
+    arch = load_arch(QWEN3_NEXT)
+    pred = predict(arch, "0.33.0", tensor_parallel_size=4, max_model_len=32768, kv_cache_memory_bytes=20 * GiB)
+    # 2 KV heads at TP 4: one (replicated) head per rank → 12 layers × 2 × 1 × 256 × 2 B
+    assert pred.kv_bytes_per_token == 12_288
+    # attention block 16·⌈274,432 / (16 · 1,024)⌉ = 272 tokens, page 272 × 1,024 = 278,528 B ≥ the state page;
+    # group size 12 (1 attention + 3 state groups): a block id holds 12 pages
+    assert pred.num_blocks == 20 * GiB // (278_528 * 12)
+    per_request = -(-32768 // 272) + 3 * 2  # 0.28+: prefix caching on for hybrids → 2 state pages per group
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+    # weights: the checkpoint's 162,649,725,440 B (MTP layer included) over 4 ranks, the embedding and lm_head split
+    assert pred.memory.weights_gib == pytest.approx(162_649_725_440 / 4 / GiB, rel=0.01)
+    assert pred.failure is None
+
+
+def test_qwen3_next_80b_plan_needs_four_h100s(load_arch: LoadArch) -> None:
+    from vllm_operator.planner import PlanRequest, plan
+    from vllm_operator.planner.gpus import load_gpu_catalog
+
+    h100 = load_gpu_catalog().get("H100")
+    planned = plan(PlanRequest(arch=load_arch(QWEN3_NEXT), gpu=h100, gpu_count=4, vllm_version="0.33.0"))
+    assert planned.fits and planned.flags["tensor_parallel_size"] == 4
+    assert planned.prediction.kv_bytes_per_token == 12_288
+    two = plan(PlanRequest(arch=load_arch(QWEN3_NEXT), gpu=h100, gpu_count=2, vllm_version="0.33.0"))
+    assert not two.fits  # 75.7 GiB of weights per GPU at TP 2
+
+
+def test_granite_4_h_small_layers_and_state(load_arch: LoadArch) -> None:
+    """40 layers: attention at 5, 15, 25, 35, Mamba-2 elsewhere (layer_types)."""
+    from vllm_operator.planner.arch import LayerKind
+    from vllm_operator.planner.memory import state_page_bytes
+
+    arch = load_arch(GRANITE_4_H)
+    full = [i for i, kind in enumerate(arch.layer_kinds) if kind is LayerKind.FULL]
+    assert full == [5, 15, 25, 35] and arch.layer_kinds.count(LayerKind.LINEAR) == 36
+    # mamba2_state_shape: conv (4 − 1) × (8192 + 2·1·128) + SSM 128 heads × 64 × 128 = 1,073,920 elements, bf16
+    assert arch.state_elements == 3 * 8448 + 128 * 64 * 128 == 1_073_920
+    flags = EngineFlags(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert state_page_bytes(arch, flags) == 2_147_840
+
+
+def test_granite_4_h_small_on_one_h100(load_arch: LoadArch) -> None:
+    arch = load_arch(GRANITE_4_H)
+    pred = predict(arch, "0.33.0", max_model_len=8192, kv_cache_memory_bytes=20 * GiB)
+    assert pred.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2  # 4 attention layers of 40
+    # attention block 16·⌈2,147,840 / (16 · 4,096)⌉ = 528 tokens, page 2,162,688 B; 36 Mamba + 4 attention layers →
+    # group size 4: 9 state groups + 1 attention group
+    assert pred.num_blocks == 20 * GiB // (528 * 4096 * 4) == 2482
+    per_request = -(-8192 // 528) + 9 * 2
+    assert pred.max_concurrency == pytest.approx(2482 / per_request, abs=0.01)
+    assert pred.memory.weights_gib == pytest.approx(63_659_701_248 / GiB, rel=0.01)
+    plain = predict(arch, "0.33.0", max_model_len=8192)
+    assert plain.failure is None and plain.memory.kv_cache_gib > 5

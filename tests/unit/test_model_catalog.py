@@ -76,6 +76,8 @@ def param_estimate(config: dict[str, Any]) -> tuple[int, int, int, int]:
         attn = q + h * (t["kv_lora_rank"] + rope) + t["kv_lora_rank"] * heads * (nope + v) + heads * v * h
     else:
         attn = 2 * h * heads * head_dim + 2 * h * kv * head_dim
+    state_layers, mixer = _state_mixer(t, layers)
+    attn_total = (layers - state_layers) * attn + state_layers * mixer
 
     mats = 2 if t.get("model_type") in NON_GATED_MLP else 3
     experts = t.get("num_experts") or t.get("num_local_experts") or t.get("n_routed_experts")
@@ -84,7 +86,7 @@ def param_estimate(config: dict[str, Any]) -> tuple[int, int, int, int]:
         moe_inter = t.get("moe_intermediate_size") or t["intermediate_size"]
         per_layer = experts * mats * h * moe_inter + h * experts
         per_layer += t.get("n_shared_experts", 0) * mats * h * moe_inter
-        per_layer += mats * h * t.get("shared_expert_intermediate_size", 0)
+        per_layer += mats * h * t.get("shared_expert_intermediate_size", t.get("shared_intermediate_size", 0))
         dense_layers = t.get("first_k_dense_replace", 0)
         dense_size = t["intermediate_size"]
         step = t.get("interleave_moe_layer_step")
@@ -96,7 +98,28 @@ def param_estimate(config: dict[str, Any]) -> tuple[int, int, int, int]:
         dense_in_moe = dense_layers * mats * h * dense_size
     else:
         mlp = layers * mats * h * t["intermediate_size"]
-    return embed, layers * attn, mlp, dense_in_moe
+    return embed, attn_total, mlp, dense_in_moe
+
+
+def _state_mixer(t: dict[str, Any], layers: int) -> tuple[int, int]:
+    """(layers holding a linear-attention/mamba state instead of attention, the Linear params of one such mixer):
+    Gated DeltaNet in_proj_qkvz + out_proj; Mamba-2 in_proj (x, z, B, C, dt) + out_proj."""
+    types = t.get("layer_types") or t.get("layers_block_type")
+    if isinstance(types, list):
+        count = sum(1 for kind in types if any(w in str(kind) for w in ("linear", "mamba")))
+    elif isinstance(t.get("full_attention_interval"), int):
+        count = layers - layers // t["full_attention_interval"]
+    else:
+        return 0, 0
+    if not count:
+        return 0, 0
+    h = t["hidden_size"]
+    if t.get("linear_num_value_heads"):
+        key = t["linear_num_key_heads"] * t["linear_key_head_dim"]
+        value = t["linear_num_value_heads"] * t["linear_value_head_dim"]
+        return count, h * (2 * key + 2 * value) + value * h
+    inner = t["mamba_n_heads"] * t["mamba_d_head"]
+    return count, h * (2 * inner + 2 * t["mamba_n_groups"] * t["mamba_d_state"] + t["mamba_n_heads"]) + inner * h
 
 
 def expected_bytes(config: dict[str, Any]) -> float:

@@ -250,3 +250,19 @@ def test_llama4_maverick_bf16_spans_two_h100_nodes_when_allowed(make: Make) -> N
     # KV per token per GPU: 24 layers × 2 × 1 KV head × 128 × 2 B
     assert [st.kv_bytes_per_token for st in result.stages] == [12_288, 12_288]
     assert result.limiting_stage == 1                     # the sampler's activation is on the last stage
+
+
+def test_pp_communicators_are_booked_outside_the_budget_and_called_an_estimate() -> None:
+    """Each PP stage's GPU holds the PP group's NCCL communicator (and on Model Runner V2 its broadcast sibling)
+    outside vLLM's budget: the utilization leaves room for it and the reason says the figure is an estimate."""
+    from kit.catalog import catalog_arch, catalog_gpu
+    from vllm_operator.planner import plan
+
+    arch, h100 = catalog_arch("meta-llama/Llama-3.1-70B-Instruct"), catalog_gpu("H100")
+    one = plan(PlanRequest(arch=arch, gpu=h100, gpu_count=2, vllm_version="0.33.0",
+                           pinned=PinnedFlags(tensor_parallel_size=2)))
+    two = plan(PlanRequest(arch=arch, gpu=h100, gpu_count=4, vllm_version="0.33.0",
+                           pinned=PinnedFlags(tensor_parallel_size=2, pipeline_parallel_size=2)))
+    assert two.flags["gpu_memory_utilization"] < one.flags["gpu_memory_utilization"]
+    why = next(r for r in two.reasons if r.startswith("gpu-memory-utilization"))
+    assert "1.00 GiB of the 3.01 GiB are the pipeline-parallel NCCL communicators, an estimate" in why

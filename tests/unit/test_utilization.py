@@ -60,7 +60,9 @@ def test_kv_fraction_of_the_physical_limit() -> None:
 
     arch, l4 = catalog_arch("meta-llama/Llama-3.1-8B-Instruct"), catalog_gpu("L4")
     planned = plan(PlanRequest(arch=arch, gpu=l4))
-    assert planned.kv_fraction is not None and 0.98 <= planned.kv_fraction <= 1.0
+    assert planned.kv_fraction is not None
+    # the fraction is computed from the breakdown's figures, each rounded to 0.01 GiB: six of them may add 0.03 GiB
+    assert 0.98 <= planned.kv_fraction <= 1.0 + 0.03 / planned.memory.kv_cache_gib
     lower = plan(PlanRequest(arch=arch, gpu=l4, pinned=PinnedFlags(gpu_memory_utilization=0.85)))
     assert lower.kv_fraction is not None
     mem = lower.memory

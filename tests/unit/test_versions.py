@@ -260,6 +260,9 @@ def test_a_release_newer_than_the_newest_known_gets_the_newest_rules() -> None:
     ("0.24.0", "v2_runner_default", "listed"), ("0.25.0", "v2_runner_default", "dense"),
     ("0.29.0", "v2_runner_default", "all"), ("0.33.0", "batch_defaults", "v1_160_gb10"),
     ("0.33.0", "default_utilization", 0.92),
+    ("0.27.1", "cudagraph_capture_max_cc10", 512), ("0.28.0", "cudagraph_capture_max_cc10", 1024),
+    ("0.31.0", "external_weights_budget", False), ("0.32.0", "external_weights_budget", True),
+    ("0.21.0", "cudagraph_scale", 0.65),
 ])
 def test_release_rules(version: str, field: str, value: object) -> None:
     assert getattr(profile_for(version), field) == value

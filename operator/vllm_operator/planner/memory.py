@@ -50,6 +50,29 @@ _V2_SAMPLER_STATE_BYTES = 4 + 4 / 32 + 4 / 32
 # Attention kernels want block sizes in multiples of 16 when a hybrid model's attention block grows to hold a mamba
 # state page (model_executor/models/config.py::HybridAttentionMambaModelConfig.verify_and_update_config).
 _KERNEL_BLOCK_ALIGNMENT = 16
+# CUDA-graph capture sizes (config/vllm.py::VllmConfig._set_cudagraph_sizes, read in 0.28.0): the default largest
+# size is min(2 x max_num_seqs x decode query length, 512; from 0.28 1024 on compute capability 10.x), capped at
+# max_num_batched_tokens; sizes [1, 2, 4] + range(8, 256, 8) + range(256, largest + 1, 16), plus
+# max_num_batched_tokens when it is below the largest. FULL decode graphs only up to max_num_seqs x query length
+# (v1/cudagraph_dispatcher.py::initialize_cudagraph_keys; MRV2: gpu/cudagraph_utils.py, max_decode_tokens).
+_CAPTURE_MAX_DEFAULT = 512
+# The estimate is, per mode, the first (largest) capture plus (n - 1) x the second capture's growth
+# (v1/worker/gpu_model_runner.py::profile_cudagraph_memory; MRV2 extrapolates the same way from 0.29). The model in
+# `cudagraph_bytes` was fitted on v0.19 H100 logs that captured 51 PIECEWISE + 51 FULL graphs ("Profiling CUDA graph
+# memory: PIECEWISE=51 (largest=512), FULL=51 (largest=512)"): its per-layer term is scaled by the graphs captured.
+_CALIBRATED_EXTRA_GRAPHS = (51 - 1) + (51 - 1)
+# NCCL memory of one pipeline-parallel communicator per GPU. distributed/parallel_state.py::initialize_model_parallel
+# gives the PP group (every group of size > 1) a device communicator; its PyNcclCommunicator runs a warm-up
+# all_reduce in __init__ (device_communicators/pynccl.py), so NCCL's buffers exist before vLLM's init snapshot
+# (v1/worker/gpu_worker.py::init_device: "Initialize the distributed environment BEFORE taking memory snapshot"):
+# outside the budget, in what the startup check sees as used. Model Runner V2 adds a sibling communicator for the
+# sampled-token broadcast (v1/worker/gpu/pp_utils.py::PPHandler, make_sibling_device_group "pp_broadcast"), created
+# after the snapshot and connected by NCCL at its first broadcast: in the 1 - util headroom once serving.
+# ESTIMATE (NCCL's own buffers, no figure in vLLM's source): NVLink/NVSwitch GPUs 0.5 GiB per communicator, from
+# issue 15's report of ~3.0 GiB per PP stage where the TP>=2 context measures 2.01 GiB (_INIT_NONTORCH_GIB): ~1.0 GiB
+# for the two PP communicators of a Model Runner V2 stage (the runner of every model from 0.29); PCIe GPUs 0.25 GiB,
+# the figure init_nontorch_gib books for a TP communicator without NVLink.
+_PP_COMM_GIB = (0.5, 0.25)
 
 
 class EngineFlags(BaseModel):
@@ -82,6 +105,8 @@ class EngineFlags(BaseModel):
     enable_expert_parallel: bool = False
     # VLLM_PP_LAYER_PARTITION (an environment variable, not a flag): layers per pipeline stage; None = vLLM's split
     pp_layer_partition: tuple[int, ...] | None = None
+    load_format: str = Field("auto", description="`--load-format`; 'ipc_cache' maps weights a weight-cache daemon "
+                                                 "holds (zero-copy, vLLM 0.32+)")
 
 
 class GPUFacts(BaseModel):
@@ -93,6 +118,7 @@ class GPUFacts(BaseModel):
     other_used_gib: float = Field(0.0, description="memory held by other processes when vLLM starts")
     uma: bool = False
     nvlink: bool = True
+    compute_capability: str | None = Field(None, description="e.g. '10.0'; 10.x captures more CUDA graphs (0.28+)")
 
 
 class PredictedFailure(BaseModel):
@@ -405,21 +431,141 @@ def non_torch_bytes(flags: EngineFlags, profile: VersionProfile, *, nvlink: bool
     return int(value * GiB)
 
 
-def cudagraph_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, layers: int) -> int:
-    """vLLM's CUDA-graph memory estimate for one GPU (0 with --enforce-eager)."""
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, *, largest_default: int = 512,
+                            decode_query_len: int = 1) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes (config/vllm.py::VllmConfig._set_cudagraph_sizes, 0.28.0)."""
+    largest = min(max_num_seqs * decode_query_len * 2, largest_default, max_num_batched_tokens)
+    if largest < 1:
+        return []
+    sizes = [i for i in (1, 2, 4) if i <= largest]
+    if largest >= 8:
+        sizes += list(range(8, min(largest + 1, 256), 8))
+    if largest >= 256:
+        sizes += list(range(256, largest + 1, 16))
+    if max_num_batched_tokens <= largest:
+        sizes.append(max_num_batched_tokens)
+    return sorted(set(sizes))
+
+
+def cudagraph_capture_counts(arch: ModelArch, flags: EngineFlags, profile: VersionProfile,
+                             compute_capability: str | None = None) -> tuple[int, int, int]:
+    """(PIECEWISE graphs, FULL decode graphs, largest size) vLLM captures with these flags on this GPU."""
+    query = 1 + (flags.speculative.tokens(arch) if flags.speculative is not None else 0)
+    cc10 = compute_capability is not None and compute_capability.split(".")[0] == "10"
+    default = profile.cudagraph_capture_max_cc10 if cc10 else _CAPTURE_MAX_DEFAULT
+    sizes = cudagraph_capture_sizes(flags.max_num_seqs, flags.max_num_batched_tokens, largest_default=default,
+                                    decode_query_len=query)
+    full = [size for size in sizes if query <= size <= query * flags.max_num_seqs]
+    return len(sizes), len(full), (sizes[-1] if sizes else 0)
+
+
+def cudagraph_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, layers: int, *,
+                    compute_capability: str | None = None) -> int:
+    """vLLM's CUDA-graph memory estimate for one GPU (0 with --enforce-eager): a shared part (the first, largest
+    capture) plus a per-layer part per further graph, scaled by how many graphs these flags capture."""
     if flags.enforce_eager:
         return 0
-    est = 0.3 + 0.0165 * layers + (0.2 if flags.tensor_parallel_size > 1 else 0.0)
-    if arch.is_moe:
-        est += 0.3
-    return int(est * profile.cudagraph_scale * GiB)
+    piecewise, full, largest = cudagraph_capture_counts(arch, flags, profile, compute_capability)
+    if piecewise == 0:
+        return 0
+    shared = 0.3 + (0.2 if flags.tensor_parallel_size > 1 else 0.0) + (0.3 if arch.is_moe else 0.0)
+    if largest > _CAPTURE_MAX_DEFAULT:
+        # ESTIMATE: the first capture is the largest batch; beyond the calibrated 512 its buffers are taken to grow
+        # in proportion (compute capability 10.x from 0.28: 1024)
+        shared *= largest / _CAPTURE_MAX_DEFAULT
+    extra_graphs = max(piecewise - 1, 0) + max(full - 1, 0)
+    per_graph = 0.0165 * layers * extra_graphs / _CALIBRATED_EXTRA_GRAPHS
+    return int((shared + per_graph) * profile.cudagraph_scale * GiB)
 
 
-def init_nontorch_gib(tp: int, nvlink: bool) -> float:
-    """Memory held before vLLM's init snapshot: CUDA context, plus NCCL/custom all-reduce at TP>=2 with NVLink."""
-    if tp > 1 and nvlink:
-        return _INIT_NONTORCH_GIB[1]
-    return _INIT_NONTORCH_GIB[0] + (0.25 if tp > 1 else 0.0)
+def pp_comm_gib(pp: int, nvlink: bool) -> float:
+    """NCCL memory one pipeline-parallel communicator holds per GPU (ESTIMATE, see _PP_COMM_GIB); 0 without PP."""
+    if pp <= 1:
+        return 0.0
+    return _PP_COMM_GIB[0] if nvlink else _PP_COMM_GIB[1]
+
+
+def init_nontorch_gib(tp: int, nvlink: bool, pp: int = 1) -> float:
+    """Memory held before vLLM's init snapshot: CUDA context, plus NCCL/custom all-reduce at TP>=2 (more with
+    NVLink), plus the pipeline-parallel group's NCCL communicator at PP>=2."""
+    tp_part = _INIT_NONTORCH_GIB[1] if tp > 1 and nvlink else _INIT_NONTORCH_GIB[0] + (0.25 if tp > 1 else 0.0)
+    return tp_part + pp_comm_gib(pp, nvlink)
+
+
+def outside_budget_gib(tp: int, pp: int, nvlink: bool, profile: VersionProfile) -> float:
+    """What vLLM holds on one GPU outside its budget once serving: the context and communicators made before the init
+    snapshot (`init_nontorch_gib`) and those connected at the first step (`serving_comm_bytes`); `profile` resolved
+    for the model (`profile_for_model`)."""
+    probe = EngineFlags(tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=1, max_num_seqs=1,
+                        max_num_batched_tokens=1)
+    return init_nontorch_gib(tp, nvlink, pp) + serving_comm_bytes(probe, profile, nvlink=nvlink) / GiB
+
+
+def headroom_buffers_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> int:
+    """Model Runner V2's persistent buffers that sit in the 1 - util headroom before 0.27 (sampler state on the last
+    stage, PP receive buffer on the others), on the stage that holds the most; `profile` resolved for the model."""
+    pp = flags.pipeline_parallel_size
+    return max(stage_terms(arch, flags, profile, stage, layers).headroom
+               for stage, layers in enumerate(pp_layer_counts(arch.num_layers, pp)))
+
+
+def serving_comm_bytes(flags: EngineFlags, profile: VersionProfile, *, nvlink: bool) -> int:
+    """NCCL memory created after the KV cache, at the first served step: Model Runner V2's sibling communicator for
+    the PP sampled-token broadcast (v1/worker/gpu/pp_utils.py::PPHandler). 0 on the V1 runner or without PP."""
+    if profile.runner != "V2":
+        return 0
+    return int(pp_comm_gib(flags.pipeline_parallel_size, nvlink) * GiB)
+
+
+def pp_intermediate_bytes(arch: ModelArch, flags: EngineFlags, stage: int) -> int:
+    """The buffer a non-first PP stage keeps for the hidden states it receives: make_empty_intermediate_tensors
+    (model_executor/models/utils.py::make_empty_intermediate_tensors_factory, ["hidden_states", "residual"]) of
+    max_num_batched_tokens rows x hidden_size (not sharded by TP) in the model dtype. The V1 runner allocates it in
+    the profile run (gpu_model_runner.py::_dummy_run: inside the activation peak); Model Runner V2 in load_model
+    (gpu/model_runner.py: persistent, like its sampler state)."""
+    if stage == 0 or flags.pipeline_parallel_size <= 1:
+        return 0
+    return 2 * flags.max_num_batched_tokens * arch.hidden_size * _model_dtype_bytes(arch, flags)
+
+
+def external_weights_bytes(flags: EngineFlags, profile: VersionProfile, weights: int) -> int:
+    """Weights a weight-cache daemon holds for this rank and vLLM maps zero-copy (`--load-format ipc_cache`): the
+    bytes v1/worker/utils.py::request_memory takes out of ceil(total x util) from 0.32 (the daemon reports what it
+    holds, model_loader/weight_cache/ipc_loader.py::get_external_weight_memory; the planner's figure for it is the
+    rank's weights). 0 for any other load format, and before 0.32 (no such loader)."""
+    if flags.load_format != "ipc_cache" or not profile.external_weights_budget:
+        return 0
+    return weights
+
+
+@dataclass(frozen=True)
+class StageTerms:
+    """What one pipeline stage's GPU spends besides weights and KV cache, as vLLM accounts for it."""
+
+    activation: int      # torch peak growth in the profile run (V1: with the PP receive buffer)
+    persistent: int      # counted in the budget from 0.27: allocator leftovers, MRV2 sampler state and PP buffer
+    cudagraph: int       # the CUDA-graph estimate (subtracted where the release and runner do)
+    headroom: int        # MRV2 buffers that sit in the 1 - util headroom before 0.27
+
+
+def stage_terms(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, stage: int, layers: int, *,
+                compute_capability: str | None = None) -> StageTerms:
+    """The per-stage terms of the budget (`profile` resolved for the model: `profile_for_model`)."""
+    pp = flags.pipeline_parallel_size
+    last = stage == pp - 1
+    act = activation_bytes(arch, flags, profile, last_stage=last)
+    receive = pp_intermediate_bytes(arch, flags, stage)
+    mrv2 = v2_sampler_state_bytes(arch, flags, profile) if last else 0
+    if profile.runner == "V2":
+        mrv2 += receive
+    else:
+        act += receive
+    # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
+    slack = int(profile.allocator_slack_gib * GiB) if profile.profiler == "consumed" else 0
+    counted = profile.v2_sampler_state_counted
+    graph = cudagraph_bytes(arch, flags, profile, layers, compute_capability=compute_capability)
+    return StageTerms(activation=act, persistent=slack + (mrv2 if counted else 0), cudagraph=graph,
+                      headroom=0 if counted else mrv2)
 
 
 def _round2(value_bytes: float) -> float:
@@ -464,29 +610,32 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         weights[-1] += draft.weights_bytes
         stage_kinds[-1] = attention_layer_kinds(stage_kinds[-1], draft.kv_layers)
     non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
+    # 0.32+ with --load-format ipc_cache: a weight-cache daemon (another process) holds the weights
+    external = external_weights_bytes(flags, profile, max(weights))
+    free = min(free, total - external)
 
-    # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
-    slack = int(profile.allocator_slack_gib * GiB) if profile.profiler == "consumed" else 0
-    best: tuple[int, int, _KVLayout, int, int, int, int, int] | None = None
+    best: tuple[int, int, _KVLayout, int, StageTerms] | None = None
+    headroom_need = 0
     for stage, kinds in enumerate(stage_kinds):
         layout = _layout(arch, flags, profile, kinds)
-        act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
-        graph = cudagraph_bytes(arch, flags, profile, len(kinds))
-        # MRV2's sampler state is inside the measured drop in free memory from 0.27 (last stage only)
-        sampler_state = v2_sampler_state_bytes(arch, flags, profile) if stage == pp - 1 else 0
-        persistent = slack + (sampler_state if profile.v2_sampler_state_counted else 0)
-        avail = requested - weights[stage] - act - non_torch - persistent
+        terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
+        headroom_need = max(headroom_need, terms.headroom)
+        # request_memory (0.32+): the daemon's weights leave the budget, and none are loaded into this process
+        local = 0 if external else weights[stage]
+        avail = requested - external_weights_bytes(flags, profile, weights[stage]) - local
+        avail -= terms.activation + non_torch + terms.persistent
         if profile.cudagraph_subtracted:
-            avail -= graph
+            avail -= terms.cudagraph
         if profile.others_memory_counted:
             avail -= int(gpu.other_used_gib * GiB)
         if flags.kv_cache_memory_bytes is not None:
             avail = flags.kv_cache_memory_bytes
         blocks = max(avail, 0) // layout.bytes_per_block
         if best is None or blocks < best[1]:
-            best = (avail, blocks, layout, weights[stage], act, graph, persistent, stage)
+            best = (avail, blocks, layout, weights[stage], terms)
     assert best is not None
-    avail, num_blocks, layout, w, act, graph, persistent, _stage = best
+    avail, num_blocks, layout, w, terms = best
+    act, graph, persistent = terms.activation, terms.cudagraph, terms.persistent
     mml = flags.max_model_len
     block_size = layout.block_size
 
@@ -515,7 +664,7 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         kv_cache_gib=_round2(max(avail, 0)),
         headroom_gib=_round2(total - requested),
         persistent_gib=_round2(persistent),
-        estimated=list(_estimated_figures(arch, flags, profile)),
+        estimated=list(_estimated_figures(arch, flags, profile, gpu)),
     )
     prediction = StartupPrediction(
         memory=breakdown,
@@ -525,13 +674,19 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
         max_concurrency=round(concurrency, 2),
         estimated_max_model_len=estimated,
     )
-    failure = _first_failure(arch, flags, gpu, profile, prediction, requested, free, w, act, avail, layout)
+    failure = _first_failure(arch, flags, gpu, profile, prediction, requested, free, w, act, avail, layout,
+                             external=external, headroom_need=headroom_need)
     return prediction.model_copy(update={"failure": failure})
 
 
-def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> tuple[str, ...]:
-    """Which breakdown figures rest on a constant no vLLM log has calibrated (ESTIMATE in catalog/vllm_versions.yaml)."""
+def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProfile,
+                       gpu: GPUFacts | None = None) -> tuple[str, ...]:
+    """Which breakdown figures rest on a constant no vLLM log has calibrated (ESTIMATE in catalog/vllm_versions.yaml
+    and in this module's comments)."""
     out: list[str] = []
+    cc = gpu.compute_capability if gpu is not None else None
+    if profile.cudagraph_subtracted and cudagraph_capture_counts(arch, flags, profile, cc)[2] > _CAPTURE_MAX_DEFAULT:
+        out.append("cudagraph_gib")  # the first capture beyond the calibrated 512 (compute capability 10.x, 0.28+)
     if profile.runner == "V2" and "v2_sampler_bytes" in profile.estimates:
         out.append("activation_gib")  # MRV2's sampler peak with full sampling parameters (0.33+)
     if (profile.runner == "V2" and profile.cudagraph_subtracted and not flags.enforce_eager
@@ -578,6 +733,9 @@ def _first_failure(
     act: int,
     avail: int,
     layout: _KVLayout,
+    *,
+    external: int = 0,
+    headroom_need: int = 0,
 ) -> PredictedFailure | None:
     """The first check vLLM's startup trips over, in the order vLLM runs them."""
     total = int(gpu.total_gib * GiB)
@@ -588,48 +746,34 @@ def _first_failure(
     bad = _check_parallelism(arch, flags) or moe_parallelism_failure(arch, flags)
     if bad:
         return bad
-    tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink) * GiB
+    tp_init = init_nontorch_gib(flags.tensor_parallel_size, gpu.nvlink, flags.pipeline_parallel_size) * GiB
     loadable = free - tp_init  # what cudaMemGetInfo reports free once vLLM's own context exists
-    if profile.free_memory_check and not gpu.uma and loadable < requested:
-        return PredictedFailure(
-            kind=FailureKind.INSUFFICIENT_FREE_GPU_MEMORY,
-            message=messages.free_memory_message(
-                profile, device=0, free_gib=gib(loadable), total_gib=gpu.total_gib,
-                util=flags.gpu_memory_utilization, requested_gib=gib(requested)),
-        )
-    if weights > loadable:
+    early = _startup_check_failure(flags, gpu, profile, loadable, requested, external)
+    if early:
+        return early
+    local = 0 if external else weights  # zero-copy mapped weights allocate nothing in this process
+    if local > loadable:
         oom = messages.cuda_oom_message(
             device=0, tried_mib=min(1024.0, gib(weights) * 1024 / 10), total_gib=gpu.total_gib,
             free_mib=max(gib(loadable), 0) * 1024 * 0.02, in_use_gib=gib(total - free + tp_init) + gib(loadable),
             torch_gib=gib(loadable) * 0.98)
         return PredictedFailure(kind=FailureKind.WEIGHTS_DO_NOT_FIT, message=messages.weights_oom_message(profile, oom))
-    if weights + act > loadable:
+    if local + act > loadable:
         oom = messages.cuda_oom_message(
             device=0, tried_mib=512.0, total_gib=gpu.total_gib, free_mib=64.0,
-            in_use_gib=gib(total - 64 * 2**20), torch_gib=gib(weights + act - 512 * 2**20))
+            in_use_gib=gib(total - 64 * 2**20), torch_gib=gib(local + act - 512 * 2**20))
         return PredictedFailure(kind=FailureKind.CUDA_OOM_STARTUP, message=oom)
     if avail <= 0:
         return PredictedFailure(kind=FailureKind.NO_KV_CACHE_MEMORY, message=messages.no_kv_memory_message(profile))
-    needed = _needed_bytes(layout, arch, flags, flags.max_model_len)
-    # 0.29+: get_kv_cache_configs / check_enough_kv_cache_memory plan against avail − one block (the null block)
-    usable = avail - layout.bytes_per_block if profile.kv_check_reserves_block else avail
-    too_small = (
-        flags.max_model_len > pred.num_blocks * flags.block_size if profile.engine == "V0" else needed > usable
-    )
+    too_small = _kv_fit_failure(arch, flags, profile, pred, avail, layout)
     if too_small:
-        return PredictedFailure(
-            kind=FailureKind.KV_CACHE_TOO_SMALL,
-            message=messages.kv_too_small_message(
-                profile, max_model_len=flags.max_model_len, needed_gib=gib(needed), available_gib=gib(usable),
-                estimated_max_len=pred.estimated_max_model_len, kv_tokens=pred.num_blocks * layout.block_size),
-        )
-    # After the KV cache is allocated, CUDA-graph capture and warm-up run in what is left of the GPU.
-    headroom = total - requested - int(gpu.other_used_gib * GiB)
+        return too_small
+    # After the KV cache is allocated, CUDA-graph capture, warm-up and (at the first step) late NCCL communicators run
+    # in what is left of the GPU: free memory less the engine's budget.
+    headroom = free - (requested - external)
     if profile.others_memory_counted:
         headroom = total - requested
-    need = tp_init
-    if not profile.v2_sampler_state_counted:  # MRV2 before 0.27: its sampler state sits in the headroom
-        need += v2_sampler_state_bytes(arch, flags, profile)
+    need = tp_init + headroom_need + serving_comm_bytes(flags, profile, nvlink=gpu.nvlink)
     if not flags.enforce_eager:
         if not profile.cudagraph_subtracted:
             need += pred.memory.cudagraph_gib * GiB
@@ -706,3 +850,48 @@ def moe_parallelism_failure(arch: ModelArch, flags: EngineFlags) -> PredictedFai
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                 message=messages.shard_divisibility_message(arch.moe_intermediate_size, group))
     return None
+
+
+def _startup_check_failure(flags: EngineFlags, gpu: GPUFacts, profile: VersionProfile, loadable: float,
+                           requested: int, external: int) -> PredictedFailure | None:
+    """v1/worker/utils.py::request_memory: free memory against the budget; from 0.32 with externally held weights,
+    against the budget less those weights, and an error when they exceed the budget."""
+    util = flags.gpu_memory_utilization
+    if external:
+        engine = requested - external
+        if engine <= 0:
+            return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT, message=messages.external_weights_exceed_message(
+                device=0, external_gib=gib(external), total_gib=gpu.total_gib, util=util,
+                requested_gib=gib(requested)))
+        if not gpu.uma and loadable < engine:
+            return PredictedFailure(kind=FailureKind.INSUFFICIENT_FREE_GPU_MEMORY, message=messages.free_memory_message(
+                profile, device=0, free_gib=gib(loadable), total_gib=gpu.total_gib, util=util,
+                requested_gib=gib(engine), external=True))
+        return None
+    if profile.free_memory_check and not gpu.uma and loadable < requested:
+        return PredictedFailure(
+            kind=FailureKind.INSUFFICIENT_FREE_GPU_MEMORY,
+            message=messages.free_memory_message(
+                profile, device=0, free_gib=gib(loadable), total_gib=gpu.total_gib,
+                util=util, requested_gib=gib(requested)),
+        )
+    return None
+
+
+def _kv_fit_failure(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, pred: StartupPrediction,
+                    avail: int, layout: _KVLayout) -> PredictedFailure | None:
+    """check_enough_kv_cache_memory: one request of max_model_len must fit in the KV cache."""
+    needed = _needed_bytes(layout, arch, flags, flags.max_model_len)
+    # 0.29+: get_kv_cache_configs / check_enough_kv_cache_memory plan against avail − one block (the null block)
+    usable = avail - layout.bytes_per_block if profile.kv_check_reserves_block else avail
+    too_small = (
+        flags.max_model_len > pred.num_blocks * flags.block_size if profile.engine == "V0" else needed > usable
+    )
+    if not too_small:
+        return None
+    return PredictedFailure(
+        kind=FailureKind.KV_CACHE_TOO_SMALL,
+        message=messages.kv_too_small_message(
+            profile, max_model_len=flags.max_model_len, needed_gib=gib(needed), available_gib=gib(usable),
+            estimated_max_len=pred.estimated_max_model_len, kv_tokens=pred.num_blocks * layout.block_size),
+    )

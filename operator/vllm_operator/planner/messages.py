@@ -12,14 +12,28 @@ DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
 
 
 def free_memory_message(
-    profile: VersionProfile, *, device: int, free_gib: float, total_gib: float, util: float, requested_gib: float
+    profile: VersionProfile, *, device: int, free_gib: float, total_gib: float, util: float, requested_gib: float,
+    external: bool = False,
 ) -> str:
-    """The startup check `free >= total * util` failing (vllm/v1/worker/utils.py::request_memory)."""
+    """The startup check `free >= total * util` failing (vllm/v1/worker/utils.py::request_memory); `external`: the
+    0.32+ check against the budget less externally held weights (`requested_gib` is then that engine budget)."""
     where = f"device cuda:{device} " if profile.free_check_style == "device" else "device "
+    than = "the engine's budget after excluding external process's weights" if external else (
+        "desired GPU memory utilization")
     return (
-        f"ValueError: Free memory on {where}({free_gib:.2f}/{total_gib:.2f} GiB) on startup is less than desired "
-        f"GPU memory utilization ({util}, {requested_gib:.2f} GiB). Decrease GPU memory utilization or reduce "
-        "GPU memory used by other processes."
+        f"ValueError: Free memory on {where}({free_gib:.2f}/{total_gib:.2f} GiB) on startup is less than {than} "
+        f"({util}, {requested_gib:.2f} GiB). Decrease GPU memory utilization or reduce GPU memory used by other "
+        "processes."
+    )
+
+
+def external_weights_exceed_message(*, device: int, external_gib: float, total_gib: float, util: float,
+                                    requested_gib: float) -> str:
+    """0.32+: externally held weights larger than ceil(total x util) (vllm/v1/worker/utils.py::request_memory)."""
+    return (
+        f"ValueError: Externally held weights on device cuda:{device} ({external_gib:.2f}/{total_gib:.2f} GiB) exceed "
+        f"the desired GPU memory utilization ({util}, {requested_gib:.2f} GiB). Increase GPU memory utilization or "
+        "reduce GPU memory used by other processes."
     )
 
 

@@ -28,15 +28,13 @@ from .memory import (
     PredictedFailure,
     _layout,
     _stage_kinds,
-    activation_bytes,
     arch_for_release,
-    cudagraph_bytes,
     init_nontorch_gib,
     non_torch_bytes,
     pp_layer_counts,
     pp_partition,
     profile_for_model,
-    v2_sampler_state_bytes,
+    stage_terms,
     weights_bytes_per_gpu,
 )
 from .plan import Option, Plan, PlanRequest, layer_partition, plan
@@ -150,18 +148,17 @@ def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: Ve
     pp = flags.pipeline_parallel_size
     weights = weights_bytes_per_gpu(arch, flags)
     non_torch = non_torch_bytes(flags, profile, nvlink=gpu.nvlink)
-    # 0.27+ (`consumed` profiler): allocator leftovers count against the budget, as in predict_startup
-    slack = int(profile.allocator_slack_gib * 2**30) if profile.profiler == "consumed" else 0
     stages: list[StageMemory] = []
     first = 0
     for stage, kinds in enumerate(_stage_kinds(arch, pp, flags.pp_layer_partition)):
         layout = _layout(arch, flags, profile, kinds)
-        act = activation_bytes(arch, flags, profile, last_stage=stage == pp - 1)
-        sampler_state = v2_sampler_state_bytes(arch, flags, profile) if stage == pp - 1 else 0
-        persistent = slack + (sampler_state if profile.v2_sampler_state_counted else 0)
-        avail = requested - weights[stage] - act - non_torch - persistent
+        # the same per-stage terms as predict_startup: activation (+ the V1 PP receive buffer), persistent buffers
+        # counted from 0.27 (allocator leftovers, MRV2 sampler state and PP receive buffer), CUDA-graph estimate
+        terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
+        act = terms.activation
+        avail = requested - weights[stage] - act - non_torch - terms.persistent
         if profile.cudagraph_subtracted:
-            avail -= cudagraph_bytes(arch, flags, profile, len(kinds))
+            avail -= terms.cudagraph
         if profile.others_memory_counted:
             avail -= int(gpu.other_used_gib * 2**30)
         if flags.kv_cache_memory_bytes is not None:
@@ -225,14 +222,14 @@ def _default_batched(result: Plan, request: PlanRequest) -> int:
                           chunked_prefill=request.pinned.enable_chunked_prefill is not False).max_num_batched_tokens
 
 
-def _facts(request: PlanRequest, flags_tp: int) -> GPUFacts:
+def _facts(request: PlanRequest, flags_tp: int, flags_pp: int = 1) -> GPUFacts:
     other = 0.0
     free = request.gpu_free_gib if request.gpu_free_gib is not None else request.constraints.gpu_free_gib
     if free is not None:
-        own_init = init_nontorch_gib(int(flags_tp), request.gpu.nvlink)
+        own_init = init_nontorch_gib(int(flags_tp), request.gpu.nvlink, int(flags_pp))
         other = max(request.gpu.reported_gib - free - own_init, 0.0)
     return GPUFacts(total_gib=request.gpu.reported_gib, other_used_gib=other, uma=request.gpu.uma,
-                    nvlink=request.gpu.nvlink)
+                    nvlink=request.gpu.nvlink, compute_capability=request.gpu.compute_capability)
 
 
 def _with_split(request: PlanRequest, split: Split) -> PlanRequest:
@@ -255,7 +252,8 @@ def _finish(request: PlanRequest, result: Plan, split: Split, max_nodes: int, re
             options: list[Option]) -> MultiNodePlan:
     profile = profile_for(request.vllm_version)
     flags = _flags_of(result, request)
-    stages = stage_memory(request.arch, flags, _facts(request, flags.tensor_parallel_size), profile)
+    stages = stage_memory(request.arch, flags, _facts(request, flags.tensor_parallel_size, flags.pipeline_parallel_size),
+                          profile)
     limit = limiting_stage(stages)
     partition = list(flags.pp_layer_partition) if flags.pp_layer_partition else None
     if partition is not None:

@@ -39,7 +39,9 @@ from .memory import (
     StartupPrediction,
     arch_for_release,
     cudagraph_bytes,
+    headroom_buffers_bytes,
     init_nontorch_gib,
+    outside_budget_gib,
     pp_layer_counts,
     pp_partition,
     predict_startup,
@@ -113,6 +115,8 @@ class PlanRequest(BaseModel):
     speculation: Speculation | None = Field(
         None, description="the pinned speculative config as the planner reads it (with the draft's architecture when "
                           "its config.json was read); None: read from pinned.speculative_config")
+    load_format: str = Field("auto", description="`--load-format`: 'ipc_cache' maps weights a weight-cache daemon "
+                                                 "holds on the GPU (vLLM 0.32+ takes them out of its budget)")
 
 
 def request_speculation(request: PlanRequest) -> Speculation | None:
@@ -189,14 +193,15 @@ def _free_gib(request: PlanRequest) -> float | None:
     return request.constraints.gpu_free_gib
 
 
-def _facts(request: PlanRequest, tp: int) -> GPUFacts:
+def _facts(request: PlanRequest, tp: int, pp: int = 1) -> GPUFacts:
     total = request.gpu.reported_gib
     other = 0.0
     free = _free_gib(request)
     if free is not None:
-        own_init = init_nontorch_gib(tp, request.gpu.nvlink)
+        own_init = init_nontorch_gib(tp, request.gpu.nvlink, pp)
         other = max(total - free - own_init, 0.0)
-    return GPUFacts(total_gib=total, other_used_gib=other, uma=request.gpu.uma, nvlink=request.gpu.nvlink)
+    return GPUFacts(total_gib=total, other_used_gib=other, uma=request.gpu.uma, nvlink=request.gpu.nvlink,
+                    compute_capability=request.gpu.compute_capability)
 
 
 def _valid_tp(arch: ModelArch, tp: int) -> bool:
@@ -218,28 +223,50 @@ class _Candidate:
         self.notes = notes
 
 
+def _beside_budget_gib(request: PlanRequest, resolved: VersionProfile, arch: ModelArch, tp: int, pp: int,
+                       eager: bool) -> tuple[float, float]:
+    """What the model's runner puts in the 1 - util headroom beside the budget at vLLM's default batch sizes (an upper
+    bound: the plan admits no more sequences than the defaults): CUDA graphs where their estimate is not subtracted
+    (before 0.21; Model Runner V2 before 0.29), and MRV2's sampler state / PP receive buffer before 0.27."""
+    gpu = request.gpu
+    defaults = batch_defaults(resolved, gpu_memory_gib=gpu.reported_gib, is_a100=gpu.is_a100,
+                              max_model_len=arch.derived_max_model_len, compute_capability=gpu.compute_capability)
+    probe = EngineFlags(tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=1,
+                        max_num_seqs=request.pinned.max_num_seqs or defaults.max_num_seqs,
+                        max_num_batched_tokens=request.pinned.max_num_batched_tokens or defaults.max_num_batched_tokens,
+                        enforce_eager=eager)
+    graphs = 0.0
+    if not resolved.cudagraph_subtracted and not eager:
+        graphs = cudagraph_bytes(arch, probe, resolved, max(pp_layer_counts(arch.num_layers, max(pp, 1))),
+                                 compute_capability=gpu.compute_capability) / 2**30
+    return graphs, headroom_buffers_bytes(arch, probe, resolved) / 2**30
+
+
 def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: ModelArch,
-                 eager: bool, reasons: list[str]) -> float:
+                 eager: bool, reasons: list[str], pp: int = 1) -> float:
     pinned = request.pinned.gpu_memory_utilization
     if pinned is not None:
         reasons.append(f"gpu-memory-utilization {pinned} is pinned.")
         return pinned
     gpu = request.gpu
     total = gpu.reported_gib
-    init = init_nontorch_gib(tp, gpu.nvlink)
+    resolved = profile_for_model(profile, arch)
+    init = outside_budget_gib(tp, pp, gpu.nvlink, resolved)
     util, basis = safe_utilization(gpu, init)
     why = f"gpu-memory-utilization {util:.2f}: {basis}"
-    if not profile.cudagraph_subtracted and not eager:
-        # before v0.21 CUDA graphs are captured in the headroom outside the budget
-        probe = EngineFlags(tensor_parallel_size=tp, max_model_len=1, max_num_seqs=1, max_num_batched_tokens=1,
-                            enforce_eager=eager)
-        graphs = cudagraph_bytes(arch, probe, profile, arch.num_layers // max(request.pinned.pipeline_parallel_size
-                                                                               or 1, 1)) / 2**30
-        cap = 1 - (init + graphs + _MARGIN_GIB) / total
+    if pp > 1:  # memory.pp_comm_gib: NCCL's buffers have no figure in vLLM's source
+        comm = init - outside_budget_gib(tp, 1, gpu.nvlink, resolved)
+        why += f" ({comm:.2f} GiB of the {init:.2f} GiB are the pipeline-parallel NCCL communicators, an estimate)"
+    graphs, buffers = _beside_budget_gib(request, resolved, arch, tp, pp, eager)
+    if graphs or buffers:
+        cap = int((1 - (init + graphs + buffers + _MARGIN_GIB) / total) * 100) / 100
         if util > cap:
             util = cap
-            why += (f", lowered to {cap:.2f} so that vLLM {profile.version}'s CUDA graphs ({graphs:.2f} GiB) and the "
-                    f"CUDA context ({init:.2f} GiB) fit beside the budget")
+            what = f"CUDA graphs ({graphs:.2f} GiB)" if graphs else ""
+            if buffers:
+                what += (" and " if what else "") + f"Model Runner V2's sampler/pipeline buffers ({buffers:.2f} GiB)"
+            why += (f", lowered to {cap:.2f} so that vLLM {profile.version}'s {what} and the "
+                    f"CUDA context/NCCL ({init:.2f} GiB) fit beside the budget")
     floor = request.constraints.min_utilization
     if floor is not None and util < floor:
         util = floor
@@ -313,6 +340,7 @@ def _build_flags(request: PlanRequest, profile: VersionProfile, tp: int, pp: int
         speculative=speculation,
         data_parallel_size=pinned.data_parallel_size or 1,
         enable_expert_parallel=bool(pinned.enable_expert_parallel),
+        load_format=request.load_format,
     )
 
 
@@ -330,7 +358,8 @@ def layer_partition(request: PlanRequest, pp: int) -> tuple[int, ...] | None:
 def _predict(request: PlanRequest, profile: VersionProfile, flags: EngineFlags) -> StartupPrediction:
     arch = request.arch
     extra = request.constraints.extra_activation_gib
-    prediction = predict_startup(arch, flags, _facts(request, flags.tensor_parallel_size), profile)
+    prediction = predict_startup(arch, flags, _facts(request, flags.tensor_parallel_size,
+                                                     flags.pipeline_parallel_size), profile)
     if extra:
         # an observed activation above our model: take it out of the KV budget
         memory = prediction.memory.model_copy(update={
@@ -387,7 +416,7 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
     """Fill max_model_len and max_num_seqs for one (tp, pp, kv dtype, eager) choice."""
     notes: list[str] = []
     arch = request.arch
-    util = _utilization(request, profile, tp, arch, eager, notes)
+    util = _utilization(request, profile, tp, arch, eager, notes, pp)
     pinned_len = request.pinned.max_model_len
     target = pinned_len or _length_target(request)
     flags = _build_flags(request, profile, tp, pp, util, kv_dtype, eager, target, None)
@@ -625,7 +654,9 @@ def kv_fraction(request: PlanRequest, profile: VersionProfile, flags: EngineFlag
     mem = prediction.memory
     if prediction.failure is not None:
         return None
-    safe, _ = safe_utilization(request.gpu, init_nontorch_gib(flags.tensor_parallel_size, request.gpu.nvlink))
+    safe, _ = safe_utilization(request.gpu, outside_budget_gib(flags.tensor_parallel_size, flags.pipeline_parallel_size,
+                                                               request.gpu.nvlink,
+                                                               profile_for_model(profile, request.arch)))
     free = _free_gib(request)
     if free is not None:  # memory others hold is not physically available
         safe = min(safe, max(free - _MARGIN_GIB, 0.0) / request.gpu.reported_gib)

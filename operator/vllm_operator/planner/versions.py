@@ -55,6 +55,10 @@ class VersionProfile(BaseModel):
     yarn_factor_applied: bool
     tokens_log: Literal["two_lines", "one_line"]
     hybrid_prefix_caching: bool
+    cudagraph_capture_max_cc10: int = Field(
+        ge=1, description="the default largest CUDA-graph capture size on compute capability 10.x GPUs")
+    external_weights_budget: bool = Field(
+        description="weights held by another process (--load-format ipc_cache, zero-copy) leave the budget")
     estimates: tuple[str, ...] = Field(description="the fields of this era that are estimates, not source or fit")
     note: str = ""
     version: str = Field("", description="the release this profile was resolved for")
