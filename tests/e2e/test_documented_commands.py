@@ -25,7 +25,14 @@ import pytest
 import yaml
 
 from kit.api import REPO
-from kit.docs_commands import Command, documented_commands, notes_commands, render_notes, shell_commands
+from kit.docs_commands import (
+    Command,
+    documented_commands,
+    inline_commands,
+    notes_commands,
+    render_notes,
+    shell_commands,
+)
 from kit.kubectl import kubectl_binary
 from vllm_operator_sim.cluster import SimulatedCluster
 
@@ -42,6 +49,11 @@ ALLOWED: dict[str, str] = {
                                            "workflow, .github/workflows/release.yml)",
     "kind load docker-image vllm-operator:dev": "needs a kind cluster and a container runtime",
     "docker save vllm-operator:dev | sudo k3s ctr images import -": "needs docker, sudo and a k3s node",
+    "vllm-operator check --gpu G --vllm-version V -- vllm serve '…'":
+        "a template in prose (G, V, …); its concrete form, `vllm-operator check --gpu L4 -- vllm serve …`, runs here",
+    "helm install vllm-operator oci://ghcr.io/vllm-operator/charts/vllm-operator --version '<version>'":
+        "pulls the published chart from ghcr.io: no network here; the same chart from ./charts is installed here",
+    "kubectl rollout status": "prose comparing with kubectl's own command, not an instruction (it needs a resource)",
     "helm uninstall vllm-operator -n vllm-operator":
         "needs the release record a real `helm install` stores; helm cannot install into the emulated API (its "
         "client-side validation reads /openapi/v2 as protobuf, which the emulator does not speak), so the "
@@ -65,7 +77,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
 }
 
 #: Placeholders the documents use, and what stands for them here.
-PLACEHOLDERS = {"<name>": "llama",  # examples/minimal.yaml's service
+PLACEHOLDERS = {"<name>": "llama", "NAME": "llama",  # examples/minimal.yaml's service
                 "<hf-id>": "meta-llama/Llama-3.1-8B-Instruct", "<gpu>": "L4"}
 
 
@@ -133,9 +145,8 @@ class Runner:
 
     def run(self, command: Command) -> str:
         words = [PLACEHOLDERS.get(w, w) for w in command.words]
-        text = command.shell
-        for placeholder, value in PLACEHOLDERS.items():
-            text = text.replace(shlex.quote(placeholder), value)
+        text = " | ".join(shlex.join([PLACEHOLDERS.get(w, w) for w in shlex.split(part)])
+                          for part in command.shell.split(" | "))
         if words[:2] == ["helm", "install"]:
             return self._helm_install(command, words)
         if words[:2] == ["kubectl", "create"]:
@@ -213,9 +224,16 @@ def runner(tmp_path: Path) -> Iterator[Runner]:
         yield Runner(cluster, tmp_path)
 
 
+def _removes(command: Command) -> bool:
+    return "delete" in command.words or "uninstall" in command.words
+
+
 def test_documented_commands_run_as_written(runner: Runner) -> None:
+    """In document order, the commands that remove things last (README's uninstall section, then prose such as
+    the finalizer patch for a service stuck in Terminating, would otherwise find nothing left)."""
     demo = set(_demo_section_commands())
     commands = [c for c in documented_commands() if c.shell not in ALLOWED and c.shell not in demo]
+    commands = [c for c in commands if not _removes(c)] + [c for c in commands if _removes(c)]
     for command in commands:
         output = runner.run(command)
         if command.words[:2] == ["helm", "install"]:
@@ -227,3 +245,14 @@ def test_documented_commands_run_as_written(runner: Runner) -> None:
     assert not [c.shell for c in commands if c.shell not in runner.ran], "every runnable command ran"
     # what the commands did: the minimal example planned; the uninstall removed the CRDs
     assert runner.cluster.api.get_object("customresourcedefinitions", "vllmservices.vllm-operator.dev") is None
+
+
+def test_extraction_reads_commands_as_a_shell_would() -> None:
+    text = ("```sh\n$ kubectl get pods   # a comment\nhelm install x ./c \\\n  --set 'a={b,c}'\n"
+            "vllm-operator plan -o manifest | kubectl apply -f -\necho not a documented program\n```\n"
+            "Prose: `kubectl get vllms` gives one, `helm upgrade` names one.\n```yaml\nkind: `kubectl x y`\n```\n")
+    assert [c.shell for c in shell_commands(text, "t")] == [
+        "kubectl get pods", "helm install x ./c --set 'a={b,c}'", "vllm-operator plan -o manifest | kubectl apply -f -"]
+    assert [c.shell for c in inline_commands(text, "t")] == ["kubectl get vllms"]  # not the YAML block's
+    notes = "Intro: vllm-operator 1.0 is installed.\n\n     kubectl get vllms -A\n     helm uninstall r -n ns\n"
+    assert [c.shell for c in notes_commands(notes, "NOTES")] == ["kubectl get vllms -A", "helm uninstall r -n ns"]

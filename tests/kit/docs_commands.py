@@ -1,6 +1,7 @@
 """The commands the documentation tells people to run, extracted programmatically (never copied into a test).
 
-Sources: README.md and docs/*.md (fenced ``sh``/``bash``/``console``/``shell`` blocks), the chart's NOTES.txt as
+Sources: README.md and docs/*.md (fenced ``sh``/``bash``/``console``/``shell`` blocks, and inline code spans in
+prose that give a whole command), the chart's NOTES.txt as
 `helm install --dry-run=client` renders it for a documented install command, and the lines the demo prints. A
 command is a line (with its ``\\`` continuations) whose first word is one of `PROGRAMS`, without a ``$ `` prompt and
 without its trailing ``# comment``; the text kept is what a shell would run (`Command.shell`).
@@ -16,14 +17,16 @@ from pathlib import Path
 
 from kit.api import REPO
 
-__all__ = ["PROGRAMS", "Command", "demo_printed_commands", "documented_commands", "notes_commands", "render_notes",
-           "shell_commands"]
+__all__ = ["PROGRAMS", "Command", "demo_printed_commands", "documented_commands", "inline_commands", "notes_commands",
+           "render_notes", "shell_commands"]
 
 #: What a documented command starts with.
 PROGRAMS = ("kubectl", "helm", "vllm-operator", "make", "docker", "kind", "export")
 #: Documentation files with commands: README and docs/ (the research notes hold no instructions).
 DOC_FILES = ("README.md", "docs/install.md")
 _FENCE = re.compile(r"^```(sh|bash|console|shell)\n(.*?)^```", re.S | re.M)
+_ANY_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+_INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Command:
 
     shell: str
     source: str
+    position: int = 0   # offset in the source
+    inline: bool = False  # an inline code span in prose, not a fenced block
 
     @property
     def words(self) -> list[str]:
@@ -83,16 +88,31 @@ def shell_commands(text: str, source: str) -> list[Command]:
             if stripped.startswith("$ "):
                 stripped = stripped[2:]
             if stripped.split(" ", 1)[0] in PROGRAMS:
-                found.append(Command(_strip(stripped), source))
+                found.append(Command(_strip(stripped), source, match.start()))
     return found
 
 
-def documented_commands() -> list[Command]:
-    """Every command of README.md and docs/, in order, each once (docs/install.md is generated from README)."""
+def inline_commands(text: str, source: str) -> list[Command]:
+    """The commands written in prose as inline code: a span starting with a program and at least two more words.
+    Shorter spans (`helm upgrade`, `kubectl apply`, `vllm-operator run`) name a command, they do not give one."""
+    prose = _ANY_FENCE.sub(lambda m: " " * len(m[0]), text)  # keep offsets, drop every fenced block
+    found: list[Command] = []
+    for match in _INLINE.finditer(prose):
+        words = match[1].split()
+        if words[0] in PROGRAMS and len(words) >= 3:
+            found.append(Command(_strip(match[1]), source, match.start(), inline=True))
+    return found
+
+
+def documented_commands(*, inline: bool = True) -> list[Command]:
+    """Every command of README.md and docs/ (fenced, and inline unless `inline=False`), in document order, each
+    once (docs/install.md is generated from README, so its commands are README's)."""
     seen: set[str] = set()
     found: list[Command] = []
     for name in DOC_FILES:
-        for command in shell_commands((REPO / name).read_text(), name):
+        text = (REPO / name).read_text()
+        commands = shell_commands(text, name) + (inline_commands(text, name) if inline else [])
+        for command in sorted(commands, key=lambda c: c.position):
             if command.shell not in seen:
                 seen.add(command.shell)
                 found.append(command)
