@@ -697,12 +697,15 @@ class _Download:
     init: bool
     why: str
     rate_mib_per_s: float | None
+    checkpoint_bytes: int
 
     def status(self, observed: Observed) -> ModelCacheStatus:
-        """status.modelCache: the measurement as recorded (pod hook), the init choice and the budget's rate."""
+        """status.modelCache: the measurement as recorded (pod hook), the init choice, the checkpoint's size and
+        the budget's rate."""
         budget = int(self.rate_mib_per_s * 2**20) if self.rate_mib_per_s else None
         current = ModelCacheStatus.model_validate(observed.status.get("modelCache") or {})
-        return current.model_copy(update={"download_init": self.init, "budget_bytes_per_second": budget})
+        return current.model_copy(update={"download_init": self.init, "budget_bytes_per_second": budget,
+                                          "checkpoint_bytes": self.checkpoint_bytes})
 
 
 def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Download:
@@ -710,7 +713,8 @@ def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Downl
     init, why = download_init_wanted(cache, observed.cache_settings, [e.to_dict() for e in spec.env],
                                      spec.extra_args)
     return _Download(init=init, why=why, rate_mib_per_s=budget_rate(observed.status.get("modelCache"),
-                                                                    args_changed=planned.changed))
+                                                                    args_changed=planned.changed),
+                     checkpoint_bytes=checkpoint_bytes(planned.arch))
 
 
 def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, download: _Download) -> RenderInput:

@@ -3,6 +3,7 @@ against the simulated cluster, whose default StorageClass makes the default cach
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -29,6 +30,11 @@ def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
     def inspect(cluster: SimulatedCluster, _results: list[ServiceResult]) -> None:
         seen["events"] = [(e.kind, e.pod, str(e.details.get("volume"))) for e in cluster.kubelet.events
                           if e.service == name and e.kind in ("download", "cache-hit")]
+        def measured() -> dict[str, Any] | None:  # the operator records the measured download soon after Ready
+            found = cluster.api.get_object("vllmservices", name, "default") or {}
+            return found if ((found.get("status") or {}).get("modelCache") or {}).get("measuredBy") else None
+        with contextlib.suppress(TimeoutError):
+            cluster.wait_for(measured, timeout=15)
         obj = cluster.api.get_object("vllmservices", name, "default") or {}
         seen["condition"] = next((c for c in (obj.get("status") or {}).get("conditions") or []
                                   if c["type"] == "ModelCache"), {})
@@ -83,3 +89,10 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}
     assert len([e for e in events if e[0] == "download"]) == len(pods) >= 2, events
+    # no init container on an emptyDir: the measurement is vLLM's own log line, read once the pod served
+    seen = SEEN["fresh"]
+    cache = seen["modelCache"]
+    assert cache.get("downloadInit") is False and cache.get("measuredBy") == "vllm-log", cache
+    last = seen["downloaded"][-1]
+    assert cache["downloadedBytes"] == cache["checkpointBytes"] and cache["measuredPod"] in pods
+    assert abs(cache["downloadSeconds"] - last["seconds"]) < 0.01

@@ -1889,6 +1889,9 @@ class ModelCacheStatus(_StatusModel):
     download_init: bool | None = Field(
         default=None, description="Whether the model-download init container fills the cache before vLLM starts."
     )
+    checkpoint_bytes: int | None = Field(
+        default=None, ge=0, description="The checkpoint's size as the planner knows it (what vLLM downloads)."
+    )
     downloaded_bytes: int | None = Field(default=None, ge=0, description="Bytes the last measured download fetched.")
     download_seconds: float | None = Field(default=None, ge=0, description="Seconds the last measured download took.")
     bytes_per_second: int | None = Field(default=None, ge=0, description="The measured download rate.")

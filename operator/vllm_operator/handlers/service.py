@@ -333,8 +333,8 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             logger.warning("group status deferred: %s", exc)
         if rollout.unschedulable_message(body):
             return  # the group's InsufficientNodes is said; there is no Deployment rollout to switch
-    if owner and (body.get("status") or {}).get("initContainerStatuses"):
-        try:  # the model-download init container's measured download goes into status.modelCache
+    if owner:
+        try:  # a measured download (init container's report, or vLLM's log line once Ready) → status.modelCache
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
