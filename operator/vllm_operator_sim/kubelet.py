@@ -641,6 +641,10 @@ class Kubelet:
             "exitCode": 0, "reason": "Completed", "message": json.dumps(report), "startedAt": started,
             "finishedAt": self.clock.timestamp(t), "containerID": f"containerd://{pod.uid[:8]}init"}})
         pod.init_status = status
+        # what the real script prints (render/cache.py DOWNLOAD_SCRIPT): `kubectl logs POD -c model-download`
+        self.api.set_pod_log(pod.namespace, pod.name, f"Time spent downloading weights for {pod.init_model}: "
+                             f"{report.get('seconds', 0):.6f} seconds ({report.get('downloadedBytes', 0)} bytes)\n",
+                             container=DOWNLOAD_CONTAINER)
         pod.init_model = None
         self._set_condition(pod, "Initialized", "True", t)
         self._start_run(pod, t)

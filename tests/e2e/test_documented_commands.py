@@ -78,7 +78,8 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
 
 #: Placeholders the documents use, and what stands for them here.
 PLACEHOLDERS = {"<name>": "llama", "NAME": "llama",  # examples/minimal.yaml's service
-                "<hf-id>": "meta-llama/Llama-3.1-8B-Instruct", "<gpu>": "L4"}
+                "<hf-id>": "meta-llama/Llama-3.1-8B-Instruct", "<gpu>": "L4",
+                "--replicas=N": "--replicas=1"}  # the example's own count: scaling it changes nothing else here
 
 
 def _demo_section_commands() -> list[str]:
@@ -144,8 +145,8 @@ class Runner:
                               text=True, timeout=120, check=False)
 
     def run(self, command: Command) -> str:
-        words = [PLACEHOLDERS.get(w, w) for w in command.words]
-        text = " | ".join(shlex.join([PLACEHOLDERS.get(w, w) for w in shlex.split(part)])
+        words = [self._resolve(w) for w in command.words]
+        text = " | ".join(shlex.join([self._resolve(w) for w in shlex.split(part)])
                           for part in command.shell.split(" | "))
         if words[:2] == ["helm", "install"]:
             return self._helm_install(command, words)
@@ -155,6 +156,16 @@ class Runner:
         self._check(command, result)
         self.ran.append(command.shell)
         return result.stdout
+
+    def _resolve(self, word: str) -> str:
+        """A placeholder's stand-in; `POD`: a pod of the minimal example's service (it exists by then)."""
+        if word != "POD":
+            return PLACEHOLDERS.get(word, word)
+        pods = self.cluster.wait_for(lambda: self.cluster.api.list_objects(
+            "pods", "default", label_selector=f"vllm-operator.dev/service={PLACEHOLDERS['<name>']}") or None,
+            timeout=30, message="a pod of the minimal example")
+        name: str = pods[0]["metadata"]["name"]
+        return name
 
     def _check(self, command: Command, result: subprocess.CompletedProcess[str]) -> None:
         output = result.stdout + result.stderr
