@@ -364,3 +364,18 @@ def test_the_measured_rate_applies_at_the_next_change_of_args_only() -> None:
     assert stepped.status.model_cache.budget_bytes_per_second == 25 * 2**20
     after = _stepped({**stepped.status.to_dict(), "remediation": {"profile": {"max_utilization": 0.8}, "step": 1}})
     assert vllm_container(after)["startupProbe"]["failureThreshold"] == 142  # and it stays
+
+
+@pytest.mark.parametrize(("argv", "env", "expected"), [
+    ([], None, True), (["--no-model-cache-download-init"], None, False), ([], "false", False), ([], "1", True),
+    (["--model-cache-download-init"], "no", True),
+])
+def test_the_operator_setting(argv: list[str], env: str | None, expected: bool,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_operator import cli
+    if env is None:
+        monkeypatch.delenv("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", env)
+    args = cli.build_parser().parse_args(["run", *argv])
+    assert cli._cache_settings(args).download_init is expected
