@@ -246,6 +246,19 @@ def test_the_download_script_fetches_what_vllm_loads(tmp_path: Path) -> None:
         {"name": DOWNLOAD_CONTAINER, "state": {"terminated": {"exitCode": 0, "message": message.read_text()}}}]}})
     assert measure is not None and measure.downloaded_bytes == report["downloadedBytes"]
 
+    # the hub unreachable: the cached snapshot serves (exit 0, nothing downloaded, no measurement) ...
+    (cache / "offline").touch()
+    again = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT, "org/model", "", str(message)],
+                           env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert again.returncode == 0 and "using the cached snapshot" in again.stdout, again.stderr
+    assert json.loads(message.read_text()) == {"downloadedBytes": 0, "seconds": 0.0}
+    # ... and without one the container fails with the hub's error (the kubelet restarts it)
+    failed = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT, "other/model", "", str(message)],
+                            env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert failed.returncode == 1 and "Connection refused" in failed.stderr
+
 
 FAKE_HUB = '''
 import json
@@ -275,6 +288,8 @@ def _fetch(name):
 
 class HfApi:
     def list_repo_files(self, repo, revision=None):
+        if (Path(HUB_DIR) / "offline").exists():
+            raise OSError("Connection refused")
         return list(FILES)
 
 
@@ -286,7 +301,13 @@ def hf_hub_download(repo, filename, revision=None):
     return str(path)
 
 
-def snapshot_download(repo, revision=None, allow_patterns=None):
+def snapshot_download(repo, revision=None, allow_patterns=None, local_files_only=False):
+    snapshot = Path(HUB_DIR) / ("snapshot-" + repo.replace("/", "--"))
+    if local_files_only:
+        if not snapshot.exists():
+            raise FileNotFoundError("no snapshot in the cache")
+        return str(Path(HUB_DIR))
+    snapshot.touch()
     for name in allow_patterns:
         if name != "model.safetensors.index.json":
             _fetch(name)

@@ -68,7 +68,9 @@ MIN_MEASURED_SECONDS = 1.0
 #: `HfApi.list_repo_files`, `hf_hub_download`, `snapshot_download` and `constants.HF_HUB_CACHE` are used: present
 #: in every huggingface_hub a vLLM image has shipped (0.x and 1.x; vLLM 0.33 requires >= 1.31), unlike the
 #: `huggingface-cli download` (removed in 1.0) or `hf download` (added in 0.34) commands. It prints vLLM's own
-#: "Time spent downloading weights" line and writes {"downloadedBytes", "seconds"} as its termination message.
+#: "Time spent downloading weights" line and writes {"downloadedBytes", "seconds"} as its termination message. When
+#: the hub cannot be reached but the cache holds a snapshot of the revision, it exits 0 on that (vLLM falls back to
+#: the cache the same way), so a network blip does not hold a remediation rollout whose weights are already there.
 DOWNLOAD_SCRIPT = """\
 import json, sys, time
 from pathlib import Path
@@ -95,16 +97,29 @@ def cached_bytes(blobs):
     return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file()) if blobs.is_dir() else 0
 
 
+def report(message_path, downloaded, seconds):
+    Path(message_path).write_text(json.dumps({"downloadedBytes": downloaded, "seconds": round(seconds, 3)}))
+
+
 def main(repo, revision, message_path):
     revision = revision or None
-    top = [f for f in HfApi().list_repo_files(repo, revision=revision) if "/" not in f]
+    try:
+        top = [f for f in HfApi().list_repo_files(repo, revision=revision) if "/" not in f]
+    except Exception as error:  # the hub unreachable: a snapshot already in the cache still serves vLLM
+        try:
+            snapshot_download(repo, revision=revision, local_files_only=True)
+        except Exception:
+            raise error from None
+        print(f"the hub is unreachable ({error}); using the cached snapshot of {repo}", flush=True)
+        report(message_path, 0, 0.0)
+        return
     wanted = [f for f in top if not f.endswith(WEIGHTS)] + weight_files(repo, revision, top)
     blobs = Path(constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--")) / "blobs"
     before, start = cached_bytes(blobs), time.monotonic()
     snapshot_download(repo, revision=revision, allow_patterns=wanted)
     seconds, downloaded = time.monotonic() - start, max(cached_bytes(blobs) - before, 0)
     print(f"Time spent downloading weights for {repo}: {seconds:.6f} seconds ({downloaded} bytes)", flush=True)
-    Path(message_path).write_text(json.dumps({"downloadedBytes": downloaded, "seconds": round(seconds, 3)}))
+    report(message_path, downloaded, seconds)
 
 
 main(*sys.argv[1:4])
