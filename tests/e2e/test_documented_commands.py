@@ -27,6 +27,7 @@ import yaml
 from kit.api import REPO
 from kit.docs_commands import (
     Command,
+    doc_files,
     documented_commands,
     inline_commands,
     notes_commands,
@@ -99,6 +100,7 @@ def test_every_documented_command_is_run_or_allowed_with_a_reason() -> None:
     demo = _demo_section_commands()
     assert {"vllm-operator demo --keep-running", "kubectl get vllms -o wide"} <= set(demo)
     assert len(commands) >= 25, commands
+    assert {"README.md", "docs/install.md"} <= set(doc_files())
     for allowed, reason in ALLOWED.items():
         assert allowed in commands, f"ALLOWED names a command the documents no longer have: {allowed}"
         assert len(reason) > 20

@@ -17,13 +17,14 @@ from pathlib import Path
 
 from kit.api import REPO
 
-__all__ = ["PROGRAMS", "Command", "demo_printed_commands", "documented_commands", "inline_commands", "notes_commands",
+__all__ = ["PROGRAMS", "Command", "demo_printed_commands", "doc_files", "documented_commands", "inline_commands", "notes_commands",
            "render_notes", "shell_commands"]
 
 #: What a documented command starts with.
 PROGRAMS = ("kubectl", "helm", "vllm-operator", "make", "docker", "kind", "export")
-#: Documentation files with commands: README and docs/ (the research notes hold no instructions).
-DOC_FILES = ("README.md", "docs/install.md")
+def doc_files() -> list[str]:
+    """README.md and every Markdown file under docs/ (relative paths, README first)."""
+    return ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md"))]
 _FENCE = re.compile(r"^```(sh|bash|console|shell)\n(.*?)^```", re.S | re.M)
 _ANY_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
@@ -109,7 +110,7 @@ def documented_commands(*, inline: bool = True) -> list[Command]:
     once (docs/install.md is generated from README, so its commands are README's)."""
     seen: set[str] = set()
     found: list[Command] = []
-    for name in DOC_FILES:
+    for name in doc_files():
         text = (REPO / name).read_text()
         commands = shell_commands(text, name) + (inline_commands(text, name) if inline else [])
         for command in sorted(commands, key=lambda c: c.position):
