@@ -778,6 +778,10 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
         persistent_cache=cache.persistent)
     message = f"{cache.message}; {download.why}" if download.why else cache.message
+    failing = (observed.status.get("modelCache") or {}).get("downloadError") if download.init else None
+    if failing:
+        message += (f"; the model-download init container of pod "
+                    f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
     updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,

@@ -21,8 +21,10 @@ from vllm_operator.render.cache import (
     PERSISTENT,
     CacheSettings,
     default_size,
+    download_failure,
     download_from_vllm_log,
     fold_download,
+    fold_download_failure,
     measured_download,
     shared_claim_name,
     startup_failure_threshold,
@@ -400,3 +402,45 @@ def test_the_operator_setting(argv: list[str], env: str | None, expected: bool,
         monkeypatch.setenv("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", env)
     args = cli.build_parser().parse_args(["run", *argv])
     assert cli._cache_settings(args).download_init is expected
+
+
+def _failing(state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "svc-abc"}, "status": {"initContainerStatuses": [
+        {"name": DOWNLOAD_CONTAINER, "state": state, "lastState": last or {}, "restartCount": 2}]}}
+
+
+GATED = ("Traceback (most recent call last):\n  ...\nhuggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
+         "Cannot access gated repo for url https://huggingface.co/api/models/meta-llama/Llama-3.1-8B-Instruct.\n"
+         "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be "
+         "authenticated to access it. Please log in.\n")
+
+
+def test_a_failing_download_is_said_and_cleared_by_a_success() -> None:
+    crash = _failing({"waiting": {"reason": "CrashLoopBackOff"}},
+                     {"terminated": {"exitCode": 1, "reason": "Error", "message": GATED}})
+    why = download_failure(crash)
+    assert why is not None and why.startswith("huggingface_hub.errors.GatedRepoError: 401") and "log in" in why
+    assert download_failure(_failing({"terminated": {"exitCode": 2, "reason": "Error"}})) == "exit code 2 (Error)"
+    # running again after a failure: still failing until it succeeds; a success clears it
+    assert download_failure(_failing({"running": {}}, {"terminated": {"exitCode": 1, "message": "x"}})) == "x"
+    ok = _failing({"terminated": {"exitCode": 0, "message": json.dumps({"downloadedBytes": 0, "seconds": 1})}},
+                  {"terminated": {"exitCode": 1, "message": "x"}})
+    assert download_failure(ok) is None and download_failure({"status": {}}) is None
+    failed = fold_download_failure({"downloadInit": True}, "svc-abc", why)
+    assert failed == {"downloadInit": True, "downloadError": why, "downloadErrorPod": "svc-abc"}
+    assert fold_download_failure(failed, "svc-abc", why) is None  # said once
+    assert fold_download_failure(failed, "svc-def", None) == {"downloadInit": True}
+    assert fold_download_failure({"downloadInit": True}, "svc-def", None) is None
+
+
+def test_the_model_cache_condition_repeats_a_failing_download() -> None:
+    first = run({"model": {"name": QWEN}})
+    status = first.status.to_dict()
+    status["modelCache"] = {**status["modelCache"], "downloadError": "GatedRepoError: 401", "downloadErrorPod": "p-1"}
+    again = reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-svc", generation=1, spec={"model": {"name": QWEN}}, status=status,
+        now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,), model_files=load_model_files(QWEN, offline=True),
+        default_storage_class="standard"))
+    message = cache_condition(again)[2]
+    assert "the model-download init container of pod p-1 fails: GatedRepoError: 401" in message
+    assert again.status.model_cache is not None and again.status.model_cache.download_error == "GatedRepoError: 401"

@@ -1902,6 +1902,10 @@ class ModelCacheStatus(_StatusModel):
     measured_at: str | None = Field(
         default=None, json_schema_extra={"format": "date-time"}, description="When the measured download ended."
     )
+    download_error: str | None = Field(
+        default=None, description="Why the model-download init container fails (its last log lines), while it does."
+    )
+    download_error_pod: str | None = Field(default=None, description="The pod whose download fails.")
     budget_bytes_per_second: int | None = Field(
         default=None, ge=0,
         description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "

@@ -1,7 +1,10 @@
 """The status hook for a measured download: record in `status.modelCache`, once per pod, through the one status
 writer, how many bytes a pod downloaded in how long (render/cache.py holds the pure parts).
 
-Two sources, both read without extra requests for pods that give none:
+A failing download is recorded too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a
+pod waiting in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained.
+
+Two sources of measurements, both read without extra requests for pods that give none:
 
 * the `model-download` init container's termination message (in the pod status the event carries);
 * vLLM's own "Time spent downloading weights" line, for a pod without that init container (an emptyDir cache, or
@@ -17,11 +20,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.v1alpha1 import VLLMServiceStatus
+from ..remediation.redact import redact
 from ..render.cache import (
     DOWNLOAD_CONTAINER,
     DownloadMeasure,
+    download_failure,
     download_from_vllm_log,
     fold_download,
+    fold_download_failure,
     measured_download,
 )
 from . import effects, kube
@@ -58,7 +64,10 @@ def record_download(namespace: str, service: str, pod: Mapping[str, Any]) -> boo
     meta = pod.get("metadata") or {}
     name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
     if _has_download_init(pod):
+        failing = download_failure(pod)
         measure = measured_download(pod)
+        if failing is not None or (measure is not None and (name, None) not in _CLEARED):
+            _record_failure(namespace, service, name, redact(failing) if failing else None)
         if measure is None or not measure.telling() or _seen(uid):
             return False
         return _write(namespace, service, lambda _status: measure)
@@ -71,6 +80,28 @@ def record_download(namespace: str, service: str, pod: Mapping[str, Any]) -> boo
         size = ((status.get("modelCache") or {}).get("checkpointBytes")) or 0
         return download_from_vllm_log(text, checkpoint_bytes=int(size), pod=name)
     return _write(namespace, service, from_log)
+
+
+#: (pod, failure) pairs said already (a failure recorded, or a success that cleared it): no second read.
+_CLEARED: dict[tuple[str, str | None], None] = {}
+
+
+def _record_failure(namespace: str, service: str, pod: str, why: str | None) -> None:
+    """status.modelCache.downloadError while a pod's download fails, cleared once a pod's download succeeded (the
+    ModelCache condition repeats it, so `kubectl describe` says why a pod waits in Init)."""
+    if (pod, why) in _CLEARED:
+        return
+
+    def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
+        status = dict(stored.get("status") or {})
+        folded = fold_download_failure(status.get("modelCache"), pod, why)
+        return None if folded is None else VLLMServiceStatus.model_validate({**status, "modelCache": folded})
+
+    if effects.update_status(namespace, service, build) and why:
+        log.warning("%s/%s: the model download of pod %s fails: %s", namespace, service, pod, why)
+    _CLEARED[pod, why] = None
+    while len(_CLEARED) > _SEEN_LIMIT:
+        del _CLEARED[next(iter(_CLEARED))]
 
 
 def _write(namespace: str, service: str, measure_for: Any) -> bool:

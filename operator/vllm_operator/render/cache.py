@@ -376,6 +376,42 @@ def fold_download(model_cache: Mapping[str, Any] | None, measure: DownloadMeasur
     return current
 
 
+def download_failure(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod's `model-download` init container failed (the end of its message: with FallbackToLogsOnError the
+    log's last lines, e.g. a gated repository without a token), or None when it did not fail."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if not isinstance(status, Mapping) or status.get("name") != DOWNLOAD_CONTAINER:
+            continue
+        now = status.get("state") or {}
+        if isinstance(now, Mapping) and ((now.get("terminated") or {}).get("exitCode") == 0):
+            return None  # it succeeded after earlier failures (lastState keeps the last one)
+        for state in (now, status.get("lastState") or {}):
+            terminated = state.get("terminated") if isinstance(state, Mapping) else None
+            if isinstance(terminated, Mapping) and terminated.get("exitCode") not in (0, None):
+                lines = [line.strip() for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+                why = " / ".join(lines[-3:]) or f"exit code {terminated.get('exitCode')} " \
+                    f"({terminated.get('reason') or 'Error'})"
+                return why[-400:]
+    return None
+
+
+def fold_download_failure(model_cache: Mapping[str, Any] | None, pod: str, why: str | None,
+                          ) -> dict[str, Any] | None:
+    """`status.modelCache` saying the pod's download fails (`why`), or no longer failing (`why` None after a pod's
+    init container succeeded); None when that is already what it says."""
+    current = dict(model_cache or {})
+    if why is None:
+        if "downloadError" not in current:
+            return None
+        current.pop("downloadError", None)
+        current.pop("downloadErrorPod", None)
+        return current
+    if current.get("downloadError") == why and current.get("downloadErrorPod") == pod:
+        return None
+    current.update({"downloadError": why, "downloadErrorPod": pod})
+    return current
+
+
 def budget_rate(model_cache: Mapping[str, Any] | None, *, args_changed: bool) -> float | None:
     """The download rate (MiB/s) the startup budget uses, None for the assumed one. A new measurement applies when
     vLLM's arguments change anyway (a remediation step, a spec change); until then the rate the current template
