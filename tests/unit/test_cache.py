@@ -444,3 +444,14 @@ def test_the_model_cache_condition_repeats_a_failing_download() -> None:
     message = cache_condition(again)[2]
     assert "the model-download init container of pod p-1 fails: GatedRepoError: 401" in message
     assert again.status.model_cache is not None and again.status.model_cache.download_error == "GatedRepoError: 401"
+
+
+def test_the_init_container_follows_the_restricted_profile() -> None:
+    """A non-root user: the init container runs as vLLM does, with HOME and the caches on the writable volumes."""
+    desired = run({"model": {"name": QWEN}, "security": {"profile": "restricted"}})
+    [init] = pod_spec(desired)["initContainers"]
+    vllm = vllm_container(desired)
+    assert init["securityContext"]["runAsNonRoot"] is True and init["securityContext"] == vllm["securityContext"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert env["HOME"] == "/home/vllm" and env["HF_HOME"] == "/home/vllm/.cache/huggingface"
+    assert {"name": "model-cache", "mountPath": "/home/vllm/.cache/huggingface"} in init["volumeMounts"]
