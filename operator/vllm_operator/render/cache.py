@@ -65,8 +65,9 @@ MIN_MEASURED_SECONDS = 1.0
 #: non-weight files (config, tokenizer, generation config) and one weight format — the files the safetensors index
 #: names when there is one (so `original/` and `consolidated.safetensors` copies are skipped), else the top-level
 #: `*.safetensors`, else `*.bin`, else `*.pt` — into the same Hugging Face cache (`HF_HOME`) vLLM reads. Only
-#: `HfApi.list_repo_files`, `hf_hub_download`, `snapshot_download` and `constants.HF_HUB_CACHE` are used: present
-#: in every huggingface_hub a vLLM image has shipped (0.x and 1.x; vLLM 0.33 requires >= 1.31), unlike the
+#: `HfApi.list_repo_files`, `hf_hub_download`, `snapshot_download` and the hub cache constant (`HF_HUB_CACHE`, else
+#: its older name `HUGGINGFACE_HUB_CACHE`) are used: present in the huggingface_hub releases vLLM images ship (0.x
+#: and 1.x; vLLM 0.33 requires >= 1.31), unlike the
 #: `huggingface-cli download` (removed in 1.0) or `hf download` (added in 0.34) commands. It prints vLLM's own
 #: "Time spent downloading weights" line and writes {"downloadedBytes", "seconds"} as its termination message. When
 #: the hub cannot be reached but the cache holds a snapshot of the revision, it exits 0 on that (vLLM falls back to
@@ -114,7 +115,8 @@ def main(repo, revision, message_path):
         report(message_path, 0, 0.0)
         return
     wanted = [f for f in top if not f.endswith(WEIGHTS)] + weight_files(repo, revision, top)
-    blobs = Path(constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--")) / "blobs"
+    hub = getattr(constants, "HF_HUB_CACHE", None) or constants.HUGGINGFACE_HUB_CACHE  # the older name
+    blobs = Path(hub) / ("models--" + repo.replace("/", "--")) / "blobs"
     before, start = cached_bytes(blobs), time.monotonic()
     snapshot_download(repo, revision=revision, allow_patterns=wanted)
     seconds, downloaded = time.monotonic() - start, max(cached_bytes(blobs) - before, 0)
