@@ -222,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "ReadWriteOnce: one claim per single-pod service")
     r.add_argument("--model-cache-size", default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_SIZE"),
                    help="size of the default cache claims (default: 1.5 x the checkpoint + 10Gi)")
+    r.add_argument("--model-cache-download-init", action=argparse.BooleanOptionalAction,
+                   default=os.environ.get("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", "true").lower() in _TRUE,
+                   help="fill a persistent model cache with a model-download init container before vLLM starts, so "
+                        "vLLM's startup probe budgets no download (default: on)")
     r.add_argument("--verbose", "-v", action="store_true")
     r.set_defaults(func=cmd_run)
 
@@ -606,9 +610,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     ))
 
 
+#: Words an environment variable uses for "on".
+_TRUE = ("1", "on", "true", "yes")
+
+
 def _cache_settings(args: argparse.Namespace) -> CacheSettings:
     return CacheSettings(mode=args.model_cache_mode, storage_class=args.model_cache_storage_class or None,
-                         access_mode=args.model_cache_access_mode, size=args.model_cache_size or None)
+                         access_mode=args.model_cache_access_mode, size=args.model_cache_size or None,
+                         download_init=bool(args.model_cache_download_init))
 
 
 #: The simulator and the modules of its extra's dependencies (kmock, aiohttp, jsonschema, cel-python,

@@ -17,6 +17,7 @@ from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     GPUStatus,
+    ModelCacheStatus,
     MultiNodeStatus,
     PinnedFlags,
     PlanFailure,
@@ -49,7 +50,15 @@ from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
 from .render.autoscaling import pod_matchers
-from .render.cache import MODEL_CACHE, CachePlan, CacheSettings, plan_cache, startup_failure_threshold
+from .render.cache import (
+    MODEL_CACHE,
+    CachePlan,
+    CacheSettings,
+    budget_rate,
+    download_init_wanted,
+    plan_cache,
+    startup_failure_threshold,
+)
 from .render.ecosystem import ecosystem_children
 from .render.manifests import (
     OwnerRef,
@@ -712,7 +721,34 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s())
 
 
-def _render_input(observed: Observed, planned: _Planned, cache: CachePlan) -> RenderInput:
+@dataclass(frozen=True)
+class _Download:
+    """How the weights reach the cache: by the init container or by vLLM, and the rate the probe budgets with."""
+
+    init: bool
+    why: str
+    rate_mib_per_s: float | None
+    checkpoint_bytes: int
+
+    def status(self, observed: Observed) -> ModelCacheStatus:
+        """status.modelCache: the measurement as recorded (pod hook), the init choice, the checkpoint's size and
+        the budget's rate."""
+        budget = int(self.rate_mib_per_s * 2**20) if self.rate_mib_per_s else None
+        current = ModelCacheStatus.model_validate(observed.status.get("modelCache") or {})
+        return current.model_copy(update={"download_init": self.init, "budget_bytes_per_second": budget,
+                                          "checkpoint_bytes": self.checkpoint_bytes})
+
+
+def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Download:
+    spec = planned.spec
+    init, why = download_init_wanted(cache, observed.cache_settings, [e.to_dict() for e in spec.env],
+                                     spec.extra_args)
+    return _Download(init=init, why=why, rate_mib_per_s=budget_rate(observed.status.get("modelCache"),
+                                                                    args_changed=planned.changed),
+                     checkpoint_bytes=checkpoint_bytes(planned.arch))
+
+
+def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, download: _Download) -> RenderInput:
     """What the renderer needs of the spec, the plan and the model cache."""
     spec, result, constraints = planned.spec, planned.result, planned.constraints
     return RenderInput(
@@ -728,9 +764,10 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan) -> Re
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_volume=cache.volume, roll_without_surge=cache.exclusive,
+        cache_volume=cache.volume, roll_without_surge=cache.exclusive, download_init=download.init,
         startup_failure_threshold=startup_failure_threshold(
-            checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s),
+            checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s,
+            measured_mib_per_s=download.rate_mib_per_s, download=not download.init),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -751,6 +788,7 @@ class _Rendered:
     children: list[dict[str, Any]]
     updates: list[cond.ConditionUpdate]
     stale: list[tuple[str, str]]
+    model_cache: ModelCacheStatus
 
 
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
@@ -759,7 +797,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     then the ecosystem objects (HPA or KEDA ScaledObject, InferencePool) — and the conditions they report."""
     spec = planned.spec
     cache = _model_cache(observed, planned)
-    render = _render_input(observed, planned, cache)
+    download = _download(observed, planned, cache)
+    render = _render_input(observed, planned, cache, download)
     # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13)
     children = ([cache.claim] if cache.claim else []) + multinode.children_for(
         render, planned.nodes_per_replica, multinode.group_options(spec, planned.spread))
@@ -770,9 +809,15 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
         prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
         persistent_cache=cache.persistent)
+    message = f"{cache.message}; {download.why}" if download.why else cache.message
+    failing = (observed.status.get("modelCache") or {}).get("downloadError") if download.init else None
+    if failing:
+        message += (f"; the model-download init container of pod "
+                    f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
     updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
-                                    cache.message), *extras.updates]
-    return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale)
+                                    message), *extras.updates]
+    return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
+                     model_cache=download.status(observed))
 
 
 def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendered) -> Desired:
@@ -812,7 +857,8 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
-                     selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi)
+                     selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
+                     model_cache=rendered.model_cache)
     return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 
 

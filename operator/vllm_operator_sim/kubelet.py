@@ -18,6 +18,13 @@ through the emulator's thread-safe direct API:
   capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
   :func:`vllm_operator_sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
   revealed line by line as simulated time passes (``GET pods/log``).
+* **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
+  lives as long as the pod). The first fetch on a volume is a ``download`` event taking ``size / download_mib_per_s``
+  simulated seconds, every later one a ``cache-hit``. A ``model-download`` init container (render/cache.py) fetches
+  before vLLM starts: the pod shows ``Init:0/1``, ``Initialized=False``, then ``initContainerStatuses`` with the
+  run's ``startedAt``/``finishedAt`` and, as its termination message, the ``{"downloadedBytes", "seconds"}`` report
+  the real script writes; vLLM then finds the weights (``cache-hit``). Without one, vLLM downloads them itself after
+  "Starting to load model" and logs its own "Time spent downloading weights" line; the run is that much longer.
 * **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
   batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
 
@@ -71,6 +78,9 @@ TERMINATED_SHOWN_S = 1.0  # how long state.terminated shows before the kubelet r
 SCHEDULE_S = 1.0
 CREATE_S = 2.0
 GENERIC_READY_S = 2.0
+DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-local mirror on 100 GbE (10 GiB/s)
+CACHE_CHECK_S = 1.5           # an init container that finds the weights: listing the repository, comparing hashes
+DOWNLOAD_CONTAINER = "model-download"
 
 
 def backoff_delay(failures: int) -> float:
@@ -137,7 +147,7 @@ class _Pod:
     vllm: bool
     declared_version: str | None = None   # the vllm-operator.dev/vllm-version annotation
     node: str | None = None
-    state: str = "Unscheduled"  # Unscheduled Creating Running Ready Terminated BackOff
+    state: str = "Unscheduled"  # Unscheduled Creating Initializing Running Ready Terminated BackOff
     due: float = float("inf")
     unschedulable_message: str = ""
     scheduled_at: float | None = None
@@ -162,6 +172,8 @@ class _Pod:
     env: dict[str, str] = field(default_factory=dict)   # the vLLM container's literal env (VLLM_PP_LAYER_PARTITION)
     node_rank: int | None = None   # a pod of a LeaderWorkerSet group: its worker index (vLLM --node-rank)
     death_kind: str | None = None  # what a Ready container dies of, when not a serving CUDA OOM
+    init_model: str | None = None            # the model-download init container's model, while it has not succeeded
+    init_status: dict[str, Any] | None = None  # its initContainerStatuses entry
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -178,6 +190,14 @@ class _Deploy:
     conditions: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # type → (status, reason, since)
     written: dict[str, Any] | None = None
     revision: dict[str, int] = field(default_factory=dict)  # template hash → revision
+
+
+def _download_init(spec: Mapping[str, Any]) -> str | None:
+    """The model the pod's `model-download` init container fetches (its first argument), if it has one."""
+    for container in spec.get("initContainers") or []:
+        if container.get("name") == DOWNLOAD_CONTAINER and container.get("args"):
+            return str(container["args"][0])
+    return None
 
 
 def _template_hash(template: Mapping[str, Any]) -> str:
@@ -213,12 +233,13 @@ class Kubelet:
     def __init__(self, api: DirectAPI, clock: SimClock, *, hidden: Callable[[str, str], HiddenFacts] | None = None,
                  catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
-                 post_events: bool = True) -> None:
+                 post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S) -> None:
         self.api = api
         self.clock = clock
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
         self.image_pull_s = image_pull_s
+        self.download_mib_per_s = download_mib_per_s
         self.tick_s = tick_s
         self.on_event = on_event
         self.post_events = post_events
@@ -399,6 +420,7 @@ class Kubelet:
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
         rank = str(labels.get(WORKER_INDEX, ""))
         pod.node_rank = int(rank) if rank.isdigit() else None
+        pod.init_model = _download_init(spec)
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.pods_created += 1
         if stats.first_pod_at is None:
@@ -484,7 +506,7 @@ class Kubelet:
         pod.scheduled_at = now
         pod.started_at = now
         self._set_condition(pod, "PodScheduled", "True", now)
-        self._set_condition(pod, "Initialized", "True", now)
+        self._set_condition(pod, "Initialized", "False" if pod.init_model else "True", now)
         self._set_condition(pod, "ContainersReady", "False", now)
         self._set_condition(pod, "Ready", "False", now)
         images = self._images.setdefault(node, {})
@@ -519,7 +541,12 @@ class Kubelet:
                     pod.config_error, pod.due = error, t + 2.0
                     continue
                 pod.config_error = ""
-                self._start_run(pod, t)
+                if pod.init_model:
+                    self._start_init(pod, t)
+                else:
+                    self._start_run(pod, t)
+            elif pod.state == "Initializing":
+                self._finish_init(pod, t)
             elif pod.state == "Running":
                 if pod.death is not None:
                     self._die(pod, t)
@@ -556,8 +583,7 @@ class Kubelet:
             pod.due = t + GENERIC_READY_S
             self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
             return
-        self._fetch_weights(pod, t)
-        outcome = self._simulate(pod)
+        outcome = self._with_download(pod, t, self._simulate(pod))
         pod.outcome = outcome
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.last_outcome = outcome
@@ -572,24 +598,72 @@ class Kubelet:
         self._event(pod, t, "started", f"Started container vllm ({what}) on {pod.node}", "Started",
                     restart=pod.restart_count, flags=_flag_summary(outcome.flags))
 
-    def _fetch_weights(self, pod: _Pod, t: float) -> None:
-        """The Hugging Face download a starting vLLM container makes, unless its cache volume holds the model:
-        a `download` event the first time on a volume, `cache-hit` after (no second download)."""
-        model_id = _model_arg(pod.args)
-        if not model_id:
-            return
+    def _fetch(self, pod: _Pod, t: float, model_id: str, container: str) -> float:
+        """Fetch the model's weights into the pod's cache volume: the simulated seconds it takes, 0.0 when the
+        volume holds them (`cache-hit`); the first time on a volume a `download` event."""
         key = (pod.namespace, pod.cache_volume, model_id)
         kind, where = pod.cache_volume.split(":", 1)
         place = f"claim {where}" if kind == "pvc" else "the pod's emptyDir"
-        files = self._model(model_id, pod)
-        size = f" ({files.total_size / 2**30:.1f} GiB)" if files is not None and files.total_size else ""
         if key in self._cached:
             self._event(pod, t, "cache-hit", f"{model_id}: weights found in {place}, not downloaded again",
-                        volume=pod.cache_volume)
-            return
+                        volume=pod.cache_volume, container=container)
+            return 0.0
         self._cached.add(key)
-        self._event(pod, t, "download", f"{model_id}: downloading the weights{size} into {place}",
-                    volume=pod.cache_volume)
+        files = self._model(model_id, pod)
+        size = files.total_size if files is not None and files.total_size else 0
+        seconds = round(size / 2**20 / self.download_mib_per_s, 3)
+        self._event(pod, t, "download", f"{model_id}: downloading the weights ({size / 2**30:.1f} GiB, "
+                    f"{seconds:.0f} s) into {place}", volume=pod.cache_volume, container=container, bytes=size,
+                    seconds=seconds)
+        return seconds
+
+    def _with_download(self, pod: _Pod, t: float, outcome: StartupOutcome) -> StartupOutcome:
+        """vLLM fetches the weights after "Starting to load model" (weight_utils.download_weights_from_hf): a
+        download shifts the rest of the run and logs vLLM's own line; a run that dies earlier fetches nothing."""
+        model_id = _model_arg(pod.args)
+        marker = next((i for i, line in enumerate(outcome.log) if line.text.startswith("Starting to load model")),
+                      None)
+        if not model_id or marker is None:
+            return outcome
+        seconds = self._fetch(pod, t + outcome.log[marker].offset_s, model_id, "vllm")
+        if seconds <= 0.5:  # vLLM logs only downloads over 0.5 s
+            return outcome
+        at = outcome.log[marker]
+        line = LogLine(offset_s=round(at.offset_s + seconds, 3), process=at.process, level="INFO",
+                       source="weight_utils.py:538",
+                       text=f"Time spent downloading weights for {model_id}: {seconds:.6f} seconds")
+        shifted = [*outcome.log[:marker + 1], line,
+                   *(x.model_copy(update={"offset_s": round(x.offset_s + seconds, 3)})
+                     for x in outcome.log[marker + 1:])]
+        return outcome.model_copy(update={"log": shifted, "duration_s": round(outcome.duration_s + seconds, 3)})
+
+    def _start_init(self, pod: _Pod, t: float) -> None:
+        """The model-download init container: downloads into the cache volume (or finds the weights there)."""
+        seconds = self._fetch(pod, t, pod.init_model or "", DOWNLOAD_CONTAINER)
+        files = self._model(pod.init_model or "", pod)
+        fetched = (files.total_size or 0) if files is not None and seconds > 0 else 0
+        duration = seconds + CACHE_CHECK_S
+        pod.state = "Initializing"
+        pod.due = t + duration
+        pod.init_status = {"name": DOWNLOAD_CONTAINER, "image": pod.image, "imageID": "", "ready": False,
+                           "restartCount": 0, "started": True, "state": {"running": {"startedAt": self.clock.timestamp(t)}},
+                           "report": {"downloadedBytes": fetched, "seconds": round(duration, 3)}}
+
+    def _finish_init(self, pod: _Pod, t: float) -> None:
+        status = dict(pod.init_status or {})
+        report = status.pop("report", {})
+        started = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+        status.update(ready=True, started=False, state={"terminated": {
+            "exitCode": 0, "reason": "Completed", "message": json.dumps(report), "startedAt": started,
+            "finishedAt": self.clock.timestamp(t), "containerID": f"containerd://{pod.uid[:8]}init"}})
+        pod.init_status = status
+        # what the real script prints (render/cache.py DOWNLOAD_SCRIPT): `kubectl logs POD -c model-download`
+        self.api.set_pod_log(pod.namespace, pod.name, f"Time spent downloading weights for {pod.init_model}: "
+                             f"{report.get('seconds', 0):.6f} seconds ({report.get('downloadedBytes', 0)} bytes)\n",
+                             container=DOWNLOAD_CONTAINER)
+        pod.init_model = None
+        self._set_condition(pod, "Initialized", "True", t)
+        self._start_run(pod, t)
 
     def _simulate(self, pod: _Pod) -> StartupOutcome:
         gpu = self._node_gpu(pod.node or "")
@@ -758,7 +832,12 @@ class Kubelet:
                                      "lastState": {}, "state": {}}
         if pod.last_terminated is not None:
             container["lastState"] = {"terminated": pod.last_terminated}
-        if pod.state == "Creating" and pod.config_error:
+        if pod.init_status is not None:
+            status["initContainerStatuses"] = [{k: v for k, v in pod.init_status.items() if k != "report"}]
+        if pod.state == "Initializing":
+            container["state"] = {"waiting": {"reason": "PodInitializing"}}
+            status.update(phase="Pending", podIP=f"10.244.{_octet(pod.node)}.{_octet(pod.uid)}")
+        elif pod.state == "Creating" and pod.config_error:
             container["state"] = {"waiting": {"reason": "CreateContainerConfigError", "message": pod.config_error}}
         elif pod.state == "Creating":
             container["state"] = {"waiting": {"reason": "ContainerCreating"}}

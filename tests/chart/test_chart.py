@@ -660,3 +660,12 @@ def test_argocd_health_check_text(argocd_health_script: str) -> None:
     script = argocd_health_script
     for word in ('"Healthy"', '"Degraded"', '"Progressing"', '"Remediating"', "observedGeneration", "return hs"):
         assert word in script
+
+
+def test_the_model_download_init_container_is_switchable(chart: Any) -> None:
+    """On by default (README: with a persistent cache); `modelCache.downloadInit=false` passes the negation."""
+    default = chart.operator_container(chart.objects())["args"]
+    off = chart.operator_container(chart.objects(sets=["modelCache.downloadInit=false"]))["args"]
+    assert "--model-cache-download-init" in default and "--no-model-cache-download-init" in off
+    assert build_parser().parse_args(default).model_cache_download_init is True
+    assert build_parser().parse_args(off).model_cache_download_init is False

@@ -1,4 +1,5 @@
-"""README's demo section, run as written: `vllm-operator demo --keep-running`, then its kubectl commands.
+"""README's demo section, run as written: `vllm-operator demo --keep-running`, then its kubectl commands (and the
+ones the demo prints for another terminal).
 
 The commands are read from the fenced block of the section "The demo: a simulated GPU cluster"; the kubeconfig is
 the one the demo prints (the README's `export KUBECONFIG=…` line stands for it). The demo is stopped with SIGTERM.
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kit.api import REPO
+from kit.docs_commands import demo_printed_commands
 from kit.kubectl import Kubectl
 from kit.process import operator_command
 
@@ -76,7 +78,18 @@ def test_readmes_kubectl_commands_work_against_the_demo(tmp_path: Path) -> None:
             output.append(line)
             if match := re.search(r"export KUBECONFIG=(\S+)", line):
                 kubeconfig = Path(match[1])
+        while not output[-1].startswith("Press Ctrl-C"):  # the rest of what the demo prints for another terminal
+            line = lines.get(timeout=30)
+            assert line is not None, "".join(output)
+            output.append(line)
         kubectl = Kubectl(kubeconfig, tmp_path)
+        # the commands the demo itself prints, run as printed (`<name>`: one of the demo's services)
+        printed = demo_printed_commands("".join(output))
+        assert {c.program for c in printed} == {"export", "kubectl"} and len(printed) >= 4, printed
+        for command in printed[1:]:  # [0] is the export of the kubeconfig used here
+            args = [("qwen-shared-gpu" if w == "<name>" else w) for w in command.words[1:]]
+            result = kubectl.run(*args)
+            assert result.returncode == 0 and result.stdout.strip(), f"{command.shell}:\n{result.stderr}"
         generations = "{range .items[*]}{.metadata.name}={.metadata.generation} {end}"
         before = kubectl("get", "vllms", "-o", f"jsonpath={generations}")
         for command in commands:

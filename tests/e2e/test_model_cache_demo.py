@@ -3,6 +3,7 @@ against the simulated cluster, whose default StorageClass makes the default cach
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -15,10 +16,13 @@ from vllm_operator_sim.startup import HiddenFacts
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
-def _run(name: str, spec: dict[str, Any]) -> tuple[ServiceResult, list[tuple[str, str, str]], dict[str, Any]]:
-    """Run one service that fails its first start (a stale process holds 3 GiB) and is remediated; return the
-    result, the kubelet's (kind, pod, volume) download/cache events and the service's ModelCache condition."""
-    scenarios = ScenarioSet({name: Scenario(name=name, hidden=HiddenFacts(other_process_gib=3.0))})
+def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
+         ) -> tuple[ServiceResult, list[tuple[str, str, str]], dict[str, Any]]:
+    """Run one service that fails its first start (a stale process holds 3 GiB, unless `hidden` says otherwise) and
+    is remediated; return the result, the kubelet's (kind, pod, volume) download/cache events and the service's
+    ModelCache condition."""
+    hidden = hidden or HiddenFacts(other_process_gib=3.0)
+    scenarios = ScenarioSet({name: Scenario(name=name, hidden=hidden)})
     manifest = {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
                 "metadata": {"name": name, "namespace": "default"}, "spec": spec}
     seen: dict[str, Any] = {}
@@ -26,12 +30,26 @@ def _run(name: str, spec: dict[str, Any]) -> tuple[ServiceResult, list[tuple[str
     def inspect(cluster: SimulatedCluster, _results: list[ServiceResult]) -> None:
         seen["events"] = [(e.kind, e.pod, str(e.details.get("volume"))) for e in cluster.kubelet.events
                           if e.service == name and e.kind in ("download", "cache-hit")]
+        def measured() -> dict[str, Any] | None:  # the operator records the measured download soon after Ready
+            found = cluster.api.get_object("vllmservices", name, "default") or {}
+            return found if ((found.get("status") or {}).get("modelCache") or {}).get("measuredBy") else None
+        with contextlib.suppress(TimeoutError):
+            cluster.wait_for(measured, timeout=15)
         obj = cluster.api.get_object("vllmservices", name, "default") or {}
         seen["condition"] = next((c for c in (obj.get("status") or {}).get("conditions") or []
                                   if c["type"] == "ModelCache"), {})
+        seen["modelCache"] = (obj.get("status") or {}).get("modelCache") or {}
+        seen["by_container"] = [(e.kind, e.pod, str(e.details.get("container"))) for e in cluster.kubelet.events
+                                if e.service == name and e.kind in ("download", "cache-hit")]
+        seen["downloaded"] = [e.details for e in cluster.kubelet.events if e.service == name and e.kind == "download"]
 
     [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], timeout_s=60, on_results=inspect)
+    SEEN[name] = seen
     return result, seen["events"], seen["condition"]
+
+
+#: What `_run` saw last, per service (the init container's view, status.modelCache).
+SEEN: dict[str, dict[str, Any]] = {}
 
 
 def test_a_remediation_step_reuses_the_cache() -> None:
@@ -45,14 +63,36 @@ def test_a_remediation_step_reuses_the_cache() -> None:
     assert len(downloads) == 1, events  # one download, ever
     assert hits and {e[2] for e in events} == {"pvc:cached-model-cache"}, events
     assert len({e[1] for e in events}) >= 2  # the remediation step's pod is a new pod: it found the weights
+    seen = SEEN["cached"]
+    # the model-download init container of the first pod downloaded; every later fetch (the first pod's vLLM, the
+    # step's init container and vLLM) found the weights
+    assert [(kind, container) for kind, _pod, container in seen["by_container"]][0] == ("download", "model-download")
+    later_pods = {pod for kind, pod, _c in seen["by_container"]} - {seen["by_container"][0][1]}
+    assert later_pods and all(kind == "cache-hit" for kind, pod, _c in seen["by_container"] if pod in later_pods)
+    assert {c for _k, pod, c in seen["by_container"] if pod in later_pods} == {"model-download", "vllm"}
+    # the measured download is in status.modelCache: the kubelet's own bytes over the init container's run time
+    [download] = seen["downloaded"]
+    cache = seen["modelCache"]
+    assert cache.get("measuredBy") == "init-container" and cache.get("downloadedBytes") == download["bytes"], cache
+    assert cache["downloadSeconds"] > download["seconds"]  # the download plus the cache check
+    assert cache["bytesPerSecond"] == int(download["bytes"] / cache["downloadSeconds"]) and cache["downloadInit"]
 
 
 def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
     """The contrast (what the ModelCache condition warns about): replicas > 1 with the ReadWriteOnce default."""
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
             "remediation": {"minIntervalSeconds": 0}}
-    result, events, condition = _run("fresh", spec)
+    # the first start dies after loading the weights (a larger activation peak than planned), so it downloaded
+    # them (a start that dies at the free-memory check, before loading, downloads nothing)
+    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=3.0))
     assert result.remediation_steps >= 1, result
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}
     assert len([e for e in events if e[0] == "download"]) == len(pods) >= 2, events
+    # no init container on an emptyDir: the measurement is vLLM's own log line, read once the pod served
+    seen = SEEN["fresh"]
+    cache = seen["modelCache"]
+    assert cache.get("downloadInit") is False and cache.get("measuredBy") == "vllm-log", cache
+    last = seen["downloaded"][-1]
+    assert cache["downloadedBytes"] == cache["checkpointBytes"] and cache["measuredPod"] in pods
+    assert abs(cache["downloadSeconds"] - last["seconds"]) < 0.01

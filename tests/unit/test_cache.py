@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,11 +14,18 @@ import pytest
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.render.cache import (
+    DOWNLOAD_CONTAINER,
+    DOWNLOAD_SCRIPT,
     EPHEMERAL,
     MODEL_CACHE,
     PERSISTENT,
     CacheSettings,
     default_size,
+    download_failure,
+    download_from_vllm_log,
+    fold_download,
+    fold_download_failure,
+    measured_download,
     shared_claim_name,
     startup_failure_threshold,
 )
@@ -41,6 +52,14 @@ def kinds(desired: reconcile.Desired) -> dict[str, dict[str, Any]]:
 def cache_volume(desired: reconcile.Desired) -> dict[str, Any]:
     pod = kinds(desired)["Deployment"]["spec"]["template"]["spec"]
     return next(v for v in pod["volumes"] if v["name"] == "model-cache")
+
+
+def pod_spec(desired: reconcile.Desired) -> dict[str, Any]:
+    return dict(kinds(desired)["Deployment"]["spec"]["template"]["spec"])
+
+
+def vllm_container(desired: reconcile.Desired) -> dict[str, Any]:
+    return dict(next(c for c in pod_spec(desired)["containers"] if c["name"] == "vllm"))
 
 
 def cache_condition(desired: reconcile.Desired) -> tuple[str, str, str]:
@@ -161,6 +180,278 @@ def test_startup_budget_follows_the_checkpoint(gib: float, rate: float, measured
 
 
 def test_probe_uses_the_budget() -> None:
-    desired = run({"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "gpu": {"count": 4}})
-    probe = kinds(desired)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
-    assert probe["periodSeconds"] == 10 and probe["failureThreshold"] > 300  # > 50 minutes for 131 GiB
+    """vLLM downloads into an emptyDir itself: the probe budgets the download (> 50 minutes for 131 GiB); with a
+    persistent cache the init container downloads, and the probe budgets engine start and loading only."""
+    spec = {"model": {"name": "meta-llama/Llama-3.1-70B-Instruct"}, "gpu": {"count": 4}}
+    probe = vllm_container(run(spec, storage_class=None))["startupProbe"]
+    assert probe["periodSeconds"] == 10 and probe["failureThreshold"] > 300
+    # 600 s + 6 s/GiB x 131.4 GiB = 1388.4 s: 139 periods, no download in it
+    assert vllm_container(run(spec))["startupProbe"]["failureThreshold"] == 139
+
+
+# --- the model-download init container ---------------------------------------------------------------------------
+
+
+def test_a_persistent_cache_is_filled_by_an_init_container() -> None:
+    desired = run({"model": {"name": QWEN, "revision": "a1b2c3"},
+                   "hfTokenSecretRef": {"name": "hf"}, "env": [{"name": "HF_ENDPOINT", "value": "http://mirror"}]})
+    [init] = pod_spec(desired)["initContainers"]
+    vllm = vllm_container(desired)
+    assert init["name"] == DOWNLOAD_CONTAINER and init["image"] == vllm["image"]
+    # the model id and revision are argv data after a constant script, never part of any shell or Python text
+    assert init["command"] == ["python3", "-c", DOWNLOAD_SCRIPT]
+    assert init["args"] == [QWEN, "a1b2c3", "/dev/termination-log"]
+    assert init["env"] == vllm["env"] and init["volumeMounts"] == vllm["volumeMounts"]  # same HF_HOME, token, mirror
+    assert init["securityContext"] == vllm["securityContext"]
+    assert "startupProbe" not in init and "livenessProbe" not in init  # no probe, no deadline: resumes on failure
+    status, _reason, message = cache_condition(desired)
+    assert status == cond.TRUE and "model-download init container fills it" in message
+    assert desired.status.model_cache is not None and desired.status.model_cache.download_init is True
+
+
+@pytest.mark.parametrize(("spec", "storage_class", "settings", "why"), [
+    ({}, None, None, ""),  # an emptyDir: vLLM's own download is as good
+    ({}, "standard", CacheSettings(download_init=False), "--no-model-cache-download-init"),
+    ({"env": [{"name": "HF_HUB_OFFLINE", "value": "1"}]}, "standard", None, "HF_HUB_OFFLINE"),
+    ({"extraArgs": ["--download-dir=/models"]}, "standard", None, "--download-dir in spec.extraArgs"),
+    ({"extraArgs": ["--load-format", "runai_streamer"]}, "standard", None, "--load-format in spec.extraArgs"),
+])
+def test_no_init_container_where_it_would_not_help(spec: dict[str, Any], storage_class: str | None,
+                                                    settings: CacheSettings | None, why: str) -> None:
+    desired = run({"model": {"name": QWEN}, **spec}, storage_class=storage_class, settings=settings)
+    assert "initContainers" not in pod_spec(desired)
+    assert why in cache_condition(desired)[2]
+    # vLLM downloads: its probe budgets the download (Qwen 14.2 GiB at 100 MiB/s: 87 periods)
+    assert vllm_container(desired)["startupProbe"]["failureThreshold"] == 87
+
+
+def test_the_download_script_fetches_what_vllm_loads(tmp_path: Path) -> None:
+    """Run the script against a stand-in huggingface_hub: the index's shards and the small files are fetched (not
+    `original/` nor the consolidated copy), and the termination message says how many bytes in how long."""
+    fake = tmp_path / "fake" / "huggingface_hub"
+    fake.mkdir(parents=True)
+    cache = tmp_path / "hub"
+    (fake / "__init__.py").write_text(FAKE_HUB.replace("HUB_DIR", repr(str(cache))))
+    message = tmp_path / "termination-log"
+    done = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT, "org/model", "", str(message)],
+                          env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(message.read_text())
+    fetched = json.loads((cache / "fetched.json").read_text())
+    assert sorted(fetched) == ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                               "model.safetensors.index.json", "tokenizer.json"]
+    # the shards and the small files; the index was fetched before the measurement began (to pick the shards)
+    assert report["downloadedBytes"] == 1000 + 2000 + 10 + 10 and report["seconds"] >= 0
+    assert "Time spent downloading weights for org/model:" in done.stdout
+    measure = measured_download({"metadata": {"name": "p"}, "status": {"initContainerStatuses": [
+        {"name": DOWNLOAD_CONTAINER, "state": {"terminated": {"exitCode": 0, "message": message.read_text()}}}]}})
+    assert measure is not None and measure.downloaded_bytes == report["downloadedBytes"]
+
+    # the hub unreachable: the cached snapshot serves (exit 0, nothing downloaded, no measurement) ...
+    (cache / "offline").touch()
+    again = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT, "org/model", "", str(message)],
+                           env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert again.returncode == 0 and "using the cached snapshot" in again.stdout, again.stderr
+    assert json.loads(message.read_text()) == {"downloadedBytes": 0, "seconds": 0.0}
+    # ... and without one the container fails with the hub's error (the kubelet restarts it)
+    failed = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT, "other/model", "", str(message)],
+                            env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert failed.returncode == 1 and "Connection refused" in failed.stderr
+
+
+FAKE_HUB = '''
+import json
+from pathlib import Path
+
+FILES = {"config.json": 10, "tokenizer.json": 10, "model.safetensors.index.json": 200, "consolidated.safetensors": 5000,
+         "model-00001-of-00002.safetensors": 1000, "model-00002-of-00002.safetensors": 2000,
+         "original/consolidated.00.pth": 5000}
+
+
+class constants:
+    HF_HUB_CACHE = HUB_DIR
+
+
+def _blobs():
+    path = Path(HUB_DIR) / "models--org--model" / "blobs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _fetch(name):
+    (_blobs() / name.replace("/", "_")).write_bytes(b"x" * FILES[name])
+    seen = Path(HUB_DIR) / "fetched.json"
+    got = set(json.loads(seen.read_text())) if seen.exists() else set()
+    seen.write_text(json.dumps(sorted(got | {name})))
+
+
+class HfApi:
+    def list_repo_files(self, repo, revision=None):
+        if (Path(HUB_DIR) / "offline").exists():
+            raise OSError("Connection refused")
+        return list(FILES)
+
+
+def hf_hub_download(repo, filename, revision=None):
+    _fetch(filename)
+    weights = {"model.embed": "model-00001-of-00002.safetensors", "lm_head": "model-00002-of-00002.safetensors"}
+    path = Path(HUB_DIR) / "index.json"
+    path.write_text(json.dumps({"weight_map": weights}))
+    return str(path)
+
+
+def snapshot_download(repo, revision=None, allow_patterns=None, local_files_only=False):
+    snapshot = Path(HUB_DIR) / ("snapshot-" + repo.replace("/", "--"))
+    if local_files_only:
+        if not snapshot.exists():
+            raise FileNotFoundError("no snapshot in the cache")
+        return str(Path(HUB_DIR))
+    snapshot.touch()
+    for name in allow_patterns:
+        if name != "model.safetensors.index.json":
+            _fetch(name)
+    return str(Path(HUB_DIR))
+'''
+
+
+# --- the measured download ---------------------------------------------------------------------------------------
+
+
+def _pod(message: Any, exit_code: int = 0, name: str = "svc-abc") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"initContainerStatuses": [
+        {"name": DOWNLOAD_CONTAINER, "state": {"terminated": {"exitCode": exit_code, "message": message,
+                                                               "finishedAt": "2025-01-01T00:10:00Z"}}}]}}
+
+
+def test_a_measured_download_is_read_from_the_init_container() -> None:
+    measure = measured_download(_pod(json.dumps({"downloadedBytes": 15 * 2**30, "seconds": 61.44})))
+    assert measure is not None and measure.source == "init-container" and measure.pod == "svc-abc"
+    assert round(measure.bytes_per_second / 2**20) == 250  # 15 GiB in 61.44 s
+    folded = fold_download({"downloadInit": True}, measure)
+    assert folded == {"downloadInit": True, "downloadedBytes": 15 * 2**30, "downloadSeconds": 61.44,
+                      "bytesPerSecond": 262144000, "measuredPod": "svc-abc", "measuredBy": "init-container",
+                      "measuredAt": "2025-01-01T00:10:00Z"}
+    assert fold_download(folded, measure) is None  # recorded once
+
+
+@pytest.mark.parametrize("pod", [
+    _pod("not json"), _pod("[1, 2]"), _pod(json.dumps({"downloadedBytes": -1, "seconds": 3})),
+    _pod(json.dumps({"downloadedBytes": 10**10, "seconds": "fast"})), _pod(json.dumps({"downloadedBytes": True,
+                                                                                       "seconds": 3})),
+    _pod(json.dumps({"downloadedBytes": 10**10, "seconds": 30}), exit_code=1), {"status": None}, {},
+    {"status": {"initContainerStatuses": ["x", {"name": DOWNLOAD_CONTAINER}]}},
+])
+def test_bad_reports_measure_nothing(pod: dict[str, Any]) -> None:
+    assert measured_download(pod) is None
+
+
+def test_a_warm_cache_is_not_a_measurement() -> None:
+    """The init container found the weights: a few bytes in a second say nothing about the network."""
+    assert fold_download({}, measured_download(_pod(json.dumps({"downloadedBytes": 4096, "seconds": 1.2})))) is None
+
+
+def test_vllms_own_log_line_is_a_measurement() -> None:
+    """vLLM 0.33 weight_utils.download_weights_from_hf logs the time when it downloaded (an emptyDir cache)."""
+    text = ("INFO 01-01 00:00:00 [weight_utils.py:538] Time spent downloading weights for Qwen/Qwen2.5-7B-Instruct: "
+            "120.500000 seconds\n")
+    measure = download_from_vllm_log(text, checkpoint_bytes=15_231_233_024, pod="p")
+    assert measure is not None and measure.source == "vllm-log" and measure.seconds == 120.5
+    assert download_from_vllm_log("Loading weights took 3.1 seconds", checkpoint_bytes=1, pod="p") is None
+
+
+def _stepped(status: dict[str, Any], settings: CacheSettings | None = None) -> reconcile.Desired:
+    return reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-svc", generation=1, spec={"model": {"name": QWEN}}, status=status,
+        now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,), model_files=load_model_files(QWEN, offline=True),
+        default_storage_class=None, cache_settings=settings or CacheSettings()))
+
+
+def test_the_measured_rate_applies_at_the_next_change_of_args_only() -> None:
+    """Ephemeral cache (vLLM downloads): 25 MiB/s measured. The serving template keeps its budget (a measurement
+    alone never rolls the pods out); the next remediation step's template budgets with the measured rate."""
+    first = _stepped({})
+    assert first.status.plan is not None and first.status.model_cache is not None
+    assert first.status.model_cache.budget_bytes_per_second is None
+    served = first.status.to_dict()
+    served["modelCache"] = {**served["modelCache"], "bytesPerSecond": 25 * 2**20, "downloadedBytes": 15 * 2**30}
+    again = _stepped(served)
+    assert vllm_container(again)["startupProbe"] == vllm_container(first)["startupProbe"]  # 87 periods still
+    stepped = _stepped({**served, "remediation": {"profile": {"max_utilization": 0.8}, "step": 1}})
+    threshold = vllm_container(stepped)["startupProbe"]["failureThreshold"]
+    # 600 + 6 x 14.19 + 1.25 x 14.19 GiB x 1024 / 25 MiB/s = 1411.6 s
+    assert threshold == startup_failure_threshold(14.19, download_mib_per_s=100, measured_mib_per_s=25) == 142
+    assert stepped.status.model_cache is not None
+    assert stepped.status.model_cache.budget_bytes_per_second == 25 * 2**20
+    after = _stepped({**stepped.status.to_dict(), "remediation": {"profile": {"max_utilization": 0.8}, "step": 1}})
+    assert vllm_container(after)["startupProbe"]["failureThreshold"] == 142  # and it stays
+
+
+@pytest.mark.parametrize(("argv", "env", "expected"), [
+    ([], None, True), (["--no-model-cache-download-init"], None, False), ([], "false", False), ([], "1", True),
+    (["--model-cache-download-init"], "no", True),
+])
+def test_the_operator_setting(argv: list[str], env: str | None, expected: bool,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_operator import cli
+    if env is None:
+        monkeypatch.delenv("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_OPERATOR_MODEL_CACHE_DOWNLOAD_INIT", env)
+    args = cli.build_parser().parse_args(["run", *argv])
+    assert cli._cache_settings(args).download_init is expected
+
+
+def _failing(state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": "svc-abc"}, "status": {"initContainerStatuses": [
+        {"name": DOWNLOAD_CONTAINER, "state": state, "lastState": last or {}, "restartCount": 2}]}}
+
+
+GATED = ("Traceback (most recent call last):\n  ...\nhuggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
+         "Cannot access gated repo for url https://huggingface.co/api/models/meta-llama/Llama-3.1-8B-Instruct.\n"
+         "Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be "
+         "authenticated to access it. Please log in.\n")
+
+
+def test_a_failing_download_is_said_and_cleared_by_a_success() -> None:
+    crash = _failing({"waiting": {"reason": "CrashLoopBackOff"}},
+                     {"terminated": {"exitCode": 1, "reason": "Error", "message": GATED}})
+    why = download_failure(crash)
+    assert why is not None and why.startswith("huggingface_hub.errors.GatedRepoError: 401") and "log in" in why
+    assert download_failure(_failing({"terminated": {"exitCode": 2, "reason": "Error"}})) == "exit code 2 (Error)"
+    # running again after a failure: still failing until it succeeds; a success clears it
+    assert download_failure(_failing({"running": {}}, {"terminated": {"exitCode": 1, "message": "x"}})) == "x"
+    ok = _failing({"terminated": {"exitCode": 0, "message": json.dumps({"downloadedBytes": 0, "seconds": 1})}},
+                  {"terminated": {"exitCode": 1, "message": "x"}})
+    assert download_failure(ok) is None and download_failure({"status": {}}) is None
+    failed = fold_download_failure({"downloadInit": True}, "svc-abc", why)
+    assert failed == {"downloadInit": True, "downloadError": why, "downloadErrorPod": "svc-abc"}
+    assert fold_download_failure(failed, "svc-abc", why) is None  # said once
+    assert fold_download_failure(failed, "svc-def", None) == {"downloadInit": True}
+    assert fold_download_failure({"downloadInit": True}, "svc-def", None) is None
+
+
+def test_the_model_cache_condition_repeats_a_failing_download() -> None:
+    first = run({"model": {"name": QWEN}})
+    status = first.status.to_dict()
+    status["modelCache"] = {**status["modelCache"], "downloadError": "GatedRepoError: 401", "downloadErrorPod": "p-1"}
+    again = reconcile.desired_state(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-svc", generation=1, spec={"model": {"name": QWEN}}, status=status,
+        now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,), model_files=load_model_files(QWEN, offline=True),
+        default_storage_class="standard"))
+    message = cache_condition(again)[2]
+    assert "the model-download init container of pod p-1 fails: GatedRepoError: 401" in message
+    assert again.status.model_cache is not None and again.status.model_cache.download_error == "GatedRepoError: 401"
+
+
+def test_the_init_container_follows_the_restricted_profile() -> None:
+    """A non-root user: the init container runs as vLLM does, with HOME and the caches on the writable volumes."""
+    desired = run({"model": {"name": QWEN}, "security": {"profile": "restricted"}})
+    [init] = pod_spec(desired)["initContainers"]
+    vllm = vllm_container(desired)
+    assert init["securityContext"]["runAsNonRoot"] is True and init["securityContext"] == vllm["securityContext"]
+    env = {e["name"]: e.get("value") for e in init["env"]}
+    assert env["HOME"] == "/home/vllm" and env["HF_HOME"] == "/home/vllm/.cache/huggingface"
+    assert {"name": "model-cache", "mountPath": "/home/vllm/.cache/huggingface"} in init["volumeMounts"]

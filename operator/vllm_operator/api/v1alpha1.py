@@ -73,6 +73,7 @@ __all__ = [
     "MemoryBreakdown",
     "MetricsStatus",
     "ModelCacheSpec",
+    "ModelCacheStatus",
     "ModelSpec",
     "PinnedFlags",
     "PlanFailure",
@@ -1992,6 +1993,36 @@ class MetricsStatus(_StatusModel):
     recommendation: str | None = Field(default=None, description="The last advice the metrics watch gave.")
 
 
+class ModelCacheStatus(_StatusModel):
+    """How the weights reach the model cache, and the download last measured (render/cache.py)."""
+
+    download_init: bool | None = Field(
+        default=None, description="Whether the model-download init container fills the cache before vLLM starts."
+    )
+    checkpoint_bytes: int | None = Field(
+        default=None, ge=0, description="The checkpoint's size as the planner knows it (what vLLM downloads)."
+    )
+    downloaded_bytes: int | None = Field(default=None, ge=0, description="Bytes the last measured download fetched.")
+    download_seconds: float | None = Field(default=None, ge=0, description="Seconds the last measured download took.")
+    bytes_per_second: int | None = Field(default=None, ge=0, description="The measured download rate.")
+    measured_pod: str | None = Field(default=None, description="The pod whose download was measured.")
+    measured_by: str | None = Field(
+        default=None, description="How it was measured: init-container (its termination message) or vllm-log."
+    )
+    measured_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When the measured download ended."
+    )
+    download_error: str | None = Field(
+        default=None, description="Why the model-download init container fails (its last log lines), while it does."
+    )
+    download_error_pod: str | None = Field(default=None, description="The pod whose download fails.")
+    budget_bytes_per_second: int | None = Field(
+        default=None, ge=0,
+        description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "
+                    "A new measurement takes effect at the next change of vLLM's arguments, never by itself.",
+    )
+
+
 class VLLMServiceStatus(_StatusModel):
     """Observed state of a VLLMService. Written by the operator only."""
 
@@ -2025,6 +2056,9 @@ class VLLMServiceStatus(_StatusModel):
     )
     remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
     metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
+    model_cache: ModelCacheStatus | None = Field(
+        default=None, description="How the weights reach the model cache, and the download last measured."
+    )
     kopf: FreeForm | None = Field(
         default=None, description="Bookkeeping of the kopf framework (handler progress)."
     )

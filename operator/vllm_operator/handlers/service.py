@@ -28,7 +28,7 @@ from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
 from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, effects, kube, lws, rollouts
+from . import config, downloads, effects, kube, lws, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
 from .remediation import remediate_service, step_up_service
@@ -341,6 +341,11 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             logger.warning("group status deferred: %s", exc)
         if rollout.unschedulable_message(body):
             return  # the group's InsufficientNodes is said; there is no Deployment rollout to switch
+    if owner:
+        try:  # a measured download (init container's report, or vLLM's log line once Ready) → status.modelCache
+            downloads.record_download(meta["namespace"], owner, body)
+        except kopf.TemporaryError as exc:
+            logger.warning("measured download not recorded: %s", exc)
     if owner and rollout.unschedulable_message(body):
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)

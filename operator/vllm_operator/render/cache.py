@@ -14,13 +14,25 @@ not download them again.
   with why and the fix).
 - The startup probe's budget follows the checkpoint: a download at `download_mib_per_s` when the cache is empty
   (or the measured rate, when known), plus loading, plus a fixed allowance for engine start-up.
+- A persistent cache is filled by an init container (`model-download`, the vLLM image itself, `DOWNLOAD_SCRIPT`)
+  before vLLM starts, so vLLM starts from a warm cache and its startup probe no longer budgets a download: a
+  remediation rollout never waits for a download it already made. The init container has no probe and no deadline
+  (a probe cannot watch an init container; a deadline would kill a slow download that is progressing): a stalled
+  connection fails after huggingface_hub's own read timeout (`HF_HUB_DOWNLOAD_TIMEOUT`, 10 s by default), the
+  container exits non-zero, the kubelet restarts it with its back-off and `snapshot_download` resumes the partial
+  files. It writes what it downloaded (bytes, seconds) to its termination message; `measured_download` reads it
+  from the pod status and `fold_download` records it in `status.modelCache`, whose rate replaces the assumed one
+  at the next change of vLLM's arguments (`budget_rate`), never by itself (a measurement alone never restarts a
+  serving pod).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +51,84 @@ ENGINE_START_SECONDS = 600
 #: Loading from a local disk into GPU memory, seconds per GiB (conservative: network disks).
 LOAD_SECONDS_PER_GIB = 6.0
 PROBE_PERIOD_SECONDS = 10
+#: The init container that fills a persistent cache before vLLM starts.
+DOWNLOAD_CONTAINER = "model-download"
+#: Where the kubelet takes an exited container's termination message from (Kubernetes' default path).
+TERMINATION_LOG = "/dev/termination-log"
+#: A download smaller or shorter than this says nothing about the network (a warm cache, a few small files).
+MIN_MEASURED_BYTES = 256 * 2**20
+MIN_MEASURED_SECONDS = 1.0
+
+#: What the init container runs: `python3 -c DOWNLOAD_SCRIPT <model> <revision or ""> <termination log>`. The
+#: model id and revision are argv data, never part of this text. It fetches what vLLM's own loader would
+#: (vllm/model_executor/model_loader/weight_utils.py, `download_weights_from_hf`, 0.33.0): the top-level
+#: non-weight files (config, tokenizer, generation config) and one weight format — the files the safetensors index
+#: names when there is one (so `original/` and `consolidated.safetensors` copies are skipped), else the top-level
+#: `*.safetensors`, else `*.bin`, else `*.pt` — into the same Hugging Face cache (`HF_HOME`) vLLM reads. Only
+#: `HfApi.list_repo_files`, `hf_hub_download`, `snapshot_download` and the hub cache constant (`HF_HUB_CACHE`, else
+#: its older name `HUGGINGFACE_HUB_CACHE`) are used: present in the huggingface_hub releases vLLM images ship (0.x
+#: and 1.x; vLLM 0.33 requires >= 1.31), unlike the
+#: `huggingface-cli download` (removed in 1.0) or `hf download` (added in 0.34) commands. It prints vLLM's own
+#: "Time spent downloading weights" line and writes {"downloadedBytes", "seconds"} as its termination message. When
+#: the hub cannot be reached but the cache holds a snapshot of the revision, it exits 0 on that (vLLM falls back to
+#: the cache the same way), so a network blip does not hold a remediation rollout whose weights are already there.
+DOWNLOAD_SCRIPT = """\
+import json, sys, time
+from pathlib import Path
+from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
+
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx")
+INDEX = "model.safetensors.index.json"
+
+
+def weight_files(repo, revision, top):
+    if INDEX in top:
+        index = json.loads(Path(hf_hub_download(repo, INDEX, revision=revision)).read_text())
+        names = sorted(set((index.get("weight_map") or {}).values()))
+        if names:
+            return names
+    for ext in (".safetensors", ".bin", ".pt"):
+        found = [f for f in top if f.endswith(ext)]
+        if found:
+            return found
+    return []
+
+
+def cached_bytes(blobs):
+    return sum(p.stat().st_size for p in blobs.iterdir() if p.is_file()) if blobs.is_dir() else 0
+
+
+def report(message_path, downloaded, seconds):
+    Path(message_path).write_text(json.dumps({"downloadedBytes": downloaded, "seconds": round(seconds, 3)}))
+
+
+def main(repo, revision, message_path):
+    revision = revision or None
+    try:
+        top = [f for f in HfApi().list_repo_files(repo, revision=revision) if "/" not in f]
+    except Exception as error:  # the hub unreachable: a snapshot already in the cache still serves vLLM
+        try:
+            snapshot_download(repo, revision=revision, local_files_only=True)
+        except Exception:
+            raise error from None
+        print(f"the hub is unreachable ({error}); using the cached snapshot of {repo}", flush=True)
+        report(message_path, 0, 0.0)
+        return
+    wanted = [f for f in top if not f.endswith(WEIGHTS)] + weight_files(repo, revision, top)
+    hub = getattr(constants, "HF_HUB_CACHE", None) or constants.HUGGINGFACE_HUB_CACHE  # the older name
+    blobs = Path(hub) / ("models--" + repo.replace("/", "--")) / "blobs"
+    before, start = cached_bytes(blobs), time.monotonic()
+    snapshot_download(repo, revision=revision, allow_patterns=wanted)
+    seconds, downloaded = time.monotonic() - start, max(cached_bytes(blobs) - before, 0)
+    print(f"Time spent downloading weights for {repo}: {seconds:.6f} seconds ({downloaded} bytes)", flush=True)
+    report(message_path, downloaded, seconds)
+
+
+main(*sys.argv[1:4])
+"""
+#: vLLM's own line (weight_utils.py, `download_weights_from_hf`; logged when the download took over 0.5 s).
+_VLLM_DOWNLOAD_LINE = re.compile(r"Time spent downloading weights for \S+: ([0-9]+(?:\.[0-9]+)?) seconds")
+_TRUE_WORDS = ("1", "on", "true", "yes")
 
 
 class CacheSettings(BaseModel):
@@ -51,6 +141,7 @@ class CacheSettings(BaseModel):
     access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = "ReadWriteOnce"
     size: str | None = Field(None, description="size of the default claims; None: from the checkpoint")
     download_mib_per_s: float = Field(100.0, gt=0, description="assumed download rate for the startup budget")
+    download_init: bool = Field(True, description="fill a persistent cache with the model-download init container")
 
 
 class CachePlan(BaseModel):
@@ -83,13 +174,14 @@ def default_size(checkpoint_gib: float) -> str:
 
 
 def startup_failure_threshold(checkpoint_gib: float, *, download_mib_per_s: float,
-                              measured_mib_per_s: float | None = None) -> int:
+                              measured_mib_per_s: float | None = None, download: bool = True) -> int:
     """Startup probe periods (10 s): engine start + loading + the download. A persistent cache is empty on the
-    first start too, so the download is always budgeted (a probe that kills the first download would make the
-    cache useless); the measured rate, when known, replaces the assumed one."""
+    first start too, so the download is budgeted (a probe that kills the first download would make the cache
+    useless) unless the `model-download` init container made it (`download=False`); the measured rate, when known,
+    replaces the assumed one."""
     rate = measured_mib_per_s if measured_mib_per_s and measured_mib_per_s > 0 else download_mib_per_s
-    download = checkpoint_gib * 1024 / rate
-    seconds = ENGINE_START_SECONDS + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download
+    download_s = checkpoint_gib * 1024 / rate if download else 0.0
+    seconds = ENGINE_START_SECONDS + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download_s
     return max(int(math.ceil(seconds / PROBE_PERIOD_SECONDS)), 60)
 
 
@@ -151,3 +243,182 @@ def _ephemeral(why: str) -> CachePlan:
     return CachePlan(volume={"emptyDir": {}}, persistent=False, reason=EPHEMERAL,
                      message=f"weights are cached in an emptyDir: every pod restart and remediation step downloads "
                      f"them again; {why}")
+
+
+# --- the model-download init container ---------------------------------------------------------------------------
+
+
+def download_init_wanted(plan: CachePlan, settings: CacheSettings, env: Sequence[Mapping[str, Any]],
+                         extra_args: Sequence[str]) -> tuple[bool, str]:
+    """Whether the `model-download` init container fills the cache, and why (for the ModelCache message).
+
+    Only a persistent cache (an emptyDir dies with the pod: vLLM's own download is as good), only when the operator
+    setting allows it, and never when vLLM would not read the Hugging Face cache: `HF_HUB_OFFLINE` set in
+    spec.env (the weights are already there), or `--download-dir`/`--load-format` in spec.extraArgs.
+    (spec.model.name is always a hub id; a model on a volume is served with spec.modelCache.claimName and
+    HF_HUB_OFFLINE=1.)"""
+    if not plan.persistent:
+        return False, ""
+    if not settings.download_init:
+        return False, "vLLM downloads the weights itself (the operator runs with --no-model-cache-download-init)"
+    offline = next((e for e in env if e.get("name") == "HF_HUB_OFFLINE"), None)
+    if offline is not None and str(offline.get("value", "")).strip().lower() in _TRUE_WORDS:
+        return False, "no download: spec.env sets HF_HUB_OFFLINE"
+    for arg in extra_args:
+        flag = str(arg).split("=", 1)[0]
+        if flag in ("--download-dir", "--load-format"):
+            return False, f"vLLM downloads the weights itself ({flag} in spec.extraArgs)"
+    return True, "the model-download init container fills it before vLLM starts"
+
+
+def build_download_container(*, image: str, image_pull_policy: str, model: str, revision: str | None,
+                             env: list[dict[str, Any]], mounts: list[dict[str, Any]],
+                             security_context: dict[str, Any]) -> dict[str, Any]:
+    """The init container: the vLLM image's own huggingface_hub, the model id and revision as argv data, the same
+    env (HF_HOME, token, the user's mirrors and proxies) and mounts as vLLM. No probe, no deadline (module
+    docstring)."""
+    return {
+        "name": DOWNLOAD_CONTAINER,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["python3", "-c", DOWNLOAD_SCRIPT],
+        "args": [model, revision or "", TERMINATION_LOG],
+        "env": [dict(e) for e in env],
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": dict(security_context),
+        "volumeMounts": [dict(m) for m in mounts],
+    }
+
+
+# --- the measured download ---------------------------------------------------------------------------------------
+
+
+class DownloadMeasure(BaseModel):
+    """One download that was observed: how many bytes in how many seconds, by which pod and how it was seen."""
+
+    model_config = ConfigDict(frozen=True)
+
+    downloaded_bytes: int = Field(ge=0)
+    seconds: float = Field(gt=0)
+    pod: str
+    source: Literal["init-container", "vllm-log"]
+    finished_at: str | None = None
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.downloaded_bytes / self.seconds
+
+    def telling(self) -> bool:
+        """Large and long enough to say something about the network (a warm cache's check is not a download)."""
+        return self.downloaded_bytes >= MIN_MEASURED_BYTES and self.seconds >= MIN_MEASURED_SECONDS
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def measured_download(pod: Mapping[str, Any]) -> DownloadMeasure | None:
+    """The download the pod's `model-download` init container reported (its termination message, exit code 0), or
+    None. Bad or foreign messages give None, never an exception."""
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if not isinstance(status, Mapping) or status.get("name") != DOWNLOAD_CONTAINER:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode") != 0:
+            return None
+        try:
+            report = json.loads(str(terminated.get("message") or ""))
+        except ValueError:
+            return None
+        if not isinstance(report, Mapping):
+            return None
+        size, seconds = _as_int(report.get("downloadedBytes")), _as_float(report.get("seconds"))
+        if size is None or seconds is None:
+            return None
+        finished = terminated.get("finishedAt")
+        return DownloadMeasure(downloaded_bytes=size, seconds=seconds, pod=name, source="init-container",
+                               finished_at=str(finished) if finished else None)
+    return None
+
+
+def download_from_vllm_log(text: str, *, checkpoint_bytes: int, pod: str) -> DownloadMeasure | None:
+    """The download vLLM made itself, from its own log line; the bytes are the checkpoint's (a vLLM that downloads
+    into an empty cache fetches all of it; a warm cache logs no line, vLLM logs only downloads over 0.5 s)."""
+    found = _VLLM_DOWNLOAD_LINE.findall(text or "")
+    if not found or checkpoint_bytes <= 0:
+        return None
+    seconds = _as_float(float(found[-1]))
+    if seconds is None:
+        return None
+    return DownloadMeasure(downloaded_bytes=checkpoint_bytes, seconds=seconds, pod=pod, source="vllm-log")
+
+
+def fold_download(model_cache: Mapping[str, Any] | None, measure: DownloadMeasure | None) -> dict[str, Any] | None:
+    """`status.modelCache` with this measurement, or None when there is nothing new to record (no measure, one that
+    says nothing about the network, or the pod's measurement already recorded)."""
+    if measure is None or not measure.telling():
+        return None
+    current = dict(model_cache or {})
+    if current.get("measuredPod") == measure.pod and current.get("downloadedBytes") == measure.downloaded_bytes:
+        return None
+    current.update({"downloadedBytes": measure.downloaded_bytes, "downloadSeconds": round(measure.seconds, 3),
+                    "bytesPerSecond": int(measure.bytes_per_second), "measuredPod": measure.pod,
+                    "measuredBy": measure.source})
+    if measure.finished_at:
+        current["measuredAt"] = measure.finished_at
+    return current
+
+
+def download_failure(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod's `model-download` init container failed (the end of its message: with FallbackToLogsOnError the
+    log's last lines, e.g. a gated repository without a token), or None when it did not fail."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if not isinstance(status, Mapping) or status.get("name") != DOWNLOAD_CONTAINER:
+            continue
+        now = status.get("state") or {}
+        if isinstance(now, Mapping) and ((now.get("terminated") or {}).get("exitCode") == 0):
+            return None  # it succeeded after earlier failures (lastState keeps the last one)
+        for state in (now, status.get("lastState") or {}):
+            terminated = state.get("terminated") if isinstance(state, Mapping) else None
+            if isinstance(terminated, Mapping) and terminated.get("exitCode") not in (0, None):
+                lines = [line.strip() for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+                why = " / ".join(lines[-3:]) or f"exit code {terminated.get('exitCode')} " \
+                    f"({terminated.get('reason') or 'Error'})"
+                return why[-400:]
+    return None
+
+
+def fold_download_failure(model_cache: Mapping[str, Any] | None, pod: str, why: str | None,
+                          ) -> dict[str, Any] | None:
+    """`status.modelCache` saying the pod's download fails (`why`), or no longer failing (`why` None after a pod's
+    init container succeeded); None when that is already what it says."""
+    current = dict(model_cache or {})
+    if why is None:
+        if "downloadError" not in current:
+            return None
+        current.pop("downloadError", None)
+        current.pop("downloadErrorPod", None)
+        return current
+    if current.get("downloadError") == why and current.get("downloadErrorPod") == pod:
+        return None
+    current.update({"downloadError": why, "downloadErrorPod": pod})
+    return current
+
+
+def budget_rate(model_cache: Mapping[str, Any] | None, *, args_changed: bool) -> float | None:
+    """The download rate (MiB/s) the startup budget uses, None for the assumed one. A new measurement applies when
+    vLLM's arguments change anyway (a remediation step, a spec change); until then the rate the current template
+    was budgeted with stays, so a measurement alone never rolls the pods out."""
+    status = model_cache or {}
+    key = "bytesPerSecond" if args_changed else "budgetBytesPerSecond"
+    rate = _as_float(status.get(key))
+    return rate / 2**20 if rate is not None else None

@@ -23,6 +23,7 @@ from ..api.labels import ANNOTATION_VLLM_VERSION as ANNOTATION_VLLM_VERSION
 from ..api.labels import LABEL_SERVICE as LABEL_SERVICE
 from ..api.labels import MANAGED_BY as MANAGED_BY
 from ..planner.versions import version_from_image
+from .cache import build_download_container
 from .flags import flag_table
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -86,6 +87,7 @@ class RenderInput(BaseModel):
     cache_mount_path: str = "/root/.cache/huggingface"
     cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
     roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
+    download_init: bool = Field(False, description="fill the cache with the model-download init container first")
     startup_failure_threshold: int | None = Field(None, description="startup probe periods (render/cache.py)")
     memory: str | None = Field(None, description="host memory override (request = limit)")
     cpu: str | None = None
@@ -381,6 +383,10 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
         "containers": [container],
         "volumes": volumes,
     }
+    if inp.download_init:  # the weights land in the cache before vLLM starts (render/cache.py)
+        pod_spec["initContainers"] = [build_download_container(
+            image=inp.image, image_pull_policy=inp.image_pull_policy, model=inp.model, revision=inp.revision,
+            env=parts["env"], mounts=mounts, security_context=container_security)]
     if inp.affinity:
         pod_spec["affinity"] = dict(inp.affinity)
     deployment: dict[str, Any] = {

@@ -1,0 +1,124 @@
+"""The status hook for a measured download: record in `status.modelCache`, once per pod, through the one status
+writer, how many bytes a pod downloaded in how long (render/cache.py holds the pure parts).
+
+A failing download is recorded too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a
+pod waiting in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained.
+
+Two sources of measurements, both read without extra requests for pods that give none:
+
+* the `model-download` init container's termination message (in the pod status the event carries);
+* vLLM's own "Time spent downloading weights" line, for a pod without that init container (an emptyDir cache, or
+  the init container switched off): its log is read once, when its vLLM container is first seen Ready (a bounded
+  read: the line is among the first of the log). The bytes are the checkpoint's (`status.modelCache.checkpointBytes`,
+  written by the reconcile): vLLM downloading into an empty cache fetches all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.v1alpha1 import VLLMServiceStatus
+from ..remediation.redact import redact
+from ..render.cache import (
+    DOWNLOAD_CONTAINER,
+    DownloadMeasure,
+    download_failure,
+    download_from_vllm_log,
+    fold_download,
+    fold_download_failure,
+    measured_download,
+)
+from . import effects, kube
+
+log = logging.getLogger("vllm_operator.downloads")
+
+#: Pods this process has looked at (recorded, found recorded, or found to have nothing): no second look.
+_SEEN: dict[str, None] = {}
+_SEEN_LIMIT = 4096
+#: vLLM's download line comes early in its log: this many lines hold it (bounded to 64 KiB by kube.read_log).
+LOG_LINES = 2000
+
+
+def _seen(uid: str) -> bool:
+    if uid in _SEEN:
+        return True
+    _SEEN[uid] = None
+    while len(_SEEN) > _SEEN_LIMIT:
+        del _SEEN[next(iter(_SEEN))]
+    return False
+
+
+def _has_download_init(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("name") == DOWNLOAD_CONTAINER for c in (pod.get("spec") or {}).get("initContainers") or [])
+
+
+def _vllm_ready(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("name") == "vllm" and c.get("ready") is True
+               for c in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+def record_download(namespace: str, service: str, pod: Mapping[str, Any]) -> bool:
+    """Record the pod's measured download in its service's status; returns whether the status was written."""
+    meta = pod.get("metadata") or {}
+    name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
+    if _has_download_init(pod):
+        failing = download_failure(pod)
+        measure = measured_download(pod)
+        if failing is not None or (measure is not None and (name, None) not in _CLEARED):
+            _record_failure(namespace, service, name, redact(failing) if failing else None)
+        if measure is None or not measure.telling() or _seen(uid):
+            return False
+        return _write(namespace, service, lambda _status: measure)
+    if not _vllm_ready(pod) or _seen(uid):
+        return False
+    with kube.api_errors(f"read the log of {name}"):
+        text = kube.read_log(namespace, name, container="vllm", tail_lines=LOG_LINES, previous=False) or ""
+
+    def from_log(status: Mapping[str, Any]) -> DownloadMeasure | None:
+        size = ((status.get("modelCache") or {}).get("checkpointBytes")) or 0
+        return download_from_vllm_log(text, checkpoint_bytes=int(size), pod=name)
+    return _write(namespace, service, from_log)
+
+
+#: (pod, failure) pairs said already (a failure recorded, or a success that cleared it): no second read.
+_CLEARED: dict[tuple[str, str | None], None] = {}
+
+
+def _record_failure(namespace: str, service: str, pod: str, why: str | None) -> None:
+    """status.modelCache.downloadError while a pod's download fails, cleared once a pod's download succeeded (the
+    ModelCache condition repeats it, so `kubectl describe` says why a pod waits in Init)."""
+    if (pod, why) in _CLEARED:
+        return
+
+    def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
+        status = dict(stored.get("status") or {})
+        folded = fold_download_failure(status.get("modelCache"), pod, why)
+        return None if folded is None else VLLMServiceStatus.model_validate({**status, "modelCache": folded})
+
+    if effects.update_status(namespace, service, build) and why:
+        log.warning("%s/%s: the model download of pod %s fails: %s", namespace, service, pod, why)
+    _CLEARED[pod, why] = None
+    while len(_CLEARED) > _SEEN_LIMIT:
+        del _CLEARED[next(iter(_CLEARED))]
+
+
+def _write(namespace: str, service: str, measure_for: Any) -> bool:
+    found: list[DownloadMeasure] = []
+
+    def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
+        status = dict(stored.get("status") or {})
+        measure = measure_for(status)
+        folded = fold_download(status.get("modelCache"), measure)
+        if folded is None or measure is None:
+            return None
+        found[:] = [measure]
+        return VLLMServiceStatus.model_validate({**status, "modelCache": folded})
+
+    written = effects.update_status(namespace, service, build)
+    if written and found:
+        m = found[0]
+        log.info("%s/%s: pod %s downloaded %d bytes in %.1f s (%.0f MiB/s, %s)", namespace, service, m.pod,
+                 m.downloaded_bytes, m.seconds, m.bytes_per_second / 2**20, m.source)
+    return written
