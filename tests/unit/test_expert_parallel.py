@@ -14,16 +14,23 @@ import yaml
 from vllm_operator.api.v1alpha1 import PinnedFlags
 from vllm_operator.cli import main
 from vllm_operator.planner import PlanRequest
-from vllm_operator.planner.arch import ModelArch
+from vllm_operator.planner.arch import ModelArch, arch_from_config
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.gpus import GPUSpec
-from vllm_operator.planner.memory import EngineFlags, experts_per_rank, weights_bytes_per_gpu
+from vllm_operator.planner.memory import (
+    EngineFlags,
+    dense_mlp_sizes,
+    experts_per_rank,
+    shard_failure,
+    weights_bytes_per_gpu,
+)
 from vllm_operator.planner.moe_parallel import moe_parallel_reasons
 from vllm_operator.planner.multinode import plan_across_nodes
-from vllm_operator.planner.plan import Constraints, plan
+from vllm_operator.planner.plan import Constraints, _valid_tp, plan
 from vllm_operator.render.flags import flag_table
 from vllm_operator.render.manifests import render_args, unsupported_pinned
 
+CATALOG = Path(__file__).resolve().parents[2] / "operator" / "vllm_operator" / "catalog" / "models"
 MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 DEEPSEEK_R1 = "deepseek-ai/DeepSeek-R1"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -97,6 +104,54 @@ def test_experts_intermediate_must_divide_by_tp_times_dp_unless_expert_parallel(
                              pinned=PinnedFlags(tensor_parallel_size=1, data_parallel_size=3,
                                                 enable_expert_parallel=True)))
     assert whole.fits and whole.gpu_count == 3
+
+
+def test_with_expert_parallel_the_experts_take_no_shard_check_but_attention_and_dense_mlps_do(
+        load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:
+    # vLLM 0.33 FusedMoEParallelConfig.make: with EP the MoE layer's tp_size is 1, so FusedMoEConfig's
+    # `intermediate_size % tp_size` assert never fails; attention (heads), the embedding and the column-parallel
+    # dense / shared-expert MLPs are still split over TP.
+    mixtral = load_arch(MIXTRAL)
+
+    def run(arch: ModelArch, count: int, **pins: Any) -> Any:
+        return plan(PlanRequest(arch=arch, gpu=gpu("h200"), gpu_count=count, pinned=PinnedFlags(**pins)))
+
+    # TP 3 with EP: the experts are whole, but 32 attention heads do not split 3 ways
+    tp3 = run(mixtral, 3, tensor_parallel_size=3, enable_expert_parallel=True)
+    assert not tp3.fits and tp3.failure is not None
+    assert tp3.failure.kind is FailureKind.INVALID_PARALLELISM
+    assert "32" in tp3.failure.message and "14336" not in tp3.failure.message
+    # TP 2 × DP 3: without EP each expert is split 6 ways (14336 % 6 = 2); with EP each of the 6 ranks holds whole
+    # experts (8 over 6: 2 on ranks 0-1, 1 on the others)
+    split = run(mixtral, 6, tensor_parallel_size=2, data_parallel_size=3)
+    assert not split.fits and split.failure is not None and "14336 is not divisible by 6" in split.failure.message
+    whole = run(mixtral, 6, tensor_parallel_size=2, data_parallel_size=3, enable_expert_parallel=True)
+    assert whole.fits and whole.gpu_count == 6
+    # a Qwen3-MoE config whose experts are 1000 wide (1000 % 16 = 8) at TP 16 (32 heads, 4 KV heads, vocab 151,936
+    # all divide): refused without EP, planned with it — and an unpinned TP may then be 16
+    config = json.loads((CATALOG / "Qwen__Qwen3-30B-A3B.json").read_text())["config"]
+    odd = arch_from_config({**config, "moe_intermediate_size": 1000}, model_id="example/odd-experts")
+    refused = run(odd, 16, tensor_parallel_size=16)
+    assert refused.failure is not None and "1000 is not divisible by 16" in refused.failure.message
+    assert run(odd, 16, tensor_parallel_size=16, enable_expert_parallel=True).fits
+    assert _valid_tp(odd, 16, expert_parallel=True) and not _valid_tp(odd, 16)
+
+
+def test_dense_and_shared_expert_widths_stay_split_over_tp(load_arch: LoadArch) -> None:
+    # Mixtral and Qwen3-MoE build no dense MLP (every layer routes; their `intermediate_size` is never built), so
+    # nothing but the experts would check it; DeepSeek's first 3 layers are dense (18432) and its shared expert is
+    # 1 × 2048; Maverick's odd layers are dense (intermediate_size_mlp 16384) and its shared expert is 8192 wide;
+    # Qwen1.5-MoE's shared expert is 5632 wide
+    assert dense_mlp_sizes(load_arch(MIXTRAL)) == ()
+    assert dense_mlp_sizes(load_arch("Qwen/Qwen3-30B-A3B")) == ()
+    assert dense_mlp_sizes(load_arch(DEEPSEEK_R1)) == (18432, 2048)
+    assert dense_mlp_sizes(load_arch("meta-llama/Llama-4-Maverick-17B-128E-Instruct")) == (16384, 8192)
+    assert dense_mlp_sizes(load_arch("Qwen/Qwen1.5-MoE-A2.7B")) == (5632,)
+    assert dense_mlp_sizes(load_arch(LLAMA_8B)) == (14336,)
+    maverick = load_arch("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    bad = shard_failure(maverick.model_copy(update={"shared_expert_intermediate_size": 8196}), 8)
+    assert bad is not None and "8196 is not divisible by 8" in bad.message
+    assert shard_failure(maverick, 8) is None
 
 
 def test_dp_times_tp_times_pp_stays_within_the_gpus(load_arch: LoadArch, gpu: Callable[[str], GPUSpec]) -> None:

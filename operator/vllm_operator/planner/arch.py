@@ -107,6 +107,10 @@ class ModelArch(BaseModel):
                                                         "(the others have a dense MLP)")
     routed_expert_params: int = Field(0, ge=0, description="parameters of ONE routed expert of one layer "
                                                            "(gate/up/down): what expert parallelism distributes")
+    shared_expert_intermediate_size: int = Field(
+        0, ge=0, description="intermediate width of a MoE layer's shared expert(s), split over TP like a dense MLP "
+                             "(DeepSeek: n_shared_experts × moe_intermediate_size; Qwen2-MoE: "
+                             "shared_expert_intermediate_size; Llama-4: the experts' size); 0 without them")
     attention_chunk_size: int | None = Field(
         None, description="chunked local attention (Llama-4): tokens per chunk on the local layers")
     chunked_local_layers: tuple[int, ...] = Field(
@@ -442,6 +446,8 @@ def arch_from_config(
         mtp_layers=_mtp_layers(cfg),
         moe_layers=moe_layers,
         routed_expert_params=(3 if gated else 2) * hidden * moe_inter if num_experts else 0,
+        shared_expert_intermediate_size=(counts["shared_experts"] * moe_inter + counts["shared_expert_size"]
+                                         if num_experts else 0),
         attention_chunk_size=chunk,
         chunked_local_layers=chunked,
         vision_params=counts["vision_params"],

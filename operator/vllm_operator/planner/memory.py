@@ -426,21 +426,37 @@ def _round2(value_bytes: float) -> float:
 
 
 def _check_parallelism(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
-    tp = flags.tensor_parallel_size
+    return shard_failure(arch, flags.tensor_parallel_size)
+
+
+def dense_mlp_sizes(arch: ModelArch) -> tuple[int, ...]:
+    """The MLP widths vLLM splits over the TP ranks whatever the expert layout: the dense MLP of the layers without
+    routed experts (none when every layer has them: Mixtral's `intermediate_size` is its experts') and the shared
+    experts (`DeepseekV2MLP`/`Qwen2MoeMLP`/`LlamaMLP` — column-parallel, `divide(size, tp)`, with or without
+    --enable-expert-parallel)."""
+    if not arch.is_moe:
+        return (arch.intermediate_size,)
+    dense = (arch.intermediate_size,) if len(arch.moe_layers) < arch.num_layers else ()
+    shared = (arch.shared_expert_intermediate_size,) if arch.shared_expert_intermediate_size else ()
+    return dense + shared
+
+
+def shard_failure(arch: ModelArch, tp: int) -> PredictedFailure | None:
+    """The TP shard asserts of the layers every rank builds, in the order vLLM builds them: attention heads, the
+    embedding (vocab), the KV heads, the dense and shared-expert MLPs. The routed experts' check depends on DP and
+    EP: `moe_parallelism_failure`."""
     if arch.num_heads % tp:
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                 message=messages.heads_divisibility_message(arch.num_heads, tp))
-    # then the layers' shard asserts, in the order vLLM builds them: embedding (vocab), attention (KV heads), MLP
-    for size in (arch.vocab_size,):
-        if size % tp:
-            return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
-                                    message=messages.shard_divisibility_message(size, tp))
+    if arch.vocab_size % tp:
+        return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                message=messages.shard_divisibility_message(arch.vocab_size, tp))
     if not arch.is_mla:
         kv = arch.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(kv, tp))
-    for size in (arch.intermediate_size, arch.moe_intermediate_size):
+    for size in dense_mlp_sizes(arch):
         if size and size % tp:
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(size, tp))
@@ -696,10 +712,12 @@ def moe_parallel_weights(arch: ModelArch, flags: EngineFlags, per_stage: list[in
 
 
 def moe_parallelism_failure(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
-    """The shard checks DP/EP change: without EP the experts' intermediate size is split over TP × DP ranks and must
-    divide by it (vLLM asserts it when it builds the MoE layer)."""
+    """The routed experts' shard check (vLLM 0.33 `FusedMoEConfig.__post_init__`: `assert intermediate_size %
+    moe_parallel_config.tp_size == 0`). Without expert parallelism that TP size is TP × DP (`FusedMoEParallelConfig.
+    make` flattens DP into it) and each expert's intermediate size must divide by it; with
+    `--enable-expert-parallel` it is 1 — every rank holds whole experts, and no expert dimension is split."""
     group = moe_group_size(flags)
-    if not arch.is_moe or flags.enable_expert_parallel or flags.data_parallel_size == 1:
+    if not arch.is_moe or flags.enable_expert_parallel or group == 1:
         return None
     if arch.moe_intermediate_size and arch.moe_intermediate_size % group:
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
