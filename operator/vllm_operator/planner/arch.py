@@ -446,8 +446,7 @@ def arch_from_config(
         mtp_layers=_mtp_layers(cfg),
         moe_layers=moe_layers,
         routed_expert_params=(3 if gated else 2) * hidden * moe_inter if num_experts else 0,
-        shared_expert_intermediate_size=(counts["shared_experts"] * moe_inter + counts["shared_expert_size"]
-                                         if num_experts else 0),
+        shared_expert_intermediate_size=_shared_width(counts) if num_experts else 0,
         attention_chunk_size=chunk,
         chunked_local_layers=chunked,
         vision_params=counts["vision_params"],
@@ -466,6 +465,11 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int, num_experts: int) -> tuple[
     first = cfg.get("first_k_dense_replace")
     first = first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else 0
     return tuple(range(first, layers))
+
+
+def _shared_width(counts: Mapping[str, Any]) -> int:
+    """The shared expert's intermediate width: n_shared × the experts' (DeepSeek, Llama-4) plus Qwen2-MoE's own."""
+    return int(counts["shared_experts"]) * int(counts["moe_intermediate_size"]) + int(counts["shared_expert_size"])
 
 
 def _shared_experts(cfg: Mapping[str, Any], model_type: str) -> int:

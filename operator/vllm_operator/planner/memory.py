@@ -28,7 +28,7 @@ from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes,
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
 from .speculative import DraftMemory, Speculation, attention_layer_kinds, draft_memory
-from .versions import VersionProfile, profile_for, uses_v2_runner
+from .versions import Version, VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
 _FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
@@ -384,7 +384,10 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
     sampler += _HIDDEN_KEPT_BYTES * tokens * arch.hidden_size
     peak = _ACT_BASE_GIB * GiB + max(forward, sampler)
     if arch.is_moe and not (arch.quantization and arch.quantization.method == "mxfp4"):
-        peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
+        if flags.enable_expert_parallel or flags.data_parallel_size > 1:  # the layout changes the problem size
+            peak += moe_workspace_bytes(arch, flags, profile.version_tuple)
+        else:  # plain TP: the calibrated estimate (benchmarks/planner_accuracy.py)
+            peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
     if arch.multimodal:
         peak += _MULTIMODAL_GIB * GiB
     return int(peak)
@@ -709,6 +712,56 @@ def moe_parallel_weights(arch: ModelArch, flags: EngineFlags, per_stage: list[in
         actual = moe_in_stage * held * expert_bytes
         out.append(max(int(per_stage[stage] + (actual - booked) * 1.0015), 0))
     return out
+
+
+#: VLLM_FUSED_MOE_CHUNK_SIZE's default: 32768 up to 0.11 (read from the 0.8.0, 0.10.2 and 0.11.0 wheels' envs.py),
+#: 16384 from 0.12 (0.12.0, 0.14.0, 0.17.0); the variable is gone from 0.18 (0.18.0, 0.19.0, 0.20.0, 0.26.0, 0.30.0,
+#: 0.33.0): the experts then run on the whole batch at once.
+_MOE_CHUNK_BEFORE_0_12 = 32768
+_MOE_CHUNK_0_12 = 16384
+
+
+def moe_rows(flags: EngineFlags, version: Version) -> int:
+    """Tokens one fused-experts call works on in the profile run (the M of its workspace).
+
+    With DP > 1 every engine profiles with max-num-batched-tokens at the same time and the default
+    `allgather_reducescatter` dispatch gathers the DP ranks' tokens before the experts (0.33
+    `AgRsAll2AllManager`, `DPMetadata.sp_local_sizes` "without any chunking"; 0.10.2 `do_naive_dispatch_combine`):
+    M = DP × tokens. Before 0.18 the modular kernel cut M into VLLM_FUSED_MOE_CHUNK_SIZE chunks, and from 0.12 to
+    0.17 a DP + EP profile run sized the workspace at a whole chunk whatever M was (`_allocate_buffers`, "Force
+    worst-case allocation in profiling run").
+    """
+    rows = flags.max_num_batched_tokens * flags.data_parallel_size
+    if version >= (0, 18, 0):
+        return rows
+    chunk = _MOE_CHUNK_0_12 if version >= (0, 12, 0) else _MOE_CHUNK_BEFORE_0_12
+    if version >= (0, 12, 0) and flags.enable_expert_parallel and flags.data_parallel_size > 1:
+        return chunk
+    return min(rows, chunk)
+
+
+def moe_workspace_bytes(arch: ModelArch, flags: EngineFlags, version: Version) -> int:
+    """The fused-experts workspace of one rank when DP/EP lay the experts out (plain TP keeps the calibrated
+    estimate in activation_bytes).
+
+    vLLM 0.33 `TritonExperts.workspace_shapes` (the same shapes in 0.10.2): workspace13 = (M, topk, max(N_act, K)),
+    shared with the (M, K) output, and workspace2 = (M, topk, max(N, K)), in the activation dtype, where K is the
+    hidden size, N the first GEMM's width (gate + up: 2 × the intermediate size per partition) and N_act the
+    activation's output (the intermediate size per partition). The intermediate size per partition is the expert's
+    whole width with --enable-expert-parallel (the MoE tp_size is 1) and 1/(TP × DP) of it without. M is
+    `moe_rows`. ESTIMATE for the other expert kernels (DeepGEMM, CUTLASS, FlashInfer, Marlin: their own shapes) and
+    for releases whose TP-only path still called the non-modular `fused_experts` (at most M × topk ×
+    (max(N_act, K) − N_act) smaller).
+    """
+    if not arch.is_moe or not arch.moe_intermediate_size:
+        return 0
+    split = 1 if flags.enable_expert_parallel else moe_group_size(flags)
+    per_partition = arch.moe_intermediate_size / split
+    gated = arch.routed_expert_params != 2 * arch.hidden_size * arch.moe_intermediate_size
+    first_gemm = per_partition * (2 if gated else 1)
+    hidden = arch.hidden_size
+    per_row = arch.experts_per_token * (max(per_partition, hidden) + max(first_gemm, hidden))
+    return int(moe_rows(flags, version) * per_row * _model_dtype_bytes(arch, flags))
 
 
 def moe_parallelism_failure(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:

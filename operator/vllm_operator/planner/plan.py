@@ -757,7 +757,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
             + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
     reasons.extend([lora_reason(arch, flags)] if flags.max_loras else [])
-    reasons.extend(moe_parallel_reasons(arch, flags))
+    reasons.extend(moe_parallel_reasons(arch, flags, profile.version_tuple))
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
                        f"{objective}; fp8 halves KV bytes per token (small quality cost).")
