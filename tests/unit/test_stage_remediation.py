@@ -304,3 +304,10 @@ def test_a_node_holding_several_stages_without_a_named_gpu_takes_the_uniform_lad
     assert cur.failed_stages == (2, 3)
     flags = {"tensor_parallel_size": 1, "pipeline_parallel_size": 4, "max_model_len": 32768}
     assert "pp_layer_partition" not in decide(failure, "uid/1", cur.model_copy(update={"flags": flags}), NOW).changed
+
+
+@pytest.mark.parametrize("multi", [{"tensorParallelSize": "x"}, {"gpusPerNode": [1]}])
+def test_a_hand_edited_layout_with_a_named_gpu_never_crashes(multi: dict[str, Any]) -> None:
+    status = {"multiNode": {**_tp1_status()["multiNode"], **multi}}
+    cur = ladder.current_from(parse_spec(SPEC), status, node_rank=1, device="cuda:1")
+    assert cur.stage_layers == () and cur.failed_stages == ()

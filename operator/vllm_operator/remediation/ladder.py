@@ -156,13 +156,13 @@ def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: i
     try:
         layers = tuple(int(s.get("layers") or 0) for s in multi.get("stages") or [] if isinstance(s, Mapping))
         nodes = max(int(multi.get("nodes") or 1), 1)
+        tp, per_node = int(multi.get("tensorParallelSize") or 1), int(multi.get("gpusPerNode") or 1)
     except (TypeError, ValueError):  # a status edited by hand: no stage step, never a crash
         return layout
     layout.update(nodes=nodes, stage_layers=layers if layers and min(layers) > 0 else ())
     if node_rank is not None:
-        tp = int(multi.get("tensorParallelSize") or 1)
-        where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank},
-                                 gpus_per_node=int(multi.get("gpusPerNode") or 1), tensor_parallel_size=tp)
+        where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank}, gpus_per_node=per_node,
+                                 tensor_parallel_size=tp)
         stage = groups.failed_stage(where, device, tp) if where and len(where.stages) > 1 else None
         layout["failed_stages"] = (stage,) if stage is not None else where.stages if where else ()
     return layout
