@@ -96,20 +96,40 @@ def _num(value: Any) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+#: Record keys carried as `--flag VALUE` (vLLM's spelling: underscores → dashes): every numeric pinned flag the
+#: planner understands (api.v1alpha1.PinnedFlags), the data-parallel size among them.
+VALUE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpu_memory_utilization",
+               "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "cpu_offload_gb")
+#: Record keys carried as switches: True → `--flag`; for vLLM's BooleanOptionalAction flags False → `--no-flag`.
+SWITCHES = ("enforce_eager", "enable_expert_parallel")
+ON_OFF = ("enable_prefix_caching", "enable_chunked_prefill")
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _switch_words(record: dict[str, Any]) -> list[str]:
+    words = [_flag(key) for key in SWITCHES if record.get(key) is True]
+    for key in ON_OFF:
+        value = record.get(key)
+        if isinstance(value, bool):
+            words.append(_flag(key) if value else "--no-" + key.replace("_", "-"))
+    return words
+
+
 def command_for(record: dict[str, Any], data: Path) -> list[str]:
     """The record's `vllm serve` command line: the flags its log shows it was given, nothing else."""
     arch = load_model(data, record["model_id"])
     words = ["vllm", "serve", str(data / "models" / record["model_id"].replace("/", "__"))]
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization", "max_model_len",
-                "max_num_seqs", "max_num_batched_tokens", "block_size"):
+    for key in VALUE_FLAGS:
         value = _num(record.get(key))
         if value is not None:
-            words += ["--" + key.replace("_", "-"), str(value)]
+            words += [_flag(key), str(value)]
     kv = record.get("kv_cache_dtype")
     if isinstance(kv, str) and kv != "auto":
         words += ["--kv-cache-dtype", kv]
-    if record.get("enforce_eager"):
-        words.append("--enforce-eager")
+    words += _switch_words(record)
     if str(record.get("dtype")) in ("torch.float32", "float32"):
         words += ["--dtype", "float32"]
     quant = record.get("quantization")

@@ -14,6 +14,12 @@ the same startup simulator and the same hidden facts:
     is Ready (the recipe has ended).
 (c) this operator: the real `vllm-operator run` process against the simulated cluster (plan + remediation).
 
+A scenario whose plan spans nodes (a LeaderWorkerSet group) runs (a) and (b) on the same nodes and the same TP × PP,
+in vLLM's native multi-node mode as the operator renders it (`--nnodes N --node-rank r`, `--headless` on the
+workers), every node's run simulated with its own stages: a group start is Ready when every node is; when a node
+fails, each node that failed of its own counts one failed start, and LeaderWorkerSet recreates the whole group once
+the failed container restarts (the kubelet's first back-off, 10 s, then new pods: no growing back-off).
+
 All three count the same simulated time: 1 s to schedule, 30 s to pull the image (first pod on a node), 2 s to
 create the container, vLLM's startup as the simulator times it, and the back-off after each failure. (c) also
 includes the operator's own reaction time (real seconds × the clock's speed).
@@ -45,7 +51,7 @@ from vllm_operator_sim.clock import DEFAULT_SPEED, format_duration
 from vllm_operator_sim.demo import ServiceResult, find_manifests, run_services
 from vllm_operator_sim.kubelet import CREATE_S, SCHEDULE_S, backoff_delay
 from vllm_operator_sim.scenarios import load_scenarios
-from vllm_operator_sim.startup import HiddenFacts, simulate_startup
+from vllm_operator_sim.startup import HiddenFacts, StartupOutcome, simulate_startup
 
 IMAGE_PULL_S = 30.0
 RECIPE_START = 4096
@@ -69,6 +75,13 @@ def _args(model: str, tp: int, max_model_len: int | None = None) -> list[str]:
     if max_model_len is not None:
         args += ["--max-model-len", str(max_model_len)]
     return args
+
+
+def node_args(args: list[str], pp: int, nodes: int, rank: int) -> list[str]:
+    """One node's command line in vLLM's native multi-node mode, as render/lws.py gives it (leader: rank 0)."""
+    out = [*args, "--pipeline-parallel-size", str(pp), "--distributed-executor-backend", "mp", "--nnodes",
+           str(nodes), "--node-rank", str(rank), "--master-addr", "leader.example", "--master-port", "29501"]
+    return [*out, "--headless"] if rank else out
 
 
 class Attempts:
@@ -102,6 +115,34 @@ class Attempts:
     @property
     def over(self) -> bool:
         return self.t > self.horizon
+
+
+def _waited_for_a_peer(outcome: StartupOutcome) -> bool:
+    """A node that failed only because another node's rank died (the simulator's stalled node)."""
+    return any("Waiting for the engine's other nodes" in line.text for line in outcome.log)
+
+
+class GroupAttempts(Attempts):
+    """Starts of one LeaderWorkerSet group: `nodes` pods of `per_node` GPUs, TP × PP over them."""
+
+    def __init__(self, model: str, image: str, gpu: str, tp: int, hidden: HiddenFacts, horizon: float, *,
+                 pp: int, nodes: int) -> None:
+        super().__init__(model, image, gpu, tp, hidden, horizon)
+        self.pp, self.nodes, self.per_node = pp, nodes, tp * pp // nodes
+
+    def start(self, max_model_len: int | None) -> bool:
+        base = _args(self.model, self.tp, max_model_len)
+        runs = [simulate_startup(node_args(base, self.pp, self.nodes, rank), self.image, self.gpu, self.hidden,
+                                 self.files, gpu_count=self.per_node) for rank in range(self.nodes)]
+        if all(run.starts for run in runs):
+            self.consecutive = 0
+            self.t += max(run.duration_s for run in runs)
+            return True
+        own = [run for run in runs if not run.starts and not _waited_for_a_peer(run)] or \
+            [run for run in runs if not run.starts]
+        self.failures += len(own)
+        self.t += min(run.duration_s for run in own) + backoff_delay(1) + SCHEDULE_S + CREATE_S
+        return False
 
 
 def vllm_defaults(attempts: Attempts) -> Run:
@@ -182,6 +223,23 @@ def operator_cells(result: ServiceResult) -> tuple[str, str]:
     return run.cells()
 
 
+def _baselines(result: ServiceResult, image: str, gpu: str, hidden: HiddenFacts, horizon: float, *, tp: int,
+               pp: int, derived: int) -> tuple[Run, Run, str]:
+    """(a) and (b) on the hardware the operator's plan used: one pod, or one group of nodes × GPUs per node."""
+    name = load_gpu_catalog().get(gpu).name
+    per_node = int(result.gpu_count or tp * pp)
+    nodes = max(tp * pp // per_node, 1)
+    if nodes == 1:
+        a = vllm_defaults(Attempts(result.model, image, gpu, tp, hidden, horizon))
+        b = manual_recipe(Attempts(result.model, image, gpu, tp, hidden, horizon), derived)
+        return a, b, f"{tp}× {name}"
+
+    def group() -> GroupAttempts:
+        return GroupAttempts(result.model, image, gpu, tp, hidden, horizon, pp=pp, nodes=nodes)
+
+    return vllm_defaults(group()), manual_recipe(group(), derived), f"{nodes} nodes × {per_node}× {name} (TP {tp} × PP {pp})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", help="directory of VLLMService manifests (default: examples/)")
@@ -200,12 +258,11 @@ def main() -> int:
         hidden = scenarios.get(result.name).hidden
         image = spec.get("image") or DEFAULT_IMAGE
         tp = int(result.flags.get("tensor_parallel_size") or result.gpu_count or 1)
+        pp = int(result.flags.get("pipeline_parallel_size") or 1)
         gpu = result.gpu_product or "L4"
         files = load_model_files(result.model, offline=True)
         derived = arch_from_config(files.config, model_id=result.model).derived_max_model_len
-        a = vllm_defaults(Attempts(result.model, image, gpu, tp, hidden, options.horizon))
-        b = manual_recipe(Attempts(result.model, image, gpu, tp, hidden, options.horizon), derived)
-        hardware = f"{tp}× {load_gpu_catalog().get(gpu).name}"
+        a, b, hardware = _baselines(result, image, gpu, hidden, options.horizon, tp=tp, pp=pp, derived=derived)
         rows.append([result.name, hardware, *a.cells(), *b.cells(), *operator_cells(result)])
         if result.outcome == "Ready":
             pin_rows.extend(kv_pin_rows(result, image, hidden))

@@ -799,7 +799,7 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     stage = max(mine, key=lambda i: weights[i] + acts[i])  # this node's tightest stage
     if weights[stage] + acts[stage] + non_torch > free:
         oom = messages.cuda_oom_message(
-            device=0, tried_mib=min(acts[stage] / 2**20, 2048.0), total_gib=total_gib,
+            device=stage_device(parsed, stage, world), tried_mib=min(acts[stage] / 2**20, 2048.0), total_gib=total_gib,
             free_mib=min(max((free - weights[stage] - non_torch) / 2**20 * 0.3, 0.0), 900.0),
             in_use_gib=(free + ctx) / GiB - 0.05, torch_gib=(weights[stage] + acts[stage] * 0.6) / GiB)
         return _fail(run, Phase.PROFILING, FailureKind.CUDA_OOM_STARTUP, oom, common)
@@ -871,8 +871,9 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         if at_capture(stage) > total:
             used = at_capture(stage) - int(graph_est[stage] * (1 + pert["cudagraph_capture"]))
             free_mib = max(total - used, 0) / 2**20 * 0.3
-            oom = messages.cuda_oom_message(device=0, tried_mib=786.0, total_gib=total_gib, free_mib=free_mib,
-                                            in_use_gib=(used - other) / GiB, torch_gib=(used - other - ctx) / GiB)
+            oom = messages.cuda_oom_message(device=stage_device(parsed, stage, world), tried_mib=786.0,
+                                            total_gib=total_gib, free_mib=free_mib, in_use_gib=(used - other) / GiB,
+                                            torch_gib=(used - other - ctx) / GiB)
             return _fail(run, Phase.CUDA_GRAPHS, FailureKind.CUDA_OOM_STARTUP, oom, common)
         if parsed.nnodes > 1 and any(at_capture(i) > total for i in range(pp) if i not in mine):
             return _stalled(run, Phase.CUDA_GRAPHS, common)
@@ -931,6 +932,16 @@ def rank_stages(parsed: VLLMArgs, world: int) -> list[int]:
     ranks = range(parsed.node_rank * per_node, (parsed.node_rank + 1) * per_node)
     stages = sorted({r // tp for r in ranks if r < world})
     return stages or list(range(parsed.pipeline_parallel_size))
+
+
+def stage_device(parsed: VLLMArgs, stage: int, world: int) -> int:
+    """The node-local GPU (cuda:N in torch's out-of-memory message) of this node's first rank in `stage`: each
+    worker runs on cuda:<local rank>, global rank = GPUs per node × node rank + local rank. 0 on one node."""
+    if parsed.nnodes <= 1:
+        return 0
+    per_node = max(world // parsed.nnodes, 1)
+    start = parsed.node_rank * per_node
+    return min(max(stage * parsed.tensor_parallel_size - start, 0), per_node - 1)
 
 
 def sim_stage_weights(arch: ModelArch, flags: EngineFlags, layers: Sequence[int]) -> list[int]:

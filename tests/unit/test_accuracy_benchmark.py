@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from vllm_operator import cli
 from vllm_operator.cli import main
 from vllm_operator.planner import plan
 
@@ -56,3 +57,35 @@ def test_the_command_carries_only_what_the_record_gave() -> None:
     assert words[:2] == ["vllm", "serve"] and Path(words[2]).is_dir()
     assert "--gpu-memory-utilization" in words and "--max-num-seqs" not in words
     assert all(re.fullmatch(r"--[a-z-]+", w) for w in words if w.startswith("-"))
+
+
+def test_every_flag_check_understands_is_carried_from_a_record() -> None:
+    # the check parser's memory flags, less the ones command_for spells by hand (value-dependent: the KV dtype only
+    # when not auto, the dtype only float32, online quantization only of a 16-bit checkpoint) and those no record
+    # can show (a speculative config, a revision)
+    known = {option.lstrip("-").replace("-", "_") for action in cli._check_parser()._actions
+             for option in action.option_strings if option.startswith("--") and not option.startswith("--no-")}
+    by_hand = {"kv_cache_dtype", "dtype", "quantization", "speculative_config", "revision"}
+    assert known - by_hand == set(BENCH.VALUE_FLAGS) | set(BENCH.SWITCHES) | set(BENCH.ON_OFF)
+
+
+def test_a_record_with_every_flag_pins_every_flag() -> None:
+    record = {**next(r for r in RECORDS if r["model_id"] == "mistralai/Mixtral-8x7B-Instruct-v0.1"
+                     or r["model_id"].startswith("Qwen/Qwen1.5-MoE")),
+              "gpu": "8x NVIDIA H100 80GB", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+              "data_parallel_size": 4, "enable_expert_parallel": True, "max_num_seqs": 64, "block_size": 32,
+              "cpu_offload_gb": 0, "enforce_eager": True, "enable_prefix_caching": False,
+              "enable_chunked_prefill": True}
+    words = BENCH.command_for(record, DATA)
+    assert "--data-parallel-size" in words and "--enable-expert-parallel" in words
+    assert "--no-enable-prefix-caching" in words and "--enable-chunked-prefill" in words
+    pinned = BENCH.request_for(record, DATA).pinned
+    assert (pinned.tensor_parallel_size, pinned.data_parallel_size, pinned.enable_expert_parallel) == (2, 4, True)
+    assert (pinned.max_num_seqs, pinned.block_size, pinned.cpu_offload_gb) == (64, 32, 0)
+    assert (pinned.enforce_eager, pinned.enable_prefix_caching, pinned.enable_chunked_prefill) == (True, False, True)
+
+
+def test_the_logged_expert_parallel_start_is_asked_with_the_flag() -> None:
+    record = next(r for r in RECORDS if r.get("enable_expert_parallel"))
+    assert "--enable-expert-parallel" in BENCH.command_for(record, DATA)
+    assert BENCH.request_for(record, DATA).pinned.enable_expert_parallel is True

@@ -10,7 +10,7 @@ import pytest
 
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.remediation.classifier import classify_text
-from vllm_operator.remediation.groups import attribute, network_failure, recreations_exhausted
+from vllm_operator.remediation.groups import attribute, failed_stage, network_failure, recreations_exhausted
 from vllm_operator.remediation.policy import Action, Current, decide
 
 LWS = "leaderworkerset.sigs.k8s.io/"
@@ -158,3 +158,26 @@ def test_a_system_error_with_the_network_transport_in_the_log_is_network() -> No
     text = "NCCL WARN NET/Socket : Connect to 10.0.0.2<43210> failed : Connection refused\n" + SYSTEM_ERROR
     failure = classify_text(text, exit_code=1)
     assert failure.kind is FailureKind.NETWORK and failure.summary.startswith("NCCL failure between ranks")
+
+
+@pytest.mark.parametrize(("node_rank", "device", "stage"), [
+    (1, "cuda:1", 3),   # 2 x 2 L40S, TP 1 x PP 4: node 1's GPU 1 is rank 3 = stage 3
+    (1, "cuda:0", 2),
+    (0, "cuda:1", 1),
+    (1, "cuda:2", None),  # not a GPU of this pod
+    (1, None, None),      # the failure names no GPU
+    (1, "GPU", None),
+])
+def test_the_gpu_a_cuda_oom_names_picks_one_stage_of_a_node_holding_several(
+        node_rank: int, device: str | None, stage: int | None) -> None:
+    node = attribute({LWS + "worker-index": str(node_rank)}, gpus_per_node=2, tensor_parallel_size=1)
+    assert node is not None
+    assert failed_stage(node, device, 1) == stage
+
+
+def test_with_tp_2_on_a_node_of_8_the_gpu_picks_its_tp_groups_stage() -> None:
+    # TP 2 x PP 8 over 2 x 8 GPUs: node 1 holds ranks 8..15 = stages 4..7; its GPU 5 is rank 13 = stage 6
+    node = attribute({LWS + "worker-index": "1"}, gpus_per_node=8, tensor_parallel_size=2)
+    assert node is not None and node.stages == (4, 5, 6, 7)
+    assert failed_stage(node, "cuda:5", 2) == 6 and failed_stage(node, "cuda:4", 2) == 6
+    assert failed_stage(node, "cuda:0", 2) == 4

@@ -268,3 +268,46 @@ def test_a_status_edited_by_hand_takes_no_stage_step_and_never_crashes(stages: A
     cur = ladder.current_from(parse_spec(SPEC), status, node_rank=1)
     assert cur.stage_layers == ()
     assert "pp_layer_partition" not in decide(OOM, "uid/1", cur.model_copy(update={"flags": PP2_FLAGS}), NOW).changed
+
+
+def _tp1_status() -> dict[str, Any]:
+    # Llama-3.1-70B (80 layers) on 2 nodes x 2 L40S as TP 1 x PP 4: vLLM's split 20/20/20/20; node 1 holds stages 2, 3
+    return {"multiNode": {"nodes": 2, "gpusPerNode": 2, "tensorParallelSize": 1, "pipelineParallelSize": 4,
+                          "stages": [{"layers": 20}, {"layers": 20}, {"layers": 20}, {"layers": 20}]}}
+
+
+def _oom_on(gpu: int) -> Failure:
+    return classify_text(messages.cuda_oom_message(device=gpu, tried_mib=512.0, total_gib=44.42, free_mib=120.0,
+                                                   in_use_gib=44.3, torch_gib=41.0), exit_code=1)
+
+
+@pytest.mark.parametrize(("gpu", "stage", "partition"), [(1, 3, "20,20,21,19"), (0, 2, "20,21,19,20")])
+def test_a_node_holding_several_stages_moves_a_layer_off_the_stage_whose_gpu_failed(
+        gpu: int, stage: int, partition: str) -> None:
+    """Ranks are TP-fastest and each worker runs on cuda:<local rank>: the GPU torch's message names on node 1 is
+    rank 2 + gpu, i.e. stage 2 + gpu at TP 1. The layer goes to the stage with the fewest layers, nearest first."""
+    failure = _oom_on(gpu)
+    assert failure.kind is FailureKind.CUDA_OOM_STARTUP and failure.device == f"cuda:{gpu}"
+    cur = ladder.current_from(parse_spec(SPEC), _tp1_status(), node_rank=1, device=failure.device)
+    assert cur.failed_stages == (stage,) and cur.stage_layers == (20, 20, 20, 20)
+    flags = {"tensor_parallel_size": 1, "pipeline_parallel_size": 4, "max_model_len": 32768}
+    decision = decide(failure, "uid/1", cur.model_copy(update={"flags": flags}), NOW)
+    assert decision.action is Action.STEP and decision.changed == {"pp_layer_partition": partition}
+    assert f"pipeline stage {stage}" in decision.message
+
+
+def test_a_node_holding_several_stages_without_a_named_gpu_takes_the_uniform_ladder() -> None:
+    failure = classify_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB.",
+                            exit_code=1)
+    assert failure.kind is FailureKind.CUDA_OOM_STARTUP and failure.device is None
+    cur = ladder.current_from(parse_spec(SPEC), _tp1_status(), node_rank=1, device=failure.device)
+    assert cur.failed_stages == (2, 3)
+    flags = {"tensor_parallel_size": 1, "pipeline_parallel_size": 4, "max_model_len": 32768}
+    assert "pp_layer_partition" not in decide(failure, "uid/1", cur.model_copy(update={"flags": flags}), NOW).changed
+
+
+@pytest.mark.parametrize("multi", [{"tensorParallelSize": "x"}, {"gpusPerNode": [1]}])
+def test_a_hand_edited_layout_with_a_named_gpu_never_crashes(multi: dict[str, Any]) -> None:
+    status = {"multiNode": {**_tp1_status()["multiNode"], **multi}}
+    cur = ladder.current_from(parse_spec(SPEC), status, node_rank=1, device="cuda:1")
+    assert cur.stage_layers == () and cur.failed_stages == ()

@@ -116,6 +116,10 @@ class ModelArch(BaseModel):
                                                         "(the others have a dense MLP)")
     routed_expert_params: int = Field(0, ge=0, description="parameters of ONE routed expert of one layer "
                                                            "(gate/up/down): what expert parallelism distributes")
+    shared_expert_intermediate_size: int = Field(
+        0, ge=0, description="intermediate width of a MoE layer's shared expert(s), split over TP like a dense MLP "
+                             "(DeepSeek: n_shared_experts × moe_intermediate_size; Qwen2-MoE: "
+                             "shared_expert_intermediate_size; Llama-4: the experts' size); 0 without them")
     attention_chunk_size: int | None = Field(
         None, description="chunked local attention (Llama-4): tokens per chunk on the local layers")
     chunked_local_layers: tuple[int, ...] = Field(
@@ -459,6 +463,7 @@ def arch_from_config(
         mtp_layers=_mtp_layers(cfg),
         moe_layers=moe_layers,
         routed_expert_params=(3 if gated else 2) * hidden * moe_inter if num_experts else 0,
+        shared_expert_intermediate_size=_shared_width(counts) if num_experts else 0,
         attention_chunk_size=chunk,
         chunked_local_layers=chunked,
         vision_params=counts["vision_params"],
@@ -477,6 +482,11 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int, num_experts: int) -> tuple[
     first = cfg.get("first_k_dense_replace")
     first = first if isinstance(first, int) and not isinstance(first, bool) and first > 0 else 0
     return tuple(range(first, layers))
+
+
+def _shared_width(counts: Mapping[str, Any]) -> int:
+    """The shared expert's intermediate width: n_shared × the experts' (DeepSeek, Llama-4) plus Qwen2-MoE's own."""
+    return int(counts["shared_experts"]) * int(counts["moe_intermediate_size"]) + int(counts["shared_expert_size"])
 
 
 def _shared_experts(cfg: Mapping[str, Any], model_type: str) -> int:

@@ -28,7 +28,7 @@ from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes,
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
 from .speculative import DraftMemory, Speculation, attention_layer_kinds, draft_memory
-from .versions import VersionProfile, profile_for, uses_v2_runner
+from .versions import Version, VersionProfile, profile_for, uses_v2_runner
 
 GiB = 2**30
 _FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "fp8_inc")
@@ -411,7 +411,10 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
     sampler += _HIDDEN_KEPT_BYTES * tokens * arch.hidden_size
     peak = _ACT_BASE_GIB * GiB + max(forward, sampler)
     if arch.is_moe and not (arch.quantization and arch.quantization.method == "mxfp4"):
-        peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
+        if flags.enable_expert_parallel or flags.data_parallel_size > 1:  # the layout changes the problem size
+            peak += moe_workspace_bytes(arch, flags, profile.version_tuple)
+        else:  # plain TP: the calibrated estimate (benchmarks/planner_accuracy.py)
+            peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
     if arch.multimodal:
         peak += _MULTIMODAL_GIB * GiB
     return int(peak)
@@ -573,21 +576,37 @@ def _round2(value_bytes: float) -> float:
 
 
 def _check_parallelism(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
-    tp = flags.tensor_parallel_size
+    return shard_failure(arch, flags.tensor_parallel_size)
+
+
+def dense_mlp_sizes(arch: ModelArch) -> tuple[int, ...]:
+    """The MLP widths vLLM splits over the TP ranks whatever the expert layout: the dense MLP of the layers without
+    routed experts (none when every layer has them: Mixtral's `intermediate_size` is its experts') and the shared
+    experts (`DeepseekV2MLP`/`Qwen2MoeMLP`/`LlamaMLP` — column-parallel, `divide(size, tp)`, with or without
+    --enable-expert-parallel)."""
+    if not arch.is_moe:
+        return (arch.intermediate_size,)
+    dense = (arch.intermediate_size,) if len(arch.moe_layers) < arch.num_layers else ()
+    shared = (arch.shared_expert_intermediate_size,) if arch.shared_expert_intermediate_size else ()
+    return dense + shared
+
+
+def shard_failure(arch: ModelArch, tp: int) -> PredictedFailure | None:
+    """The TP shard asserts of the layers every rank builds, in the order vLLM builds them: attention heads, the
+    embedding (vocab), the KV heads, the dense and shared-expert MLPs. The routed experts' check depends on DP and
+    EP: `moe_parallelism_failure`."""
     if arch.num_heads % tp:
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                 message=messages.heads_divisibility_message(arch.num_heads, tp))
-    # then the layers' shard asserts, in the order vLLM builds them: embedding (vocab), attention (KV heads), MLP
-    for size in (arch.vocab_size,):
-        if size % tp:
-            return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
-                                    message=messages.shard_divisibility_message(size, tp))
+    if arch.vocab_size % tp:
+        return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
+                                message=messages.shard_divisibility_message(arch.vocab_size, tp))
     if not arch.is_mla:
         kv = arch.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(kv, tp))
-    for size in (arch.intermediate_size, arch.moe_intermediate_size):
+    for size in dense_mlp_sizes(arch):
         if size and size % tp:
             return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,
                                     message=messages.shard_divisibility_message(size, tp))
@@ -840,11 +859,63 @@ def moe_parallel_weights(arch: ModelArch, flags: EngineFlags, per_stage: list[in
     return out
 
 
+#: VLLM_FUSED_MOE_CHUNK_SIZE's default: 32768 up to 0.11 (read from the 0.8.0, 0.10.2 and 0.11.0 wheels' envs.py),
+#: 16384 from 0.12 (0.12.0, 0.14.0, 0.17.0); the variable is gone from 0.18 (0.18.0, 0.19.0, 0.20.0, 0.26.0, 0.30.0,
+#: 0.33.0): the experts then run on the whole batch at once.
+_MOE_CHUNK_BEFORE_0_12 = 32768
+_MOE_CHUNK_0_12 = 16384
+
+
+def moe_rows(flags: EngineFlags, version: Version) -> int:
+    """Tokens one fused-experts call works on in the profile run (the M of its workspace).
+
+    With DP > 1 every engine profiles with max-num-batched-tokens at the same time and the default
+    `allgather_reducescatter` dispatch gathers the DP ranks' tokens before the experts (0.33
+    `AgRsAll2AllManager`, `DPMetadata.sp_local_sizes` "without any chunking"; 0.10.2 `do_naive_dispatch_combine`):
+    M = DP × tokens. Before 0.18 the modular kernel cut M into VLLM_FUSED_MOE_CHUNK_SIZE chunks, and from 0.12 to
+    0.17 a DP + EP profile run sized the workspace at a whole chunk whatever M was (`_allocate_buffers`, "Force
+    worst-case allocation in profiling run").
+    """
+    rows = flags.max_num_batched_tokens * flags.data_parallel_size
+    if version >= (0, 18, 0):
+        return rows
+    chunk = _MOE_CHUNK_0_12 if version >= (0, 12, 0) else _MOE_CHUNK_BEFORE_0_12
+    if version >= (0, 12, 0) and flags.enable_expert_parallel and flags.data_parallel_size > 1:
+        return chunk
+    return min(rows, chunk)
+
+
+def moe_workspace_bytes(arch: ModelArch, flags: EngineFlags, version: Version) -> int:
+    """The fused-experts workspace of one rank when DP/EP lay the experts out (plain TP keeps the calibrated
+    estimate in activation_bytes).
+
+    vLLM 0.33 `TritonExperts.workspace_shapes` (the same shapes in 0.10.2): workspace13 = (M, topk, max(N_act, K)),
+    shared with the (M, K) output, and workspace2 = (M, topk, max(N, K)), in the activation dtype, where K is the
+    hidden size, N the first GEMM's width (gate + up: 2 × the intermediate size per partition) and N_act the
+    activation's output (the intermediate size per partition). The intermediate size per partition is the expert's
+    whole width with --enable-expert-parallel (the MoE tp_size is 1) and 1/(TP × DP) of it without. M is
+    `moe_rows`. ESTIMATE for the other expert kernels (DeepGEMM, CUTLASS, FlashInfer, Marlin: their own shapes) and
+    for releases whose TP-only path still called the non-modular `fused_experts` (at most M × topk ×
+    (max(N_act, K) − N_act) smaller).
+    """
+    if not arch.is_moe or not arch.moe_intermediate_size:
+        return 0
+    split = 1 if flags.enable_expert_parallel else moe_group_size(flags)
+    per_partition = arch.moe_intermediate_size / split
+    gated = arch.routed_expert_params != 2 * arch.hidden_size * arch.moe_intermediate_size
+    first_gemm = per_partition * (2 if gated else 1)
+    hidden = arch.hidden_size
+    per_row = arch.experts_per_token * (max(per_partition, hidden) + max(first_gemm, hidden))
+    return int(moe_rows(flags, version) * per_row * _model_dtype_bytes(arch, flags))
+
+
 def moe_parallelism_failure(arch: ModelArch, flags: EngineFlags) -> PredictedFailure | None:
-    """The shard checks DP/EP change: without EP the experts' intermediate size is split over TP × DP ranks and must
-    divide by it (vLLM asserts it when it builds the MoE layer)."""
+    """The routed experts' shard check (vLLM 0.33 `FusedMoEConfig.__post_init__`: `assert intermediate_size %
+    moe_parallel_config.tp_size == 0`). Without expert parallelism that TP size is TP × DP (`FusedMoEParallelConfig.
+    make` flattens DP into it) and each expert's intermediate size must divide by it; with
+    `--enable-expert-parallel` it is 1 — every rank holds whole experts, and no expert dimension is split."""
     group = moe_group_size(flags)
-    if not arch.is_moe or flags.enable_expert_parallel or flags.data_parallel_size == 1:
+    if not arch.is_moe or flags.enable_expert_parallel or group == 1:
         return None
     if arch.moe_intermediate_size and arch.moe_intermediate_size % group:
         return PredictedFailure(kind=FailureKind.INVALID_PARALLELISM,

@@ -12,10 +12,18 @@ experts per rank, E // EP each and one more on the first E % EP ranks. Pure: no 
 from __future__ import annotations
 
 from .arch import ModelArch, gib
-from .memory import EngineFlags, experts_per_rank, moe_group_size, weights_bytes_per_gpu
+from .memory import (
+    EngineFlags,
+    experts_per_rank,
+    moe_group_size,
+    moe_rows,
+    moe_workspace_bytes,
+    weights_bytes_per_gpu,
+)
+from .versions import Version
 
 
-def moe_parallel_reasons(arch: ModelArch, flags: EngineFlags) -> list[str]:
+def moe_parallel_reasons(arch: ModelArch, flags: EngineFlags, version: Version) -> list[str]:
     """The explanation lines for a plan with DP and/or EP pinned (empty without them)."""
     out: list[str] = []
     dp = flags.data_parallel_size
@@ -23,7 +31,22 @@ def moe_parallel_reasons(arch: ModelArch, flags: EngineFlags) -> list[str]:
         out.append(_dp_reason(arch, flags))
     if flags.enable_expert_parallel:
         out.append(_ep_reason(arch, flags))
+    if (dp > 1 or flags.enable_expert_parallel) and moe_workspace_bytes(arch, flags, version):
+        out.append(_workspace_reason(arch, flags, version))
     return out
+
+
+def _workspace_reason(arch: ModelArch, flags: EngineFlags, version: Version) -> str:
+    rows = moe_rows(flags, version)
+    whole = flags.enable_expert_parallel
+    width = arch.moe_intermediate_size if whole else arch.moe_intermediate_size / moe_group_size(flags)
+    gathered = (f" (the {flags.data_parallel_size} engines' {flags.max_num_batched_tokens} batched tokens "
+                "gathered before the experts)" if flags.data_parallel_size > 1 else "")
+    return (f"MoE workspace {gib(moe_workspace_bytes(arch, flags, version)):.2f} GiB in the activation figure: "
+            f"{rows} rows{gathered} × top-{arch.experts_per_token} × the "
+            f"{'whole expert' if whole else 'per-rank slice'} ({width:g} wide), as vLLM's Triton experts size it. "
+            "ESTIMATE for the other expert kernels (DeepGEMM, CUTLASS, FlashInfer) and the all-to-all backends "
+            "(DeepEP, pplx), whose buffers are not modelled; a smaller --max-num-batched-tokens shrinks it.")
 
 
 def _dp_reason(arch: ModelArch, flags: EngineFlags) -> str:

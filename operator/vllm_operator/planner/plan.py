@@ -46,6 +46,7 @@ from .memory import (
     pp_partition,
     predict_startup,
     profile_for_model,
+    shard_failure,
     speculative_memory,
 )
 from .moe_parallel import moe_parallel_reasons
@@ -204,14 +205,13 @@ def _facts(request: PlanRequest, tp: int, pp: int = 1) -> GPUFacts:
                     compute_capability=request.gpu.compute_capability)
 
 
-def _valid_tp(arch: ModelArch, tp: int) -> bool:
-    if arch.num_heads % tp:
+def _valid_tp(arch: ModelArch, tp: int, *, expert_parallel: bool = False) -> bool:
+    """A TP size every layer's shard check accepts: with --enable-expert-parallel the routed experts are held whole
+    (no check on their intermediate size), otherwise each is split over the TP ranks (memory.moe_parallelism_failure
+    then checks TP × DP)."""
+    if shard_failure(arch, tp) is not None:
         return False
-    if not arch.is_mla:
-        kv = arch.num_kv_heads
-        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            return False
-    return not any(size and size % tp for size in (arch.vocab_size, arch.intermediate_size, arch.moe_intermediate_size))
+    return expert_parallel or arch.moe_intermediate_size % tp == 0
 
 
 class _Candidate:
@@ -484,7 +484,8 @@ def _tp_candidates(request: PlanRequest) -> list[int]:
     if dp > 1:  # a floor meant for all the pod's GPUs (spec.gpu.count) is at most what one DP engine can have
         low = min(low, max(request.gpu_count // (pp * dp), 1))
     return [tp for tp in _TP_CHOICES
-            if low <= tp and tp * pp * dp <= request.gpu_count and _valid_tp(request.arch, tp)]
+            if low <= tp and tp * pp * dp <= request.gpu_count
+            and _valid_tp(request.arch, tp, expert_parallel=bool(request.pinned.enable_expert_parallel))]
 
 
 def _kv_choices(request: PlanRequest) -> list[str]:
@@ -821,7 +822,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
         elif tp == 1:
             reasons.append("tensor-parallel-size 1: the model fits on one GPU.")
         else:
-            smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t)]
+            smaller = [t for t in _TP_CHOICES if t < tp and _valid_tp(arch, t, expert_parallel=flags.enable_expert_parallel)]
             reasons.append(
                 f"tensor-parallel-size {tp}: the smallest valid size that fits "
                 f"(tried {', '.join(map(str, smaller)) or 'none smaller'}; sizes must divide {arch.num_heads} "
@@ -834,7 +835,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
             + ". The options say what would meet it.")
     reasons.extend(candidate.notes)
     reasons.extend([lora_reason(arch, flags)] if flags.max_loras else [])
-    reasons.extend(moe_parallel_reasons(arch, flags))
+    reasons.extend(moe_parallel_reasons(arch, flags, profile.version_tuple))
     if flags.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2") and not request.pinned.kv_cache_dtype:
         reasons.append("kv-cache-dtype fp8: with 16-bit KV the plan does not fit or falls short of "
                        f"{objective}; fp8 halves KV bytes per token (small quality cost).")

@@ -3,7 +3,9 @@ network. Pure: no Kubernetes client.
 
 vLLM's native multi-node ranks are TP-fastest: node `w` (the pod with `leaderworkerset.sigs.k8s.io/worker-index`
 = w) holds global ranks w·g … w·g+g−1 for g GPUs per node, and rank r is in pipeline stage r // TP
-(`vllm/v1/executor/multiproc_executor.py`). With TP = GPUs per node each node is exactly one stage.
+(`vllm/v1/executor/multiproc_executor.py`). With TP = GPUs per node each node is exactly one stage; with a
+smaller TP (TP 1 × PP on PCIe GPUs) a node holds GPUs-per-node / TP stages, and the GPU a CUDA out-of-memory names
+tells which of them failed (`failed_stage`).
 
 Network failures — NCCL, Gloo, ZMQ and rendezvous timeouts — say nothing about GPU memory: the classifier gives
 them the class `Network`, which the ladder surfaces without changing a memory flag (policy: only MEMORY_FAILURES
@@ -80,6 +82,27 @@ def attribute(labels: Mapping[str, Any], *, gpus_per_node: int, tensor_parallel_
     ranks = tuple(range(node_rank * gpus_per_node, (node_rank + 1) * gpus_per_node))
     stages = tuple(sorted({rank // tensor_parallel_size for rank in ranks}))
     return RankAttribution(group=group, node_rank=node_rank, ranks=ranks, stages=stages)
+
+
+_CUDA_DEVICE = re.compile(r"^cuda:(\d+)$")
+
+
+def failed_stage(where: RankAttribution, device: str | None, tensor_parallel_size: int) -> int | None:
+    """The one pipeline stage of a pod that holds several, from the GPU its failure names (the classifier's
+    `Failure.device`, "cuda:3" from torch's "GPU 3 has a total capacity of …"); None when it names none of this
+    pod's GPUs.
+
+    vLLM 0.33 `MultiprocExecutor` starts one worker per GPU of the node with local rank l on device cuda:l and global
+    rank GPUs-per-node × node rank + l; the PP groups are strided over TP-fastest ranks, so that worker's stage is
+    its global rank // TP."""
+    match = _CUDA_DEVICE.match(device or "")
+    if match is None or tensor_parallel_size < 1:
+        return None
+    local = int(match.group(1))
+    if local >= len(where.ranks):
+        return None
+    stage = where.ranks[local] // tensor_parallel_size
+    return stage if stage in where.stages else None
 
 
 def recreations_exhausted(recreations: int, limit: int) -> bool:

@@ -144,8 +144,10 @@ def recorded_keys(remediation: RemediationStatus) -> frozenset[str]:
     return frozenset(keys)
 
 
-def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: int | None) -> dict[str, Any]:
-    """The multi-node facts of Current: layers per stage, nodes, and the stages of the failed pod's ranks."""
+def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: int | None,
+                  device: str | None = None) -> dict[str, Any]:
+    """The multi-node facts of Current: layers per stage, nodes, and the stages of the failed pod's ranks — the one
+    stage whose GPU failed when the pod holds several (TP < GPUs per node) and the failure names the GPU."""
     multi = status.get("multiNode") if isinstance(status.get("multiNode"), Mapping) else None
     layout: dict[str, Any] = {"max_nodes": spec.gpu.max_nodes,
                               "partition_pinned": any(e.name == PARTITION_ENV for e in spec.env)}
@@ -154,21 +156,23 @@ def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: i
     try:
         layers = tuple(int(s.get("layers") or 0) for s in multi.get("stages") or [] if isinstance(s, Mapping))
         nodes = max(int(multi.get("nodes") or 1), 1)
+        tp, per_node = int(multi.get("tensorParallelSize") or 1), int(multi.get("gpusPerNode") or 1)
     except (TypeError, ValueError):  # a status edited by hand: no stage step, never a crash
         return layout
     layout.update(nodes=nodes, stage_layers=layers if layers and min(layers) > 0 else ())
     if node_rank is not None:
-        where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank},
-                                 gpus_per_node=int(multi.get("gpusPerNode") or 1),
-                                 tensor_parallel_size=int(multi.get("tensorParallelSize") or 1))
-        layout["failed_stages"] = where.stages if where else ()
+        where = groups.attribute({groups.WORKER_INDEX_LABEL: node_rank}, gpus_per_node=per_node,
+                                 tensor_parallel_size=tp)
+        stage = groups.failed_stage(where, device, tp) if where and len(where.stages) > 1 else None
+        layout["failed_stages"] = (stage,) if stage is not None else where.stages if where else ()
     return layout
 
 
 def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memory_gib: float | None = None,
-                 node_memory_gib: float | None = None, node_rank: int | None = None) -> Current:
+                 node_memory_gib: float | None = None, node_rank: int | None = None,
+                 device: str | None = None) -> Current:
     """What `policy.decide` needs to know, from the spec and the recorded status (and, for a pod of a group, its
-    node rank: a stage-specific step needs the failed stage)."""
+    node rank and the GPU its failure names: a stage-specific step needs the failed stage)."""
     remediation = remediation_of(status)
     last = _parse_time(remediation.history[-1].time) if remediation.history else None
     plan = status.get("plan") or {}
@@ -190,7 +194,7 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
         host_memory_gib=host_memory_gib,
         node_memory_gib=node_memory_gib,
         memory_pinned=bool(spec.resources.memory),
-        **_group_layout(spec, status, node_rank),
+        **_group_layout(spec, status, node_rank, device),
     )
 
 
@@ -246,7 +250,7 @@ def next_step(observed: Observed, spec: VLLMServiceSpec, *, failures: Sequence[P
         failures = [f for f in failures if not (f.template and recorded and f.template != recorded)]
     for found in failures:
         current = current_from(spec, status, host_memory_gib=host_memory_gib, node_memory_gib=node_memory_gib,
-                               node_rank=found.node_rank)
+                               node_rank=found.node_rank, device=found.failure.device)
         decision = decide(found.failure, found.key, current, now)
         if decision.action is Action.IGNORE:
             continue
