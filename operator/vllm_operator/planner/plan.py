@@ -24,6 +24,7 @@ from .lora import (
     DEFAULT_MAX_LORA_RANK,
     MAX_LORA_VOCAB,
     MOE_EXPERTS_SINCE,
+    LoRAEstimate,
     LoRASlots,
     LoRASupport,
     adapter_bytes_per_stage,
@@ -158,6 +159,8 @@ class Plan(BaseModel):
     failure: PredictedFailure | None
     reasons: list[str]
     options: list[Option] = []
+    lora_bytes: int = Field(0, description="bytes per GPU vLLM reserves for LoRA adapter slots (in the weights; "
+                                           "0: LoRA off), on the stage that holds the most")
 
     @property
     def memory(self) -> MemoryBreakdown:
@@ -177,6 +180,8 @@ def flags_to_args(flags: dict[str, Any]) -> list[str]:
                 args.append(flag)
             elif name in ("enable_prefix_caching", "enable_chunked_prefill"):
                 args.append("--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
+            args.extend([flag, *map(str, value)] if value else [])
         elif value is not None:
             args.extend([flag, str(value)])
     return args
@@ -615,6 +620,7 @@ def plan(request: PlanRequest) -> Plan:
         failure=failure,
         reasons=reasons,
         options=options,
+        lora_bytes=lora_bytes(request.arch, result.flags),
     )
 
 
@@ -696,13 +702,22 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     return out
 
 
-def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
-    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+def _lora_estimate(arch: ModelArch, flags: EngineFlags) -> LoRAEstimate:
     dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
     slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype,
                       moe_experts=flags.lora_moe_experts)
-    estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
-                                       pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+    return adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
+                                   pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+
+
+def lora_bytes(arch: ModelArch, flags: EngineFlags) -> int:
+    """Bytes per GPU of the adapter slots on the stage that holds the most (0 with LoRA off)."""
+    return max(_lora_estimate(arch, flags).per_stage) if flags.max_loras else 0
+
+
+def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
+    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+    estimate = _lora_estimate(arch, flags)
     text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
             f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
             "taken from the KV cache)")
