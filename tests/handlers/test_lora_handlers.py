@@ -84,3 +84,19 @@ def test_a_pinned_rank_the_release_does_not_accept_names_the_flag(harness: Clust
                        "flags": {"enableLora": True, "maxLoraRank": 512}})
     _assert_invalid_without_deployment(h, "llama", "spec.flags.maxLoraRank",
                                        "vLLM 0.7.3 accepts --max-lora-rank 8, 16, 32, 64, 128, 256, not 512")
+
+
+def test_lora_on_an_lm_head_above_the_releases_vocabulary_limit_is_an_invalid_spec(harness: Cluster) -> None:
+    from vllm_operator.modelfiles import find_in_catalog
+
+    files = find_in_catalog(LLAMA_8B)
+    assert files is not None
+    config = {**files.config, "vocab_size": 262144}  # a Llama whose LM head (a LoRA target) is above 258,048
+    h = harness
+    h.add_node("gpu-1", H100)
+    h.create("big-vocab", {"model": {"name": "my-org/llama-262k-vocab", "config": config},
+                           "image": "vllm/vllm-openai:v0.33.0", "lora": ADAPTERS})
+    _assert_invalid_without_deployment(h, "big-vocab", "spec.lora", "LlamaForCausalLM", "262144",
+                                       "ValueError: When using LoRA, vocab size must be <= 258048")
+    h.patch_spec("big-vocab", {"lora": None})
+    assert "--enable-lora" not in container(h.wait_deployment("big-vocab"))["args"]

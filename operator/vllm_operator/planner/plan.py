@@ -22,16 +22,16 @@ from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
 from .lora import (
     DEFAULT_MAX_LORA_RANK,
-    MAX_LORA_VOCAB,
     MOE_EXPERTS_SINCE,
     LoRAEstimate,
     LoRASlots,
     LoRASupport,
+    VocabCheck,
     adapter_bytes_per_stage,
     lora_support,
     lora_wraps_experts,
     refusal_message,
-    vocab_too_large,
+    vocab_check,
 )
 from .memory import (
     EngineFlags,
@@ -723,9 +723,6 @@ def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
             "taken from the KV cache)")
     if arch.is_moe and not flags.lora_moe_experts:
         text += f"; the routed experts get no slots before vLLM {MOE_EXPERTS_SINCE} (no fused-MoE LoRA layer)"
-    if vocab_too_large(arch):
-        text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
-                 "the server will not start with --enable-lora")
     return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
@@ -738,9 +735,32 @@ def _lora_verdict(request: PlanRequest, profile: VersionProfile, flags: EngineFl
     support = lora_support(request.arch.architectures, profile.version)
     reasons.append(lora_support_reason(request.arch, profile.version, support))
     if support.supported is not False:
-        return None
+        return _vocab_verdict(request.arch, profile.version, reasons)
     return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT,
                             message=refusal_message(support, request.arch.model_id))
+
+
+def _vocab_verdict(arch: ModelArch, version: str, reasons: list[str]) -> PredictedFailure | None:
+    """vLLM's refusal of an LM head whose vocabulary exceeds the release's LoRA limit (planner/lora.py)."""
+    check = vocab_check(arch.architectures, arch.vocab_size, version)
+    if check is None:
+        return None
+    reasons.append(vocab_reason(arch, version, check))
+    return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT, message=check.limit.text) if check.refused else None
+
+
+def vocab_reason(arch: ModelArch, version: str, check: VocabCheck) -> str:
+    names = check.architecture or ", ".join(arch.architectures) or arch.model_id
+    vocab = (f"{check.vocab:,} tokens" if check.vocab == arch.vocab_size
+             else f"{check.vocab:,} tokens (config.json's {arch.vocab_size:,} + lora_extra_vocab_size)")
+    if check.refused:
+        return (f"LoRA: vLLM {version} makes the LM head of {names} a LoRA target (read from {check.basis}) and "
+                f"refuses a vocabulary of more than {check.limit.max:,} tokens there; this one compares {vocab}: it "
+                "fails once the weights loaded. Remove spec.lora / --enable-lora, or use a release with a higher "
+                "limit.")
+    return (f"LoRA: vLLM {version} refuses a vocabulary of more than {check.limit.max:,} tokens on an LM head that "
+            f"is a LoRA target; this model has {vocab}, and whether {names}'s head is one is not known "
+            f"({check.basis}); the plan assumes it is not.")
 
 
 def lora_support_reason(arch: ModelArch, version: str, support: LoRASupport) -> str:
