@@ -546,3 +546,36 @@ def test_lora_manifest_is_spec_lora(capsys: pytest.CaptureFixture[str]) -> None:
                        "sql=my-org/sql-lora", "b=/adapters/b")
     assert code == 0
     assert "--enable-lora --max-loras 1 --lora-modules sql=my-org/sql-lora b=/adapters/b" in out
+
+
+def test_an_lm_head_above_the_releases_lora_vocabulary_limit_does_not_fit(capsys: pytest.CaptureFixture[str],
+                                                                          tmp_path: Path) -> None:
+    from vllm_operator.sources import load_model_files
+
+    files = load_model_files("llama-3.1-8b", offline=True)
+    model = tmp_path / "llama-262k-vocab"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**files.config, "vocab_size": 262144}))
+    argv = ["plan", "--model", str(model), "--gpu", "h100", "--max-model-len", "8192", "--enable-lora"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 1
+    assert "what vLLM would print:\n  ValueError: When using LoRA, vocab size must be <= 258048\n" in out
+    code, out, _ = run(capsys, *argv, "--vllm-version", "0.16.0")
+    assert code == 1 and "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024" in out
+    code, _, _ = run(capsys, *argv[:-1])
+    assert code == 0  # without LoRA it starts
+
+
+def test_readmes_lora_commands_print_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """README's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split('"Will it fit with 4 adapters of rank 64?"', 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    plan_line, quoted, check_line = lines[0], lines[1], lines[2]
+    code, out, err = run(capsys, *shlex.split(plan_line)[1:])
+    assert code == 0, err
+    assert quoted == "# … " + out.rstrip().splitlines()[-1]
+    code, out, err = run(capsys, *shlex.split(check_line.split("#", 1)[0])[1:])
+    assert code == 1 and "does not support LoRA yet." in out, err
