@@ -11,7 +11,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 import yaml
@@ -20,9 +20,12 @@ from pydantic.alias_generators import to_camel
 from .api.v1alpha1 import (
     API_VERSION,
     DEFAULT_GPU_MAX_COUNT,
+    MAX_LORA_SLOTS,
     QUANTIZATION_METHODS,
     BlockSize,
     KVCacheDType,
+    LoRAAdapter,
+    LoRASpec,
     ModelDType,
     PinnedFlags,
     SpeculativeConfig,
@@ -38,7 +41,9 @@ from .planner import (
     with_vllm_defaults,
 )
 from .planner.arch import arch_from_config, check_arch_bounds
+from .planner.failures import FailureKind
 from .planner.gpus import UnknownGPUError, load_gpu_catalog
+from .planner.lora import DEFAULT_MAX_LORA_RANK, DEFAULT_MAX_LORAS, allowed_ranks
 from .planner.report import render_plan_text
 from .planner.speculative import (
     Speculation,
@@ -258,6 +263,15 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative-config", type=_speculative_config, metavar="JSON",
                    help='speculative decoding as vLLM takes it, e.g. \'{"method": "eagle3", "model": "…", '
                         '"num_speculative_tokens": 3}\'; a draft from the model catalog is sized from its config')
+    p.add_argument("--enable-lora", action="store_true", default=None,
+                   help="serve LoRA adapters: vLLM reserves --max-loras slots at --max-lora-rank on every linear "
+                        "layer while the model loads (taken from the KV cache)")
+    p.add_argument("--max-loras", type=_lora_slots, help="adapters in one batch: GPU slots (vLLM's default 1)")
+    p.add_argument("--max-lora-rank", type=_positive_int,
+                   help="the largest adapter rank (vLLM's default 16; the choices depend on the release)")
+    p.add_argument("--lora-modules", nargs="+", type=_lora_module, metavar="NAME=PATH",
+                   help="adapters loaded at startup, as vLLM takes them (name=path or JSON); their weights live on "
+                        "the CPU until used, the GPU slots are --max-loras")
 
 
 #: vLLM flags that do not change GPU memory at startup: accepted by `check` and listed as such.
@@ -270,7 +284,7 @@ NO_MEMORY_EFFECT = frozenset({
     "--ssl-keyfile", "--ssl-certfile", "--max-log-len", "--disable-fastapi-docs", "--enable-request-id-headers",
     "--hf-token", "--hf-overrides", "--generation-config", "--max-logprobs", "--disable-frontend-multiprocessing",
     "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--distributed-executor-backend",
-    "--worker-use-ray", "--swap-space", "--middleware", "--lora-modules", "--prompt-adapters", "--config-format",
+    "--worker-use-ray", "--swap-space", "--middleware", "--prompt-adapters", "--config-format",
     "--guided-decoding-backend", "--structured-outputs-config", "--otlp-traces-endpoint",
 })
 #: Of those, the ones that take no value.
@@ -290,6 +304,61 @@ def _speculative_config(text: str) -> Speculation:
         raise argparse.ArgumentTypeError(str(exc)) from None
     files = find_in_catalog(spec.model) if spec.model else None
     return with_draft_arch(spec, files.config if files else None, total_size=files.total_size if files else None)
+
+
+def _lora_slots(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_LORA_SLOTS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_LORA_SLOTS} (spec.lora.maxLoras' bound), got {value}")
+    return value
+
+
+def _lora_module(text: str) -> tuple[str, str]:
+    """One `--lora-modules` value as vLLM reads it: `name=path`, or JSON with "name" and "path"."""
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg}): {text!r}") from None
+        name, path = (data.get("name"), data.get("path")) if isinstance(data, dict) else (None, None)
+        if not (isinstance(name, str) and name and isinstance(path, str) and path):
+            raise argparse.ArgumentTypeError(f'JSON needs "name" and "path" strings: {text!r}')
+        return name, path
+    name, eq, path = text.partition("=")
+    if not (eq and name and path):
+        raise argparse.ArgumentTypeError(f"expected name=path (or JSON), got {text!r}")
+    return name, path
+
+
+#: The LoRA flags that only act with --enable-lora (vLLM ignores them without it).
+_LORA_SIZING = ("max_loras", "max_lora_rank", "lora_modules")
+
+
+def lora_request(args: argparse.Namespace, version: str, *, adapters_as_spec: bool) -> LoRASpec | None:
+    """--enable-lora and its flags as spec.lora (None without --enable-lora). A rank the release does not accept is
+    bad input. `adapters_as_spec`: the adapters become spec.lora.adapters (`plan`, whose manifest names them: a
+    Hugging Face id or an absolute path); `check` only counts them (vLLM also resolves relative paths)."""
+    if not getattr(args, "enable_lora", None):
+        return None
+    rank = args.max_lora_rank
+    if rank is not None and rank not in allowed_ranks(version):
+        raise UsageError(f"--max-lora-rank {rank}: vLLM {version} accepts "
+                         f"{', '.join(map(str, allowed_ranks(version)))}")
+    adapters: list[LoRAAdapter] = []
+    for name, path in (args.lora_modules or []) if adapters_as_spec else []:
+        try:
+            adapters.append(LoRAAdapter(name=name, source=path))
+        except ValueError:
+            raise UsageError(f"--lora-modules {name}={path}: the name must be letters, digits, '.', '_' or '-' and "
+                             "the path a Hugging Face repository id or an absolute path") from None
+    return LoRASpec(adapters=adapters, max_rank=rank, max_loras=args.max_loras or DEFAULT_MAX_LORAS)
+
+
+def ignored_lora_flags(args: argparse.Namespace) -> list[str]:
+    """The LoRA flags given without --enable-lora (vLLM ignores them)."""
+    if getattr(args, "enable_lora", None):
+        return []
+    return ["--" + name.replace("_", "-") for name in _LORA_SIZING if getattr(args, name, None)]
 
 
 def _pinned(args: argparse.Namespace) -> PinnedFlags:
@@ -352,10 +421,17 @@ def build_request(args: argparse.Namespace) -> PlanRequest:
     workload = Workload(context_length=args.context_length, concurrency=args.concurrency,
                         prefix_caching=args.prefix_caching)
     version = _version(args)
+    release = version.version if version else NEWEST_KNOWN_VERSION
+    from_check = bool(getattr(args, "from_check", False))  # a pasted command: vLLM ignores them, so do we
+    ignored = ignored_lora_flags(args)
+    if ignored and not from_check:
+        raise UsageError(f"{', '.join(ignored)}: no effect without --enable-lora (vLLM ignores "
+                         f"{'it' if len(ignored) == 1 else 'them'}); add --enable-lora")
+    lora = lora_request(args, release, adapters_as_spec=not from_check)
     request = PlanRequest(arch=arch, gpu=gpu, gpu_count=count, pinned=pinned, workload=workload,
                           vllm_version=version.version if version else None,
                           version_note=version.note if version else "", gpu_free_gib=args.gpu_free_gib,
-                          speculation=getattr(args, "speculative_config", None))
+                          speculation=getattr(args, "speculative_config", None), lora=lora)
     if getattr(args, "as_is", False):
         request = with_vllm_defaults(request)  # vLLM's own default for every flag not given: nothing is chosen
     return request
@@ -409,7 +485,10 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
     request_gpu = load_gpu_catalog().get(args.gpu)
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
+    lora = lora_request(args, result.vllm_version, adapters_as_spec=True)
     for snake, value in result.flags.items():
+        if lora is not None and snake in ("enable_lora", *_LORA_SIZING):
+            continue  # spec.lora says them
         info = PinnedFlags.model_fields.get(snake)
         if snake == "speculative_config" and isinstance(value, str):
             value = {to_camel(k): v for k, v in json.loads(value).items()}  # spec.flags.speculativeConfig
@@ -422,6 +501,8 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
         "image": args.image or f"vllm/vllm-openai:v{result.vllm_version}",
         "flags": flags,
     }
+    if lora is not None:
+        spec["lora"] = lora.model_dump(by_alias=True, exclude_none=True)
     if spread is not None and spread.split.nodes > 1:
         spec["gpu"]["count"] = spread.split.gpus_per_node
         spec["gpu"]["maxNodes"] = spread.split.nodes
@@ -441,11 +522,58 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     request = build_request(args)
     spread = plan_across_nodes(request, gpus_per_node=request.gpu_count, max_nodes=args.nodes)
-    return _print_plan(spread.plan, args, spread)
+
+    def without(req: PlanRequest) -> Plan:
+        return plan_across_nodes(req, gpus_per_node=req.gpu_count, max_nodes=args.nodes).plan
+
+    return _print_plan(spread.plan, args, spread, lora_effect(request, spread.plan, without))
 
 
-def _print_plan(result: Plan, args: argparse.Namespace, spread: MultiNodePlan | None = None) -> int:
-    """Print `result` as asked; `spread` (from `plan`, not `check`) adds the multi-node layout (issue 13)."""
+#: The flags spec.lora / --enable-lora add to a plan.
+_LORA_FLAGS = frozenset({"enable_lora", *_LORA_SIZING})
+
+
+def without_lora(request: PlanRequest, result: Plan) -> PlanRequest:
+    """The same question with LoRA off and every flag `result` chose pinned: what the adapter slots cost."""
+    chosen = {name: value for name, value in result.flags.items()
+              if name in PinnedFlags.model_fields and name not in _LORA_FLAGS and name != "speculative_config"}
+    pinned = request.pinned.model_copy(update={**chosen, "enable_lora": None, "max_lora_rank": None})
+    return request.model_copy(update={"lora": None, "pinned": pinned})
+
+
+def lora_effect(request: PlanRequest, result: Plan, replan: Callable[[PlanRequest], Plan]) -> dict[str, Any] | None:
+    """With --enable-lora: the slots, what they take per GPU and the KV cache with them and without (the same
+    question with LoRA off and every flag the plan chose pinned); None without LoRA."""
+    if request.lora is None:
+        return None
+    bare = replan(without_lora(request, result))
+    refused = result.failure is not None and result.failure.kind is FailureKind.INVALID_ARGUMENT and (
+        bare.failure is None or bare.failure.kind is not FailureKind.INVALID_ARGUMENT)
+    return {
+        "refused": result.failure.message if refused and result.failure else None,
+        "max_loras": result.flags.get("max_loras", DEFAULT_MAX_LORAS),
+        "max_lora_rank": result.flags.get("max_lora_rank", DEFAULT_MAX_LORA_RANK),
+        "adapter_bytes_per_gpu": result.lora_bytes,
+        "adapter_gib_per_gpu": round(result.lora_bytes / 2**30, 2),
+        "kv_cache_tokens": result.prediction.kv_cache_tokens,
+        "kv_cache_tokens_without_lora": bare.prediction.kv_cache_tokens,
+    }
+
+
+def lora_effect_text(effect: dict[str, Any]) -> str:
+    if effect["refused"]:
+        return (f"LoRA: vLLM refuses --enable-lora for this model (what it prints is above); without LoRA at the "
+                f"same flags the KV cache would hold {effect['kv_cache_tokens_without_lora']:,} tokens.")
+    return (f"LoRA: {effect['max_loras']} adapter slot(s) at rank {effect['max_lora_rank']} take "
+            f"{effect['adapter_gib_per_gpu']:.2f} GiB per GPU (in the weights above); KV cache with them: "
+            f"{effect['kv_cache_tokens']:,} tokens, without LoRA at the same flags: "
+            f"{effect['kv_cache_tokens_without_lora']:,} tokens.")
+
+
+def _print_plan(result: Plan, args: argparse.Namespace, spread: MultiNodePlan | None = None,
+                lora: dict[str, Any] | None = None) -> int:
+    """Print `result` as asked; `spread` (from `plan`, not `check`) adds the multi-node layout (issue 13), `lora`
+    what the adapter slots cost (`lora_effect`)."""
     from .planner.multinode import multinode_document, render_multinode_text
 
     as_is = bool(getattr(args, "as_is", False))
@@ -460,13 +588,16 @@ def _print_plan(result: Plan, args: argparse.Namespace, spread: MultiNodePlan | 
             document.update(multinode_document(spread))
         if as_is:
             document["as_is"] = as_is_answer(result)
+        if lora is not None:
+            document["lora"] = lora
         if args.output == "json":
             print(json.dumps(document, indent=2))
         else:
             print(yaml.safe_dump(document, sort_keys=False), end="")
     else:
         text = render_multinode_text(spread) if spread is not None else render_plan_text(result)
-        print(as_is_answer(result) + "\n\n" + text if as_is else text)
+        text = as_is_answer(result) + "\n\n" + text if as_is else text
+        print(text + ("\n\n" + lora_effect_text(lora) if lora is not None else ""))
     return 0 if result.fits else 1
 
 
@@ -569,6 +700,8 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     parsed.concurrency = None
     parsed.prefix_caching = parsed.enable_prefix_caching
     parsed.as_is = True
+    parsed.from_check = True
+    no_effect += ignored_lora_flags(parsed)
     request = build_request(parsed).model_copy(update={"load_format": load_format})
     if parsed.enable_chunked_prefill is not None:
         request = request.model_copy(update={"pinned": request.pinned.model_copy(
@@ -584,7 +717,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     result = plan(request)
     if no_effect and args.output == "text":
         print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")
-    return _print_plan(result, parsed)
+    return _print_plan(result, parsed, lora=lora_effect(request, result, plan))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -43,7 +43,7 @@ from .planner.gpus import (
     pick_gpu_pool,
     resolve_node_gpu,
 )
-from .planner.lora import allowed_ranks, lora_support, refusal_message
+from .planner.lora import allowed_ranks, lora_support, refusal_message, vocab_check
 from .planner.multinode import MultiNodePlan
 from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
 from .planner.versions import ImageVersion, VersionError, image_version
@@ -514,14 +514,25 @@ def _lora_refused(observed: Observed, spec: VLLMServiceSpec, version: str, arch:
     if not (spec.lora or spec.flags.enable_lora):
         return None
     support = lora_support(arch.architectures, version)
-    if support.supported is not False:
-        return None
     field = "spec.lora" if spec.lora else "spec.flags.enableLora"
+    if support.supported is not False:
+        return _lora_vocab_refused(observed, field, version, arch)
     text = refusal_message(support, arch.model_id).splitlines()
     said = next((line.strip() for line in text if "LoRA" in line), text[0] if text else "")
     return _invalid(observed, [SpecError(field, f"vLLM {version} does not serve {support.architecture} with LoRA "
                                                 f"(read from {support.basis}); it would print: {said}; remove "
                                                 f"{field} or serve a model whose architecture supports LoRA")])
+
+
+def _lora_vocab_refused(observed: Observed, field: str, version: str, arch: ModelArch) -> Desired | None:
+    """InvalidSpec when the release makes the LM head a LoRA target and refuses its vocabulary (planner/lora.py)."""
+    check = vocab_check(arch.architectures, arch.vocab_size, version)
+    if check is None or not check.refused:
+        return None
+    return _invalid(observed, [SpecError(field, f"vLLM {version} refuses LoRA on the LM head of {check.architecture} "
+                                                f"above {check.limit.max} tokens ({check.vocab} here, read from "
+                                                f"{check.basis}); it would print: {check.limit.text}; remove "
+                                                f"{field} or use a release with a higher limit")])
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "vllm-operator plan --model llama-3.1-8b --gpu L4 --as-is": (
         1, "vLLM would fail (KVCacheTooSmall)", "vLLM's own defaults (max-model-len 131072) do not fit an L4: README "
         "says exit 1 = does not fit, with what vLLM would print"),
+    "vllm-operator check --gpu H100 --vllm-version 0.10.2 -- vllm serve openai/gpt-oss-20b --enable-lora": (
+        1, "GptOssForCausalLM does not support LoRA yet.", "README shows vLLM 0.10.2 refusing LoRA for gpt-oss: "
+        "exit 1 with vLLM's own text"),
 }
 
 #: Placeholders the documents use, and what stands for them here.

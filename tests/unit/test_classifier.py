@@ -547,3 +547,17 @@ def test_a_lora_rank_the_release_refuses_is_an_invalid_argument() -> None:
     assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "value"
     near = classify_text("ValueError: the adapter's max_lora_rank (1) must be one of the served ranks\n", exit_code=1)
     assert near.kind is FailureKind.UNKNOWN
+
+
+@pytest.mark.parametrize("text", [
+    # LogitsProcessorWithLoRA.create_lora_weights: lora/layers.py in 0.5.5-0.9.x, lora/layers/logits_processor.py
+    # after; the words of 0.5.0-0.16.0 and of 0.17.0+ (catalog/lora_support.yaml vocab_limits)
+    "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024\n",
+    "(EngineCore_0 pid=281) ERROR 11-26 06:00:01 [core.py:700] ValueError: When using LoRA, vocab size must be "
+    "<= 258048\n",
+])
+def test_an_lm_head_above_the_lora_vocabulary_limit_is_an_invalid_argument(text: str) -> None:
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "lora-vocab"
+    assert failure.summary.startswith("LoRA on this model's LM head is refused by this vLLM release (When using "
+                                      "LoRA, vocab size must be")

@@ -420,3 +420,176 @@ def test_errors_are_json_on_stderr_with_the_exit_code_for_json_output(capsys: py
     assert code == 2 and out == ""
     error = json.loads(err)["error"]
     assert error["exit_code"] == 2 and error["message"]
+
+
+# --- issue 14: LoRA from the command line ---------------------------------------------------------------------
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+#: Llama-3.1-8B's adapter slots by hand, from vLLM 0.33's tensor shapes (planner/lora.py's docstring): per slot and
+#: layer qkv 3·r·4096 + r·(4096 + 2·1024), o_proj 2·r·4096, gate_up 2·r·4096 + 2·14336·r, down r·14336 + 4096·r;
+#: embedding and LM head (128,256 + 4,096)·r each; bf16.
+def _llama_8b_slot_bytes(rank: int, slots: int) -> int:
+    layer = (3 * rank * 4096 + rank * (4096 + 2 * 1024)) + 2 * rank * 4096 \
+        + (2 * rank * 4096 + 2 * 14336 * rank) + (rank * 14336 + 4096 * rank)
+    return (32 * layer + 2 * (128256 + 4096) * rank) * slots * 2
+
+
+def test_lora_flags_say_whether_it_fits_and_what_the_slots_take(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--enable-lora", "--max-loras", "4",
+                          "--max-lora-rank", "64")
+    assert code == 0
+    assert {k: doc["flags"][k] for k in ("enable_lora", "max_loras", "max_lora_rank")} == \
+        {"enable_lora": True, "max_loras": 4, "max_lora_rank": 64}
+    assert doc["args"][-5:] == ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "64"]
+    lora = doc["lora"]
+    assert lora["adapter_bytes_per_gpu"] == _llama_8b_slot_bytes(64, 4) == 1_477_705_728
+    assert lora["adapter_gib_per_gpu"] == 1.38
+    assert lora["kv_cache_tokens"] == doc["kv_cache_tokens"] < lora["kv_cache_tokens_without_lora"]
+    assert lora["refused"] is None
+    # "without" is the same question with LoRA off and the plan's flags pinned
+    pinned = ["--max-model-len", str(doc["flags"]["max_model_len"]), "--max-num-seqs",
+              str(doc["flags"]["max_num_seqs"]), "--gpu-memory-utilization",
+              str(doc["flags"]["gpu_memory_utilization"]), "-tp", "1"]
+    _, bare = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", *pinned)
+    assert bare["kv_cache_tokens"] == lora["kv_cache_tokens_without_lora"]
+    assert "lora" not in bare and "max_loras" not in bare["flags"]
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--enable-lora", "--max-loras",
+                       "4", "--max-lora-rank", "64")
+    assert code == 0
+    assert out.rstrip().splitlines()[-1] == (
+        f"LoRA: 4 adapter slot(s) at rank 64 take 1.38 GiB per GPU (in the weights above); KV cache with them: "
+        f"{lora['kv_cache_tokens']:,} tokens, without LoRA at the same flags: "
+        f"{lora['kv_cache_tokens_without_lora']:,} tokens.")
+
+
+def test_lora_defaults_are_vllms_one_slot_at_rank_16(capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "h100", "--enable-lora")
+    assert code == 0
+    assert doc["lora"]["max_loras"] == 1 and doc["lora"]["max_lora_rank"] == 16
+    assert doc["lora"]["adapter_bytes_per_gpu"] == _llama_8b_slot_bytes(16, 1) == 92_356_608
+
+
+def test_check_reads_a_pasted_lora_command(capsys: pytest.CaptureFixture[str]) -> None:
+    command = ["vllm", "serve", LLAMA_8B, "--max-model-len", "8192", "--enable-lora", "--max-loras", "4",
+               "--max-lora-rank", "64", "--lora-modules", "sql=./adapters/sql", '{"name": "b", "path": "/b"}',
+               "--port", "8000"]
+    code, out, err = run(capsys, "check", "--gpu", "l4", "-o", "json", "--", *command)
+    assert code == 0, err
+    checked = json.loads(out)
+    assert checked["flags"]["max_loras"] == 4 and checked["flags"]["max_lora_rank"] == 64
+    assert checked["lora"]["adapter_bytes_per_gpu"] == _llama_8b_slot_bytes(64, 4)
+    _, planned = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is", "--max-model-len", "8192",
+                           "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64")
+    assert checked["kv_cache_tokens"] == planned["kv_cache_tokens"] == checked["lora"]["kv_cache_tokens"]
+    _, bare = plan_json(capsys, "--model", "llama-3.1-8b", "--gpu", "l4", "--as-is", "--max-model-len", "8192")
+    assert checked["lora"]["kv_cache_tokens_without_lora"] == bare["kv_cache_tokens"] > checked["kv_cache_tokens"]
+
+
+def test_check_without_enable_lora_ignores_the_lora_flags_as_vllm_does(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--", "vllm", "serve", LLAMA_8B, "--max-loras", "4",
+                       "--max-lora-rank", "64")
+    assert code == 0
+    assert out.startswith("Not modelled (no effect on GPU memory at startup): --max-lora-rank, --max-loras\n")
+    assert "--enable-lora" not in out and "LoRA:" not in out
+
+
+def test_a_model_whose_release_refuses_lora_prints_vllms_text_and_does_not_fit(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "openai/gpt-oss-20b", "--gpu", "h100", "--vllm-version", "0.10.2", "--enable-lora"]
+    code, out, _ = run(capsys, "plan", *argv)
+    assert code == 1
+    assert "DOES NOT FIT" in out
+    assert "what vLLM would print:\n  ValueError: GptOssForCausalLM does not support LoRA yet.\n" in out
+    assert "needs more or larger GPUs" not in out  # no GPU helps: vLLM refuses the command
+    code, doc = plan_json(capsys, *argv)
+    assert code == 1 and doc["fits"] is False
+    assert doc["failure"] == {"kind": "InvalidArgument", "message": "ValueError: GptOssForCausalLM does not support "
+                                                                    "LoRA yet."}
+    assert doc["lora"]["refused"] == doc["failure"]["message"] and doc["options"] == []
+    code, out, err = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.10.2", "--", "vllm", "serve",
+                         "openai/gpt-oss-20b", "--enable-lora")
+    assert code == 1 and "ValueError: GptOssForCausalLM does not support LoRA yet." in out
+    code, out, err = run(capsys, "plan", *argv, "-o", "manifest")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    code, doc = plan_json(capsys, "--model", "openai/gpt-oss-20b", "--gpu", "h100", "--vllm-version", "0.33.0",
+                          "--enable-lora")
+    assert code == 0 and doc["lora"]["refused"] is None  # the class implements SupportsLoRA from 0.11.1
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--enable-lora", "--max-lora-rank", "7"], "--max-lora-rank 7: vLLM 0.33.0 accepts 1, 8, 16"),
+    (["--enable-lora", "--max-lora-rank", "512", "--vllm-version", "0.7.3"], "vLLM 0.7.3 accepts 8, 16, 32, 64, 128, 256"),
+    (["--enable-lora", "--max-lora-rank", "sixteen"], "expected a whole number"),
+    (["--enable-lora", "--max-loras", "0"], "must be at least 1"),
+    (["--enable-lora", "--max-loras", "257"], "at most 256"),
+    (["--enable-lora", "--lora-modules", "sql"], "expected name=path"),
+    (["--enable-lora", "--lora-modules", "{bad json"], "not valid JSON"),
+    (["--enable-lora", "--lora-modules", '{"name": "a"}'], 'needs "name" and "path"'),
+    (["--enable-lora", "--lora-modules", "sql=./relative"], "an absolute path"),
+    (["--max-loras", "4"], "--max-loras: no effect without --enable-lora"),
+    (["--max-lora-rank", "64", "--lora-modules", "a=org/a"], "--max-lora-rank, --lora-modules: no effect"),
+])
+def test_bad_lora_values_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                 fragment: str) -> None:
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "l4", *argv)
+    assert_one_line_error(code, out, err)
+    assert fragment in err
+
+
+def test_check_refuses_a_rank_the_release_does_not_accept(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "--gpu", "l4", "--vllm-version", "0.11.0", "--", "vllm", "serve", LLAMA_8B,
+                         "--enable-lora", "--max-lora-rank", "1")
+    assert_one_line_error(code, out, err)
+    assert "--max-lora-rank 1: vLLM 0.11.0 accepts 8, 16, 32, 64, 128, 256, 320, 512" in err
+
+
+def test_lora_manifest_is_spec_lora(capsys: pytest.CaptureFixture[str]) -> None:
+    from vllm_operator.api.v1alpha1 import parse_spec, validate_spec
+
+    code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "l4", "--enable-lora", "--max-loras",
+                         "2", "--max-lora-rank", "64", "--lora-modules", "sql=my-org/sql-lora", "b=/adapters/b",
+                         "-o", "manifest")
+    assert code == 0, err
+    spec = yaml.safe_load(out)["spec"]
+    assert validate_spec(spec) == []
+    assert spec["lora"] == {"adapters": [{"name": "sql", "source": "my-org/sql-lora"},
+                                         {"name": "b", "source": "/adapters/b"}], "maxRank": 64, "maxLoras": 2}
+    assert not {"enableLora", "maxLoraRank"} & set(spec["flags"])
+    assert parse_spec(spec).lora is not None
+    code, out, _ = run(capsys, "plan", "--model", "llama-3.1-8b", "--gpu", "l4", "--enable-lora", "--lora-modules",
+                       "sql=my-org/sql-lora", "b=/adapters/b")
+    assert code == 0
+    assert "--enable-lora --max-loras 1 --lora-modules sql=my-org/sql-lora b=/adapters/b" in out
+
+
+def test_an_lm_head_above_the_releases_lora_vocabulary_limit_does_not_fit(capsys: pytest.CaptureFixture[str],
+                                                                          tmp_path: Path) -> None:
+    from vllm_operator.sources import load_model_files
+
+    files = load_model_files("llama-3.1-8b", offline=True)
+    model = tmp_path / "llama-262k-vocab"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**files.config, "vocab_size": 262144}))
+    argv = ["plan", "--model", str(model), "--gpu", "h100", "--max-model-len", "8192", "--enable-lora"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 1
+    assert "what vLLM would print:\n  ValueError: When using LoRA, vocab size must be <= 258048\n" in out
+    code, out, _ = run(capsys, *argv, "--vllm-version", "0.16.0")
+    assert code == 1 and "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024" in out
+    code, _, _ = run(capsys, *argv[:-1])
+    assert code == 0  # without LoRA it starts
+
+
+def test_readmes_lora_commands_print_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """README's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split('"Will it fit with 4 adapters of rank 64?"', 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    plan_line, quoted, check_line = lines[0], lines[1], lines[2]
+    code, out, err = run(capsys, *shlex.split(plan_line)[1:])
+    assert code == 0, err
+    assert quoted == "# … " + out.rstrip().splitlines()[-1]
+    code, out, err = run(capsys, *shlex.split(check_line.split("#", 1)[0])[1:])
+    assert code == 1 and "does not support LoRA yet." in out, err

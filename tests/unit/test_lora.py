@@ -27,13 +27,16 @@ from vllm_operator.planner.arch import ModelArch
 from vllm_operator.planner.failures import FailureKind
 from vllm_operator.planner.gpus import GPUSpec
 from vllm_operator.planner.lora import (
+    EMBEDDING_AND_HEAD,
     LoRASlots,
     adapter_bytes_per_stage,
     allowed_ranks,
+    lm_head_target,
     lora_support,
     refusal_message,
     support_table,
-    vocab_too_large,
+    vocab_check,
+    vocab_limit,
 )
 from vllm_operator.planner.memory import EngineFlags, weights_bytes_per_gpu
 from vllm_operator.planner.versions import NEWEST_KNOWN_VERSION
@@ -246,13 +249,82 @@ def test_plan_with_lora_reports_less_kv_than_without(load_arch: Callable[[str], 
         assert part in joined
 
 
-def test_large_vocab_is_flagged(load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
-    arch = load_arch(LLAMA_8B)
-    assert not vocab_too_large(arch)
-    big = arch.model_copy(update={"vocab_size": 262144})
-    assert vocab_too_large(big)
-    result = plan(PlanRequest(arch=big, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True)))
-    assert any("refuses LoRA on an LM head of more than 258048" in r for r in result.reasons)
+# --- the LM head's vocabulary limit (LogitsProcessorWithLoRA.create_lora_weights, read from the wheels) -----------
+
+@pytest.mark.parametrize(("version", "limit", "text"), [
+    ("0.5.0", 128512, "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 128512"),
+    ("0.5.4", 128512, "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 128512"),
+    ("0.5.5", 257024, "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024"),
+    ("0.16.0", 257024, "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024"),
+    ("0.17.0", 258048, "ValueError: When using LoRA, vocab size must be <= 258048"),
+    ("0.33.0", 258048, "ValueError: When using LoRA, vocab size must be <= 258048"),
+])
+def test_vocab_limit_per_release(version: str, limit: int, text: str) -> None:
+    era = vocab_limit(version)
+    assert era is not None and era.max == limit and era.text == text
+    assert vocab_limit("0.4.3") is None  # before the oldest checked wheel: no prediction
+
+
+def test_llama_3_with_the_extra_vocab_is_exactly_the_0_5_4_limit() -> None:
+    """Before 0.12.0 Llama's logits processor has config.vocab_size + lora_extra_vocab_size (256) entries: Llama 3's
+    128,256 + 256 = 128,512, the 0.5.x limit, so it is served; one more token is refused."""
+    assert lm_head_target(["LlamaForCausalLM"], "0.5.4")[0] == "extra"
+    assert vocab_check(["LlamaForCausalLM"], 128256, "0.5.4") is None
+    check = vocab_check(["LlamaForCausalLM"], 128257, "0.5.4")
+    assert check is not None and check.refused is True and check.vocab == 128513
+    # 0.11.x still widens it, 0.12.0 does not (lora_extra_vocab_size gone)
+    assert vocab_check(["LlamaForCausalLM"], 256896, "0.11.2") is not None
+    assert vocab_check(["LlamaForCausalLM"], 256896, "0.12.0") is None
+    assert lm_head_target(["LlamaForCausalLM"], "0.12.0")[0] == "yes"
+
+
+def test_a_head_that_is_no_lora_target_has_no_limit() -> None:
+    # MistralForCausalLM subclasses LlamaForCausalLM but sets embedding_modules = {} from 0.16.0 (mistral.py)
+    assert lm_head_target(["MistralForCausalLM"], "0.33.0")[0] == "no"
+    assert vocab_check(["MistralForCausalLM"], 262144, "0.33.0") is None
+    assert vocab_check(["Gemma2ForCausalLM"], 300000, "0.33.0") is None  # no lm_head target (tied embeddings)
+    unknown = vocab_check(["LlavaForConditionalGeneration"], 262144, "0.33.0")  # multimodal: not tabled
+    assert unknown is not None and unknown.refused is None
+
+
+def test_plan_refuses_lora_on_a_vocabulary_the_release_does_not_take(
+        load_arch: Callable[[str], ModelArch], gpu: Callable[[str], GPUSpec]) -> None:
+    big = load_arch(LLAMA_8B).model_copy(update={"vocab_size": 262144})
+    pinned = PinnedFlags(enable_lora=True, max_model_len=8192)
+    for version, text in (("0.33.0", "ValueError: When using LoRA, vocab size must be <= 258048"),
+                          ("0.16.0", "ValueError: When using LoRA, vocab size must be 32000 >= vocab_size <= 257024")):
+        result = plan(PlanRequest(arch=big, gpu=gpu("h100"), pinned=pinned, vllm_version=version))
+        assert not result.fits and result.failure is not None
+        assert result.failure.kind is FailureKind.INVALID_ARGUMENT and result.failure.message == text
+        assert result.options == []
+        assert any("makes the LM head of LlamaForCausalLM a LoRA target" in r and "262,144 tokens" in r
+                   for r in result.reasons), result.reasons
+        plain = plan(PlanRequest(arch=big, gpu=gpu("h100"), pinned=PinnedFlags(max_model_len=8192),
+                                 vllm_version=version))
+        assert plain.fits  # it is the LoRA head that vLLM refuses
+    widened = load_arch(LLAMA_8B).model_copy(update={"vocab_size": 257000})
+    old = plan(PlanRequest(arch=widened, gpu=gpu("h100"), pinned=pinned, vllm_version="0.11.0"))
+    assert not old.fits and any("257,256 tokens (config.json's 257,000 + lora_extra_vocab_size)" in r
+                                for r in old.reasons)
+    assert plan(PlanRequest(arch=widened, gpu=gpu("h100"), pinned=pinned, vllm_version="0.12.0")).fits
+
+
+def test_an_unknown_head_is_a_reason_not_a_refusal(load_arch: Callable[[str], ModelArch],
+                                                   gpu: Callable[[str], GPUSpec]) -> None:
+    arch = load_arch(LLAMA_8B).model_copy(update={"vocab_size": 262144,
+                                                  "architectures": ("LlavaForConditionalGeneration",)})
+    result = plan(PlanRequest(arch=arch, gpu=gpu("h100"), pinned=PinnedFlags(enable_lora=True, max_model_len=8192),
+                              vllm_version="0.33.0"))
+    assert result.fits  # a multimodal class builds its language model as a submodule: the table cannot tell
+    assert any("is not known" in r and "258,048" in r for r in result.reasons), result.reasons
+
+
+def test_slot_sizing_wraps_the_heads_the_table_finds_in_0_33() -> None:
+    """The memory arithmetic counts the embedding and LM head slots for exactly the text-generation architectures
+    whose 0.33.0 class has "lm_head" in its embedding_modules (declared or inherited): the generated table."""
+    table = support_table()
+    wrapped = {arch for arch in table.lm_head if lm_head_target([arch], "0.33.0")[0] in ("yes", "extra")}
+    assert wrapped == EMBEDDING_AND_HEAD
 
 
 # --- spec.lora -> args, per release --------------------------------------------------------------------
@@ -526,3 +598,50 @@ def test_experts_get_slots_from_0_11_1(load_arch: Callable[[str], ModelArch], gp
     assert any("routed experts get no slots before vLLM 0.11.1" in r for r in old.reasons)
     assert not any("routed experts get no slots" in r for r in new.reasons)
     assert new.memory.weights_gib - old.memory.weights_gib == pytest.approx(experts_bytes / 2**30, abs=0.02)
+
+
+def _fake_head_release(root: Path, *, all_linear: bool, extra_vocab: bool) -> Path:
+    models = root / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    (root / "vllm" / "lora").mkdir()
+    (root / "vllm" / "lora" / "utils.py").write_text("def get_supported_lora_modules(model):\n    pass\n"
+                                                     if all_linear else "")
+    (root / "vllm" / "config.py").write_text("class LoRAConfig:\n    lora_extra_vocab_size: int = 256\n"
+                                             if extra_vocab else "class LoRAConfig:\n    pass\n")
+    (models / "registry.py").write_text(
+        '_TEXT_GENERATION_MODELS = {"LlamaForCausalLM": ("llama", "LlamaForCausalLM"),\n'
+        '    "PhiForCausalLM": ("phi", "PhiForCausalLM"), "MistralForCausalLM": ("phi", "MistralForCausalLM"),\n'
+        '    "AliasForCausalLM": ("phi", "AliasForCausalLM"), "OldForCausalLM": ("phi", "OldForCausalLM")}\n'
+        '_MULTIMODAL_MODELS = {"LlavaForConditionalGeneration": ("llava", "LlavaForConditionalGeneration")}\n')
+    (models / "llama.py").write_text(
+        "class LlamaForCausalLM(nn.Module):\n"
+        "    embedding_modules = {'embed_tokens': 'input_embeddings', 'lm_head': 'output_embeddings'}\n"
+        "    supported_lora_modules = ['qkv_proj', 'lm_head']\n"
+        "    def __init__(self, lora_config):\n"
+        "        self.unpadded_vocab_size += lora_config.lora_extra_vocab_size\n")
+    (models / "phi.py").write_text(
+        "from .llama import LlamaForCausalLM\n"
+        "class PhiForCausalLM(LlamaForCausalLM):\n    packed_modules_mapping = {}\n"      # inherits both
+        "class MistralForCausalLM(LlamaForCausalLM):\n    embedding_modules = {}\n"         # overrides: no head
+        "    def __init__(self):\n        pass\n"                                           # and no extra vocab
+        "class AliasForCausalLM(nn.Module):\n    embedding_modules = LlamaForCausalLM.embedding_modules\n"
+        "class OldForCausalLM(nn.Module):\n    supported_lora_modules = ['qkv_proj']\n")
+    (models / "llava.py").write_text("class LlavaForConditionalGeneration(nn.Module):\n    pass\n")
+    return root
+
+
+def test_wheel_reader_finds_the_lm_head_targets(tmp_path: Path) -> None:
+    release_heads = _wheel_reader().release_heads
+    new = release_heads(_fake_head_release(tmp_path / "0.12.0", all_linear=True, extra_vocab=False))
+    assert new == {"AliasForCausalLM": ("yes", "AliasForCausalLM"), "LlamaForCausalLM": ("yes", "LlamaForCausalLM"),
+                   "MistralForCausalLM": ("no", "MistralForCausalLM"), "OldForCausalLM": ("no", "OldForCausalLM"),
+                   "PhiForCausalLM": ("yes", "PhiForCausalLM")}  # multimodal classes are not tabled
+    widened = release_heads(_fake_head_release(tmp_path / "0.11.0", all_linear=True, extra_vocab=True))
+    assert {a: v for a, (v, _) in widened.items()} == {
+        "AliasForCausalLM": "yes",  # no __init__ in its MRO that adds the extra vocabulary
+        "LlamaForCausalLM": "extra", "PhiForCausalLM": "extra", "MistralForCausalLM": "no", "OldForCausalLM": "no"}
+    old = release_heads(_fake_head_release(tmp_path / "0.7.3", all_linear=False, extra_vocab=True))
+    assert {a: v for a, (v, _) in old.items()} == {  # before 0.8.0: the supported_lora_modules list decides
+        "AliasForCausalLM": "no", "LlamaForCausalLM": "extra", "PhiForCausalLM": "extra",
+        "MistralForCausalLM": "yes",  # inherits the list with lm_head; its own __init__ adds no extra vocabulary
+        "OldForCausalLM": "no"}

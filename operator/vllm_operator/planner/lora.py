@@ -37,7 +37,11 @@ arrives in the 0.8.0 wheel), and releases before 0.12.0 widened the embedding an
 `lora_extra_vocab_size` (256 by default; gone from the 0.12.0 wheel's config/lora.py): they are sized as 0.33 does.
 
 Which releases serve which architectures with LoRA, their refusal texts and the `--max-lora-rank` choices per release
-come from `catalog/lora_support.yaml` (`lora_support`, `refusal_message`, `allowed_ranks`).
+come from `catalog/lora_support.yaml` (`lora_support`, `refusal_message`, `allowed_ranks`), and so does the LM head's
+vocabulary limit (`vocab_check`): `LogitsProcessorWithLoRA` refuses a vocabulary above 128,512 (up to 0.5.4),
+257,024 (0.5.5-0.16) or 258,048 (0.17.0 on) when the release makes the model's LM head a LoRA target, comparing
+config.json's vocabulary plus `lora_extra_vocab_size` (256) for the models that add it before 0.12.0. The adapter
+slots above size the LM head as 0.33 does (`EMBEDDING_AND_HEAD`); the per-release table only decides the refusal.
 """
 
 from __future__ import annotations
@@ -59,17 +63,20 @@ MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: vLLM's default `--max-lora-rank` and `--max-loras` (LoRAConfig).
 DEFAULT_MAX_LORA_RANK = 16
 DEFAULT_MAX_LORAS = 1
-#: `LogitsProcessorWithLoRA.create_lora_weights` refuses larger vocabularies.
-MAX_LORA_VOCAB = 258048
-
-#: Architectures whose vLLM model class declares `embedding_modules` with the LM head (vLLM 0.33.0, read from
-#: `vllm/model_executor/models/*.py`): their input embedding and LM head get adapter slots too.
+#: Text-generation architectures whose vLLM 0.33.0 model class has `embedding_modules` with the LM head, declared or
+#: inherited (Phi3ForCausalLM and the LLaMAForCausalLM alias take LlamaForCausalLM's): their input embedding and LM
+#: head get adapter slots too. The `lm_head` table of catalog/lora_support.yaml at 0.33.0, which a test holds this to.
 EMBEDDING_AND_HEAD = frozenset({
-    "ApertusForCausalLM", "DeciLMForCausalLM", "Exaone4ForCausalLM", "ExaoneForCausalLM", "ExaoneMoeForCausalLM",
-    "FalconH1ForCausalLM", "GraniteForCausalLM", "GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM",
-    "GraniteMoeSharedForCausalLM", "HyperCLOVAXForCausalLM", "JambaForCausalLM", "Lfm2ForCausalLM",
-    "Lfm2MoeForCausalLM", "LlamaForCausalLM", "MiniCPMForCausalLM", "MixtralForCausalLM", "NemotronForCausalLM",
-    "NemotronHForCausalLM", "PhiMoEForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "SolarForCausalLM",
+    "ApertusForCausalLM", "DeciLMForCausalLM", "Ernie4_5ForCausalLM", "Exaone4ForCausalLM", "ExaoneForCausalLM",
+    "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM", "FalconH1ForCausalLM", "GraniteForCausalLM",
+    "GraniteMoeForCausalLM", "GraniteMoeHybridForCausalLM", "GraniteMoeSWAForCausalLM", "GraniteMoeSharedForCausalLM",
+    "GraniteSWAForCausalLM", "HyperCLOVAXForCausalLM", "IQuestCoderForCausalLM", "InternLM3ForCausalLM",
+    "JambaForCausalLM", "K2HorizonForCausalLM", "LLaMAForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM",
+    "Llama4ForCausalLM", "LlamaForCausalLM", "MiniCPM3ForCausalLM", "MiniCPMForCausalLM", "MixtralForCausalLM",
+    "NemotronForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "Param2MoEForCausalLM",
+    "Phi3ForCausalLM", "PhiMoEForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM", "SolarForCausalLM", "TeleChat2ForCausalLM", "TeleChat3ForCausalLM",
+    "TeleFLMForCausalLM",
 })
 #: Declares only the input embedding.
 EMBEDDING_ONLY = frozenset({"CohereForCausalLM"})
@@ -197,11 +204,6 @@ def adapter_bytes_per_stage(arch: ModelArch, slots: LoRASlots, tp: int,
     return LoRAEstimate(per_stage=tuple(out))
 
 
-def vocab_too_large(arch: ModelArch) -> bool:
-    """vLLM refuses LoRA for LM heads above 258048 tokens (architectures that wrap the head)."""
-    return bool(set(arch.architectures) & EMBEDDING_AND_HEAD) and arch.vocab_size > MAX_LORA_VOCAB
-
-
 def slots_needed(adapters: int, max_loras: int | None) -> int:
     """GPU slots: the user's `maxLoras`, else one per declared adapter (vLLM's default is 1), at least 1."""
     if max_loras is not None:
@@ -237,6 +239,27 @@ class RankEra(BaseModel):
     where: str = ""
 
 
+class VocabLimit(BaseModel):
+    """The largest LM-head vocabulary `LogitsProcessorWithLoRA` accepts, from `since` on, and its refusal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    since: str
+    max: int
+    where: str
+    text: str
+
+
+class ExtraVocab(BaseModel):
+    """`lora_extra_vocab_size`: added to the head's vocabulary by the models marked `extra`, before `until`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    size: int
+    until: str
+    where: str = ""
+
+
 class LoRASupportTable(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -244,6 +267,10 @@ class LoRASupportTable(BaseModel):
     refusals: tuple[Refusal, ...]
     max_lora_ranks: tuple[RankEra, ...]
     architectures: dict[str, tuple[tuple[str, ...], ...]]
+    vocab_limits: tuple[VocabLimit, ...] = ()
+    lora_extra_vocab: ExtraVocab | None = None
+    lm_head: dict[str, tuple[tuple[str, ...], ...]] = Field(
+        default_factory=dict, description="text-generation architecture -> runs of [no|yes|extra, first, last]")
 
 
 @lru_cache(maxsize=1)
@@ -319,6 +346,78 @@ def refusal_message(support: LoRASupport, model_id: str) -> str:
     return support.refusal.render(support.architecture, support.model_class, model_id)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# The LM head's vocabulary limit (catalog/lora_support.yaml: vocab_limits, lora_extra_vocab, lm_head)
+
+
+class VocabCheck(BaseModel):
+    """Whether vLLM `version` refuses LoRA for the size of this model's LM-head vocabulary.
+
+    `refused`: True when the head is a LoRA target in that release and the vocabulary it compares exceeds the
+    limit; None when the vocabulary exceeds it but the table cannot say whether the head is a target."""
+
+    model_config = ConfigDict(frozen=True)
+
+    refused: bool | None
+    architecture: str = ""
+    vocab: int = Field(description="the vocabulary vLLM compares (config.json's, plus lora_extra_vocab_size where "
+                                   "the model adds it)")
+    limit: VocabLimit
+    basis: str = ""
+
+
+def vocab_limit(version: str) -> VocabLimit | None:
+    """The limit of that release (None before the oldest checked one)."""
+    v = parse_version(version)
+    eras = [e for e in support_table().vocab_limits if parse_version(e.since) <= v]
+    return eras[-1] if eras else None
+
+
+def _head_at(runs: tuple[tuple[str, ...], ...], checked: Version) -> str | None:
+    for run in runs:
+        if parse_version(run[1]) <= checked <= parse_version(run[2]):
+            return run[0]
+    return None
+
+
+def lm_head_target(architectures: Sequence[str], version: str) -> tuple[str | None, str, str]:
+    """("no" | "yes" | "extra" | None, architecture, basis): whether vLLM `version` makes the LM head a LoRA target
+    (extra: and widens its vocabulary by lora_extra_vocab_size); None when the table cannot say."""
+    table = support_table()
+    below, above = _neighbours(parse_version(version), table.checked)
+    for arch in architectures:
+        runs = table.lm_head.get(arch)
+        if runs is None:
+            continue
+        lo = _head_at(runs, parse_version(below)) if below else None
+        hi = _head_at(runs, parse_version(above)) if above else None
+        if lo is None and hi is None:
+            continue
+        if below == above or lo == hi:
+            basis = (f"the vLLM {below} wheel" if below == above
+                     else f"the vLLM {below} and {above} wheels, which agree")
+            return lo or hi, arch, basis
+        return None, arch, f"vLLM {version} lies between checked wheels that differ ({below}, {above})"
+    names = ", ".join(architectures) or "no architectures in config.json"
+    return None, "", f"{names}: not a text-generation architecture of the LoRA table near vLLM {version}"
+
+
+def vocab_check(architectures: Sequence[str], vocab_size: int, version: str) -> VocabCheck | None:
+    """None when vLLM `version` accepts the vocabulary with LoRA (or the head is no LoRA target, or the release
+    predates the table); else the check, refused or unknown."""
+    limit = vocab_limit(version)
+    if limit is None:
+        return None
+    extra_vocab = support_table().lora_extra_vocab
+    widened = extra_vocab.size if extra_vocab and parse_version(version) < parse_version(extra_vocab.until) else 0
+    head, arch, basis = lm_head_target(architectures, version)
+    vocab = vocab_size + (widened if head == "extra" else 0)
+    if head == "no" or vocab_size + widened <= limit.max or (head is not None and vocab <= limit.max):
+        return None
+    return VocabCheck(refused=True if head in ("yes", "extra") else None, architecture=arch,
+                      vocab=vocab, limit=limit, basis=basis)
+
+
 def allowed_ranks(version: str) -> tuple[int, ...]:
     """The `--max-lora-rank` values vLLM `version` accepts."""
     v = parse_version(version)
@@ -328,7 +427,7 @@ def allowed_ranks(version: str) -> tuple[int, ...]:
 
 __all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "EMBEDDING_AND_HEAD", "LoRAEstimate", "LoRASlots",
            "LoRASupport", "MAX_LORA_RANKS", "MOE_EXPERTS_SINCE", "Refusal", "allowed_ranks", "lora_support",
-           "lora_wraps_experts", "refusal_for",
+           "lora_wraps_experts", "refusal_for", "ExtraVocab", "VocabCheck", "VocabLimit", "lm_head_target",
            "refusal_message", "support_table", "adapter_bytes_per_stage", "attention_elements", "dense_mlp_elements",
            "embedding_elements", "layer_elements", "mla_attention_elements", "mlp_elements", "slots_needed",
-           "vocab_too_large"]
+           "vocab_check", "vocab_limit"]

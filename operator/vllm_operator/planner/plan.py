@@ -22,15 +22,16 @@ from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
 from .lora import (
     DEFAULT_MAX_LORA_RANK,
-    MAX_LORA_VOCAB,
     MOE_EXPERTS_SINCE,
+    LoRAEstimate,
     LoRASlots,
     LoRASupport,
+    VocabCheck,
     adapter_bytes_per_stage,
     lora_support,
     lora_wraps_experts,
     refusal_message,
-    vocab_too_large,
+    vocab_check,
 )
 from .memory import (
     EngineFlags,
@@ -163,6 +164,8 @@ class Plan(BaseModel):
     failure: PredictedFailure | None
     reasons: list[str]
     options: list[Option] = []
+    lora_bytes: int = Field(0, description="bytes per GPU vLLM reserves for LoRA adapter slots (in the weights; "
+                                           "0: LoRA off), on the stage that holds the most")
 
     @property
     def memory(self) -> MemoryBreakdown:
@@ -182,6 +185,8 @@ def flags_to_args(flags: dict[str, Any]) -> list[str]:
                 args.append(flag)
             elif name in ("enable_prefix_caching", "enable_chunked_prefill"):
                 args.append("--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
+            args.extend([flag, *map(str, value)] if value else [])
         elif value is not None:
             args.extend([flag, str(value)])
     return args
@@ -645,6 +650,7 @@ def plan(request: PlanRequest) -> Plan:
         failure=failure,
         reasons=reasons,
         options=options,
+        lora_bytes=lora_bytes(request.arch, result.flags),
     )
 
 
@@ -728,21 +734,27 @@ def _explicit_flags(request: PlanRequest, flags: EngineFlags, profile: VersionPr
     return out
 
 
-def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
-    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+def _lora_estimate(arch: ModelArch, flags: EngineFlags) -> LoRAEstimate:
     dtype = dtype_bytes(flags.dtype) if flags.dtype not in ("auto", "") else min(dtype_bytes(arch.dtype), 2)
     slots = LoRASlots(max_loras=flags.max_loras, max_rank=flags.max_lora_rank, dtype_bytes=dtype,
                       moe_experts=flags.lora_moe_experts)
-    estimate = adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
-                                       pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+    return adapter_bytes_per_stage(arch, slots, flags.tensor_parallel_size,
+                                   pp_layer_counts(arch.num_layers, flags.pipeline_parallel_size))
+
+
+def lora_bytes(arch: ModelArch, flags: EngineFlags) -> int:
+    """Bytes per GPU of the adapter slots on the stage that holds the most (0 with LoRA off)."""
+    return max(_lora_estimate(arch, flags).per_stage) if flags.max_loras else 0
+
+
+def lora_reason(arch: ModelArch, flags: EngineFlags) -> str:
+    """What the adapter slots cost, per GPU (they are part of the weights figure and come out of the KV cache)."""
+    estimate = _lora_estimate(arch, flags)
     text = (f"LoRA: {flags.max_loras} adapter slot(s) at rank {flags.max_lora_rank} reserve "
             f"{max(estimate.per_stage) / 2**30:.2f} GiB per GPU while the model loads (counted in the weights, "
             "taken from the KV cache)")
     if arch.is_moe and not flags.lora_moe_experts:
         text += f"; the routed experts get no slots before vLLM {MOE_EXPERTS_SINCE} (no fused-MoE LoRA layer)"
-    if vocab_too_large(arch):
-        text += (f"; vLLM refuses LoRA on an LM head of more than {MAX_LORA_VOCAB} tokens ({arch.vocab_size} here): "
-                 "the server will not start with --enable-lora")
     return text + (f"; {estimate.note}." if estimate.note else ".")
 
 
@@ -755,9 +767,32 @@ def _lora_verdict(request: PlanRequest, profile: VersionProfile, flags: EngineFl
     support = lora_support(request.arch.architectures, profile.version)
     reasons.append(lora_support_reason(request.arch, profile.version, support))
     if support.supported is not False:
-        return None
+        return _vocab_verdict(request.arch, profile.version, reasons)
     return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT,
                             message=refusal_message(support, request.arch.model_id))
+
+
+def _vocab_verdict(arch: ModelArch, version: str, reasons: list[str]) -> PredictedFailure | None:
+    """vLLM's refusal of an LM head whose vocabulary exceeds the release's LoRA limit (planner/lora.py)."""
+    check = vocab_check(arch.architectures, arch.vocab_size, version)
+    if check is None:
+        return None
+    reasons.append(vocab_reason(arch, version, check))
+    return PredictedFailure(kind=FailureKind.INVALID_ARGUMENT, message=check.limit.text) if check.refused else None
+
+
+def vocab_reason(arch: ModelArch, version: str, check: VocabCheck) -> str:
+    names = check.architecture or ", ".join(arch.architectures) or arch.model_id
+    vocab = (f"{check.vocab:,} tokens" if check.vocab == arch.vocab_size
+             else f"{check.vocab:,} tokens (config.json's {arch.vocab_size:,} + lora_extra_vocab_size)")
+    if check.refused:
+        return (f"LoRA: vLLM {version} makes the LM head of {names} a LoRA target (read from {check.basis}) and "
+                f"refuses a vocabulary of more than {check.limit.max:,} tokens there; this one compares {vocab}: it "
+                "fails once the weights loaded. Remove spec.lora / --enable-lora, or use a release with a higher "
+                "limit.")
+    return (f"LoRA: vLLM {version} refuses a vocabulary of more than {check.limit.max:,} tokens on an LM head that "
+            f"is a LoRA target; this model has {vocab}, and whether {names}'s head is one is not known "
+            f"({check.basis}); the plan assumes it is not.")
 
 
 def lora_support_reason(arch: ModelArch, version: str, support: LoRASupport) -> str:

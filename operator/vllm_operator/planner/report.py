@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from .failures import FailureKind
 from .plan import Plan
 
 _WIDTH = 60
@@ -82,6 +83,8 @@ def render_plan_text(result: Plan) -> str:
             lines.append(f"  - {option.summary}: {option.gpu_count}× {option.gpu}, max-model-len "
                          f"{option.max_model_len}, {option.kv_cache_tokens:,} KV tokens "
                          f"({option.max_concurrency:.2f}× concurrency){changes}")
+    elif not result.fits and result.failure is not None and result.failure.kind is FailureKind.INVALID_ARGUMENT:
+        lines += ["", "No GPU or flag the planner chooses changes this: vLLM refuses the command as given."]
     elif not result.fits:
         lines += ["", "No option within the catalog fits: this model needs more or larger GPUs than we know of."]
     return "\n".join(lines)

@@ -53,7 +53,8 @@ WeightsDoNotFit        `load-wrapper` 0.13+, V1 model runner only (vLLM logs "Fa
 InvalidArgument        `lora-unsupported` --enable-lora on a model class without SupportsLoRA: 0.33+ "LoRA is not
                        supported for A (M). Supported models implement the `SupportsLoRA` interface…" (config),
                        0.6.4–0.32 "C does not support LoRA yet." (model runner), 0.5–0.6.3 "Model C does not support
-                       LoRA, but LoRA is enabled…" (loader); `external-weights-exceed` 0.32+ ("Externally held weights on device cuda:N (W/T GiB) exceed the
+                       LoRA, but LoRA is enabled…" (loader); `lora-vocab` "When using LoRA, vocab size must be
+                       (32000 >= vocab_size) <= N" (an LM head above the release's limit); `external-weights-exceed` 0.32+ ("Externally held weights on device cuda:N (W/T GiB) exceed the
                        desired GPU memory utilization (U, R GiB)": a person raises utilization or frees the weight
                        daemon); `value` also for 0.33's `kv_cache_dtype="float16" is incompatible with
                        dtype="bfloat16"` and 0.31's `max_num_active_seqs (X) cannot be greater than max_num_seqs (Y)`.
@@ -288,6 +289,9 @@ _LORA_UNSUPPORTED = re.compile(
     r"Model (?P<old>\w+) does not support LoRA, but LoRA is enabled|"
     r"(?!V1 )(?P<cls>\w+) does not support LoRA yet\.?$"
 )
+#: LogitsProcessorWithLoRA.create_lora_weights (catalog/lora_support.yaml vocab_limits): the LM head's vocabulary is
+#: above the release's LoRA limit (0.5.0-0.16: "32000 >= vocab_size <= N", 0.17.0+: "<= 258048").
+_LORA_VOCAB = re.compile(r"When using LoRA, vocab size must be (?:32000 >= vocab_size )?<= (?P<limit>\d+)$")
 _HEADS_TP = re.compile(
     r"Total number of attention heads \((?P<h>\d+)\) must be divisible by tensor parallel size \((?P<tp>\d+)\)"
 )
@@ -517,6 +521,8 @@ def _match_other(line: _Line) -> _Hit | None:  # noqa: C901 - a case per message
     if m := _LORA_UNSUPPORTED.match(msg):
         return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="lora-unsupported",
                     fields={"architecture": m["arch"] or m["old"] or m["cls"]})
+    if _LORA_VOCAB.match(msg):
+        return _Hit(FailureKind.INVALID_ARGUMENT, line, wording="lora-vocab")
     if _PP_UNSUPPORTED.match(msg):
         return _Hit(FailureKind.PIPELINE_PARALLEL_UNSUPPORTED, line)
     if m := _HEADS_TP.match(msg):
@@ -789,6 +795,9 @@ def _summary(kind: FailureKind, hit: _Hit, phase: Phase | None, details: Sequenc
     if kind is FailureKind.INVALID_ARGUMENT and hit.wording == "lora-unsupported":
         return (f"LoRA is not supported for {f['architecture']} by this vLLM release (the model class does not "
                 "implement SupportsLoRA): remove spec.lora / --enable-lora or serve another model")
+    if kind is FailureKind.INVALID_ARGUMENT and hit.wording == "lora-vocab":
+        return (f"LoRA on this model's LM head is refused by this vLLM release ({_one_line(msg, 120)}): remove "
+                "spec.lora / --enable-lora or use a release with a higher limit")
     if kind is FailureKind.INVALID_ARGUMENT:
         m = _ARGPARSE.match(hit.line.body.strip())
         if m:
