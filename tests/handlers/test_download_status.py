@@ -70,7 +70,7 @@ def test_a_gated_model_without_a_token_is_model_download_failed_and_takes_no_ste
 
 def test_downloading_shows_while_the_init_container_runs(tmp_path: Path) -> None:
     with SimulatedCluster([NodePool("L4", 1, 1)], speed=100, workdir=tmp_path) as cluster:
-        cluster.kubelet.download_mib_per_s = 4.0  # ~1 GiB: about 250 simulated seconds, 2.5 s here
+        cluster.kubelet.download_mib_per_s = 1.0  # ~1 GiB: about 1,000 simulated seconds, 10 s here (a loaded CI)
         cluster.start_operator()
         api = cluster.api
         cluster.apply(_service({"model": {"name": MODEL}}))
