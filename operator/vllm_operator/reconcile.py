@@ -158,6 +158,18 @@ def _status(observed: Observed, updates: list[cond.ConditionUpdate], **changes: 
                             now=observed.now, **changes)
 
 
+#: Progressing reasons only the pods can tell (api.rollout, from the pods' init containers): a reconcile, which reads
+#: only readyReplicas, keeps them rather than writing a plain Deploying over them while the download runs or fails.
+_SAID_BY_PODS = (cond.DOWNLOADING, cond.MODEL_DOWNLOAD_FAILED)
+
+
+def _pods_said(observed: Observed) -> bool:
+    """Whether the stored Progressing condition, of this generation, carries what the pods showed."""
+    return any(c.get("type") == cond.PROGRESSING and c.get("reason") in _SAID_BY_PODS
+               and c.get("observedGeneration") == observed.generation
+               for c in observed.status.get("conditions") or [] if isinstance(c, Mapping))
+
+
 def _already_said(observed: Observed, reason: str, message: str) -> bool:
     """Whether the status already carries this problem (so its Warning event was posted before)."""
     for condition in observed.status.get("conditions") or []:
@@ -853,7 +865,7 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
                                                cond.GPU_NOT_FOUND, cond.LWS_NOT_INSTALLED,
                                                cond.MULTI_NODE_UNSUPPORTED):
         updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, "no problem seen"))
-    if ready < spec.replicas:
+    if ready < spec.replicas and not _pods_said(observed):
         updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING,
                                             f"{ready}/{spec.replicas} pods ready"))
         updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY,

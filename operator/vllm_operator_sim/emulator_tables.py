@@ -76,12 +76,37 @@ def _jsonpath(obj: Any, path: str) -> Any:
     return obj
 
 
+def _init_status(pod: Mapping[str, Any]) -> str | None:
+    """``Init:…`` while the pod's init containers have not all succeeded (kubectl's printPod): ``Init:N/M`` while
+    the N+1st runs or waits to, ``Init:<reason>`` (``Init:Error``, ``Init:CrashLoopBackOff``) when it failed or
+    cannot start; None once they are done (or the pod's ``Initialized`` condition is True)."""
+    spec, status = pod.get('spec') or {}, pod.get('status') or {}
+    if any(c.get('type') == 'Initialized' and c.get('status') == 'True' for c in status.get('conditions') or []):
+        return None
+    total = len(spec.get('initContainers') or [])
+    for index, container in enumerate(status.get('initContainerStatuses') or []):
+        state = container.get('state') or {}
+        terminated, waiting = state.get('terminated'), (state.get('waiting') or {}).get('reason')
+        if terminated and terminated.get('exitCode') == 0:
+            continue
+        if terminated:
+            return 'Init:' + (terminated.get('reason') or (f'Signal:{terminated["signal"]}' if terminated.get('signal')
+                                                           else f'ExitCode:{terminated.get("exitCode")}'))
+        if waiting and waiting != 'PodInitializing':
+            return f'Init:{waiting}'
+        return f'Init:{index}/{total}'
+    return None
+
+
 def _pod_status(pod: Mapping[str, Any]) -> str:
-    """The STATUS column of ``kubectl get pods`` (kubectl's printPod, for regular containers)."""
+    """The STATUS column of ``kubectl get pods`` (kubectl's printPod: init containers first, then the regular ones)."""
     meta, status = pod.get('metadata') or {}, pod.get('status') or {}
     reason = status.get('reason') or status.get('phase') or 'Unknown'
     running = False
-    for container in reversed(status.get('containerStatuses') or []):
+    initializing = _init_status(pod)
+    if initializing is not None:
+        reason = initializing
+    for container in reversed([] if initializing else status.get('containerStatuses') or []):
         state = container.get('state') or {}
         if (state.get('waiting') or {}).get('reason'):
             reason = state['waiting']['reason']
@@ -98,11 +123,14 @@ def _pod_status(pod: Mapping[str, Any]) -> str:
 
 
 def _restarts(pod: Mapping[str, Any], now: Now) -> str:
-    statuses = (pod.get('status') or {}).get('containerStatuses') or []
+    """RESTARTS: the init containers' while the pod initializes, else the regular containers' (kubectl's printPod)."""
+    key = 'initContainerStatuses' if _init_status(pod) is not None else 'containerStatuses'
+    statuses = (pod.get('status') or {}).get(key) or []
     count = sum(int(c.get('restartCount') or 0) for c in statuses)
     finished = [t for c in statuses if (t := _parse(((c.get('lastState') or {}).get('terminated') or {})
                                                     .get('finishedAt')))]
-    return f'{count} ({_age(max(finished).strftime("%Y-%m-%dT%H:%M:%SZ"), now)} ago)' if count and finished         else str(count)
+    return f'{count} ({_age(max(finished).strftime("%Y-%m-%dT%H:%M:%SZ"), now)} ago)' if count and finished \
+        else str(count)
 
 
 def _pod_cells(pod: Mapping[str, Any], now: Now) -> list[Any]:

@@ -25,6 +25,9 @@ through the emulator's thread-safe direct API:
   run's ``startedAt``/``finishedAt`` and, as its termination message, the ``{"downloadedBytes", "seconds"}`` report
   the real script writes; vLLM then finds the weights (``cache-hit``). Without one, vLLM downloads them itself after
   "Starting to load model" and logs its own "Time spent downloading weights" line; the run is that much longer.
+  A model the simulated hub gates (``gated_models``) fails the init container when its env has no ``HF_TOKEN``:
+  huggingface_hub's ``GatedRepoError`` as the end of its log and termination message, exit code 1, then
+  ``Init:CrashLoopBackOff`` with the kubelet's back-off and a growing ``restartCount``, as for any container.
 * **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
   batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
 
@@ -41,7 +44,7 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -80,6 +83,7 @@ CREATE_S = 2.0
 GENERIC_READY_S = 2.0
 DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-local mirror on 100 GbE (10 GiB/s)
 CACHE_CHECK_S = 1.5           # an init container that finds the weights: listing the repository, comparing hashes
+HUB_REFUSAL_S = 1.0           # an init container the hub refuses (a gated model without a token): one API call
 DOWNLOAD_CONTAINER = "model-download"
 
 
@@ -174,6 +178,7 @@ class _Pod:
     death_kind: str | None = None  # what a Ready container dies of, when not a serving CUDA OOM
     init_model: str | None = None            # the model-download init container's model, while it has not succeeded
     init_status: dict[str, Any] | None = None  # its initContainerStatuses entry
+    init_token: bool = False                 # its env has a Hugging Face token
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -198,6 +203,27 @@ def _download_init(spec: Mapping[str, Any]) -> str | None:
         if container.get("name") == DOWNLOAD_CONTAINER and container.get("args"):
             return str(container["args"][0])
     return None
+
+
+def _download_token(spec: Mapping[str, Any]) -> bool:
+    """Whether the `model-download` init container's env carries a Hugging Face token (a value or a Secret's key)."""
+    for container in spec.get("initContainers") or []:
+        if container.get("name") == DOWNLOAD_CONTAINER:
+            return any(e.get("name") in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") and (e.get("value") or e.get(
+                "valueFrom")) for e in container.get("env") or [])
+    return False
+
+
+def _gated_error(model: str, revision: str) -> str:
+    """The end of the download script's log when the hub refuses a gated model (huggingface_hub's GatedRepoError
+    from `HfApi.list_repo_files`, re-raised once the cache has no snapshot either)."""
+    return ("Traceback (most recent call last):\n  File \"<string>\", line 55, in <module>\n"
+            "  File \"<string>\", line 37, in main\n"
+            f"huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-6746a1f0-sim)\n\n"
+            f"Cannot access gated repo for url https://huggingface.co/api/models/{model}/tree/{revision or 'main'}"
+            "?recursive=False&expand=False.\n"
+            f"Access to model {model} is restricted. You must have access to it and be authenticated to access it. "
+            "Please log in.\n")
 
 
 def _template_hash(template: Mapping[str, Any]) -> str:
@@ -233,13 +259,16 @@ class Kubelet:
     def __init__(self, api: DirectAPI, clock: SimClock, *, hidden: Callable[[str, str], HiddenFacts] | None = None,
                  catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
-                 post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S) -> None:
+                 post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S,
+                 gated_models: Collection[str] = ()) -> None:
         self.api = api
         self.clock = clock
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
         self.image_pull_s = image_pull_s
         self.download_mib_per_s = download_mib_per_s
+        #: model ids the simulated hub serves only with a token (the model-download init container fails without)
+        self.gated_models = frozenset(gated_models)
         self.tick_s = tick_s
         self.on_event = on_event
         self.post_events = post_events
@@ -421,6 +450,7 @@ class Kubelet:
         rank = str(labels.get(WORKER_INDEX, ""))
         pod.node_rank = int(rank) if rank.isdigit() else None
         pod.init_model = _download_init(spec)
+        pod.init_token = _download_token(spec)
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.pods_created += 1
         if stats.first_pod_at is None:
@@ -545,8 +575,8 @@ class Kubelet:
                     self._start_init(pod, t)
                 else:
                     self._start_run(pod, t)
-            elif pod.state == "Initializing":
-                self._finish_init(pod, t)
+            elif pod.state in ("Initializing", "InitFailed", "InitBackOff"):
+                self._advance_init(pod, t)
             elif pod.state == "Running":
                 if pod.death is not None:
                     self._die(pod, t)
@@ -638,16 +668,58 @@ class Kubelet:
         return outcome.model_copy(update={"log": shifted, "duration_s": round(outcome.duration_s + seconds, 3)})
 
     def _start_init(self, pod: _Pod, t: float) -> None:
-        """The model-download init container: downloads into the cache volume (or finds the weights there)."""
+        """The model-download init container: downloads into the cache volume (or finds the weights there); a model
+        the hub gates, without a token, fails after one API call."""
+        before = pod.init_status or {}
+        pod.state = "Initializing"
+        pod.init_status = {"name": DOWNLOAD_CONTAINER, "image": pod.image, "imageID": "", "ready": False,
+                           "restartCount": int(before.get("restartCount") or 0), "started": True,
+                           "lastState": dict(before.get("lastState") or {}),
+                           "state": {"running": {"startedAt": self.clock.timestamp(t)}}}
+        if pod.init_model in self.gated_models and not pod.init_token:
+            pod.due = t + HUB_REFUSAL_S
+            pod.init_status["error"] = _gated_error(pod.init_model or "", "")
+            return
         seconds = self._fetch(pod, t, pod.init_model or "", DOWNLOAD_CONTAINER)
         files = self._model(pod.init_model or "", pod)
         fetched = (files.total_size or 0) if files is not None and seconds > 0 else 0
         duration = seconds + CACHE_CHECK_S
-        pod.state = "Initializing"
         pod.due = t + duration
-        pod.init_status = {"name": DOWNLOAD_CONTAINER, "image": pod.image, "imageID": "", "ready": False,
-                           "restartCount": 0, "started": True, "state": {"running": {"startedAt": self.clock.timestamp(t)}},
-                           "report": {"downloadedBytes": fetched, "seconds": round(duration, 3)}}
+        pod.init_status["report"] = {"downloadedBytes": fetched, "seconds": round(duration, 3)}
+
+    def _advance_init(self, pod: _Pod, t: float) -> None:
+        """Initializing → done (vLLM starts) or failed; failed → Init:CrashLoopBackOff; back-off over → again."""
+        status = pod.init_status or {}
+        if pod.state == "Initializing" and "error" not in status:
+            self._finish_init(pod, t)
+        elif pod.state == "Initializing":
+            self._fail_init(pod, t)
+        elif pod.state == "InitFailed":
+            restarts = int(status.get("restartCount") or 0)
+            failed = (status.get("state") or {}).get("terminated") or {}
+            status.update(ready=False, started=False, lastState={"terminated": failed}, state={"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {int(backoff_delay(restarts + 1))}s restarting failed "
+                           f"container={DOWNLOAD_CONTAINER} pod={pod.name}_{pod.namespace}({pod.uid})"}})
+            pod.state, pod.due = "InitBackOff", t + backoff_delay(restarts + 1)
+        else:
+            status["restartCount"] = int(status.get("restartCount") or 0) + 1
+            self._start_init(pod, t)
+
+    def _fail_init(self, pod: _Pod, t: float) -> None:
+        """The init container exits 1; with FallbackToLogsOnError its log's end is the termination message."""
+        status = pod.init_status or {}
+        error = str(status.pop("error", ""))
+        started = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+        status.update(ready=False, started=False, state={"terminated": {
+            "exitCode": 1, "reason": "Error", "message": error[-2048:], "startedAt": started,
+            "finishedAt": self.clock.timestamp(t),
+            "containerID": f"containerd://{pod.uid[:8]}init{int(status.get('restartCount') or 0):04d}"}})
+        self.api.set_pod_log(pod.namespace, pod.name, error, container=DOWNLOAD_CONTAINER)
+        last = error.strip().splitlines()[-1] if error.strip() else "exit code 1"
+        self._event(pod, t, "init-failed", f"init container {DOWNLOAD_CONTAINER} failed: {last}", "Failed",
+                    warning=True, restarts=int(status.get("restartCount") or 0))
+        pod.state, pod.due = "InitFailed", t + TERMINATED_SHOWN_S
 
     def _finish_init(self, pod: _Pod, t: float) -> None:
         status = dict(pod.init_status or {})
@@ -833,8 +905,9 @@ class Kubelet:
         if pod.last_terminated is not None:
             container["lastState"] = {"terminated": pod.last_terminated}
         if pod.init_status is not None:
-            status["initContainerStatuses"] = [{k: v for k, v in pod.init_status.items() if k != "report"}]
-        if pod.state == "Initializing":
+            status["initContainerStatuses"] = [{k: v for k, v in pod.init_status.items()
+                                                if k not in ("report", "error")}]
+        if pod.state in ("Initializing", "InitFailed", "InitBackOff"):
             container["state"] = {"waiting": {"reason": "PodInitializing"}}
             status.update(phase="Pending", podIP=f"10.244.{_octet(pod.node)}.{_octet(pod.uid)}")
         elif pod.state == "Creating" and pod.config_error:

@@ -642,6 +642,14 @@ HEALTH_CASES = [
     (_service(_condition("Degraded", "True", "GPUNotFound")), "Degraded"),
     (_service(_condition("Ready", "False", "ServingPreviousProfile"), _condition("Progressing", "True", "Deploying"),
               _condition("Degraded", "False", "AsExpected")), "Progressing"),
+    # the model-download init container: running → Progressing, failed → Degraded (also while an old pod serves)
+    (_service(_condition("Ready", "False", "Downloading"), _condition("Progressing", "True", "Downloading")),
+     "Progressing"),
+    (_service(_condition("Ready", "False", "ModelDownloadFailed"), _condition("Progressing", "True", "ModelDownloadFailed"),
+              _condition("Degraded", "True", "ModelDownloadFailed")), "Degraded"),
+    (_service(_condition("Ready", "False", "ServingPreviousProfile"),
+              _condition("Progressing", "True", "ModelDownloadFailed"),
+              _condition("Degraded", "True", "ModelDownloadFailed")), "Degraded"),
     # conditions of an older generation: the operator has not looked at the new spec yet
     (_service(_condition("Ready", "True", "Available", generation=1), generation=2), "Progressing"),
     (_service(_condition("Degraded", "True", "PlanInfeasible", generation=1), generation=2), "Progressing"),
@@ -653,6 +661,44 @@ def test_argocd_health_check(argocd_health: Any, obj: dict[str, Any], expected: 
     health = argocd_health(obj)
     assert health["status"] == expected
     assert health["message"]
+
+
+def _download_service(init: dict[str, Any], model_cache: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A VLLMService whose status the operator's own rollout code computed for a pod in its model-download phase."""
+    from datetime import UTC, datetime
+
+    from vllm_operator.api import conditions as cond
+    from vllm_operator.api import rollout
+    from vllm_operator.api.labels import ANNOTATION_PLAN
+
+    deployment = {"metadata": {"generation": 1}, "spec": {"replicas": 1, "template": {
+        "metadata": {"annotations": {ANNOTATION_PLAN: "p"}}}},
+        "status": {"observedGeneration": 1, "updatedReplicas": 1, "replicas": 1}}
+    pod = {"metadata": {"name": "qwen-abc", "annotations": {ANNOTATION_PLAN: "p"}},
+           "status": {"phase": "Pending", "initContainerStatuses": [{"name": "model-download", **init}],
+                      "containerStatuses": [{"name": "vllm", "ready": False,
+                                             "state": {"waiting": {"reason": "PodInitializing"}}}]}}
+    before = {"modelCache": model_cache} if model_cache else {}
+    status = cond.fold_status(before, conditions=rollout.rollout_conditions(rollout.assess(deployment, [pod]), before),
+                              observed_generation=1, now=datetime(2025, 1, 1, tzinfo=UTC))
+    obj = _service()
+    obj["status"] = status.to_dict()
+    return obj
+
+
+def test_argocd_health_of_the_download_statuses_the_operator_computes(argocd_health: Any) -> None:
+    running = _download_service({"state": {"running": {"startedAt": "2025-01-01T00:00:00Z"}}})
+    assert running["status"]["state"] == "Downloading"
+    health = argocd_health(running)
+    assert health["status"] == "Progressing" and "downloading the model into the cache: pod qwen-abc" in \
+        health["message"]
+    failed = _download_service({"restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+                               {"downloadError": "GatedRepoError: 401", "downloadErrorPod": "qwen-abc"})
+    assert failed["status"]["state"] == "ModelDownloadFailed"
+    health = argocd_health(failed)
+    assert health["status"] == "Degraded" and health["message"].startswith("ModelDownloadFailed: ")
+    assert "GatedRepoError: 401" in health["message"]
 
 
 def test_argocd_health_check_text(argocd_health_script: str) -> None:

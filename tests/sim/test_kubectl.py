@@ -280,6 +280,33 @@ def test_get_pods_prints_ready_status_restarts_and_age(api: EmulatedAPIServer, k
     assert "<invalid>" not in "\n".join(lines)
 
 
+def _init_pod(api: EmulatedAPIServer, name: str, init: dict[str, Any]) -> None:
+    """A pod whose model-download init container has not succeeded (its vllm container waits PodInitializing)."""
+    api.create_object("pods", {"metadata": {"name": name}, "spec": {
+        "nodeName": "gpu-1", "initContainers": [{"name": "model-download", "image": "vllm/vllm-openai"}],
+        "containers": [{"name": "vllm", "image": "vllm/vllm-openai"}]}, "status": {
+        "phase": "Pending", "conditions": [{"type": "Initialized", "status": "False"}],
+        "initContainerStatuses": [{"name": "model-download", "ready": False, **init}],
+        "containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 0,
+                               "state": {"waiting": {"reason": "PodInitializing"}}}]}})
+
+
+def test_get_pods_prints_the_init_phase_as_kubectl_does(api: EmulatedAPIServer, kubectl: Kubectl) -> None:
+    now = api.emulator.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    failed = {"exitCode": 1, "reason": "Error", "finishedAt": now}
+    _init_pod(api, "downloading", {"restartCount": 0, "state": {"running": {"startedAt": now}}})
+    _init_pod(api, "failed", {"restartCount": 0, "state": {"terminated": failed}})
+    _init_pod(api, "looping", {"restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                               "lastState": {"terminated": failed}})
+    _init_pod(api, "signalled", {"restartCount": 0, "state": {"terminated": {"exitCode": 137, "signal": 9}}})
+    rows = {line.split()[0]: line.split() for line in kubectl("get", "pods").splitlines()[1:]}
+    assert rows["downloading"][1:4] == ["0/1", "Init:0/1", "0"]
+    assert rows["failed"][1:4] == ["0/1", "Init:Error", "0"]
+    assert rows["looping"][1:4] == ["0/1", "Init:CrashLoopBackOff", "4"]  # the init container's restarts
+    assert rows["looping"][5] == "ago)"                                     # "4 (2s ago)", from its lastState
+    assert rows["signalled"][2] == "Init:Signal:9"
+
+
 def test_get_events_prints_kubectls_columns(api: EmulatedAPIServer, kubectl: Kubectl) -> None:
     now = api.emulator.now().strftime("%Y-%m-%dT%H:%M:%SZ")
     api.create_object("events", {"metadata": {"name": "llama.1"}, "type": "Warning", "reason": "BackOff",

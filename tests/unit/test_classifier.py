@@ -561,3 +561,28 @@ def test_an_lm_head_above_the_lora_vocabulary_limit_is_an_invalid_argument(text:
     assert failure.kind is FailureKind.INVALID_ARGUMENT and failure.wording == "lora-vocab"
     assert failure.summary.startswith("LoRA on this model's LM head is refused by this vLLM release (When using "
                                       "LoRA, vocab size must be")
+
+
+@pytest.mark.parametrize(("terminated", "said"), [
+    ({"exitCode": 137, "reason": "OOMKilled"}, "Killed by the kernel OOM killer"),
+    ({"exitCode": 1, "reason": "Error", "message": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                                   "2.00 GiB. GPU 0 has a total capacity of 22.05 GiB"}, "CUDA"),
+    ({"exitCode": 1, "reason": "Error", "message": "huggingface_hub.errors.GatedRepoError: 401 Client Error.\n"
+                                                   "Access to model org/m is restricted (hf_abcdefghijklmnopqrstuvwx)."},
+     "restricted"),
+], ids=["oom-killed", "cuda-oom-text", "gated"])
+def test_a_model_download_failure_is_never_a_memory_failure(terminated: dict[str, Any], said: str) -> None:
+    """The model-download init container's failure is described, never as a class a memory step answers."""
+    init = [{"name": "model-download", "ready": False, "restartCount": 1,
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": {"terminated": terminated}}]
+    main = {"name": "vllm", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+    pod = _pod([main], phase="Pending", init=init)
+    [download] = evidence_from_pod(pod, container="model-download")
+    failure = classify(download)
+    assert failure is not None and failure.kind not in MEMORY_FAILURES and said in failure.summary
+    assert "hf_abcdefghijklmnopqrstuvwx" not in failure.model_dump_json()
+    if terminated["exitCode"] == 137:
+        assert failure.kind is FailureKind.UNKNOWN and failure.summary.startswith("init container model-download")
+    # the vllm container waiting for it shows nothing to answer: the ladder reads only that one
+    [vllm] = evidence_from_pod(pod)
+    assert classify(vllm) is None

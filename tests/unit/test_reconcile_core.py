@@ -301,3 +301,19 @@ def test_workload_profile_fills_in_the_workload() -> None:
     assert agent.plan is not None and plain.plan is not None
     assert agent.plan.flags.get("enable_prefix_caching") is True
     assert agent.plan.flags != plain.plan.flags
+
+
+@pytest.mark.parametrize("reason", [cond.DOWNLOADING, cond.MODEL_DOWNLOAD_FAILED])
+def test_a_reconcile_keeps_what_the_pods_said_of_the_download(reason: str) -> None:
+    """The watchdog's reconcile reads only readyReplicas: it must not write Deploying over Downloading (a 130 GiB
+    download takes longer than its period), nor over ModelDownloadFailed; a new generation starts afresh."""
+    first = status_dict(run({"model": {"name": LLAMA_8B}}))
+    said = [{**c, "reason": reason, "message": "downloading the model into the cache: pod svc-abc"}
+            if c["type"] in (cond.PROGRESSING, cond.READY) else c for c in first["conditions"]]
+    again = run({"model": {"name": LLAMA_8B}}, status={**first, "conditions": said})
+    assert conditions(again)[cond.PROGRESSING] == (cond.TRUE, reason)
+    assert conditions(again)[cond.READY] == (cond.FALSE, reason)
+    if reason == cond.DOWNLOADING:
+        assert again.status.state == "Downloading"
+    newer = run({"model": {"name": LLAMA_8B}}, status={**first, "conditions": said}, generation=2)
+    assert conditions(newer)[cond.PROGRESSING] == (cond.TRUE, cond.DEPLOYING)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from vllm_operator.api import conditions as c
 from vllm_operator.api import rollout
 from vllm_operator.render.manifests import ANNOTATION_PLAN
@@ -184,3 +186,127 @@ def test_started_conditions_say_the_new_profile_is_not_running_yet() -> None:
     assert (updates["Ready"].status, updates["Ready"].reason) == ("False", "ServingPreviousProfile")
     assert (updates["Progressing"].status, updates["Progressing"].reason) == ("True", "Deploying")
     assert rollout.started_conditions(1, 0)[1].reason == "PodsNotReady"
+
+
+# --------------------------------------------------------------------------------------------------
+# the model-download init container
+# --------------------------------------------------------------------------------------------------
+
+GATED_ERROR = ("huggingface_hub.errors.GatedRepoError: 401 Client Error. / Cannot access gated repo for url "
+               "https://huggingface.co/api/models/org/model. / Access to model org/model is restricted (token ***).")
+
+
+def init_pod(plan: str, init: dict[str, Any], *, vllm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pod of `plan` in its init phase: the model-download init container's status `init`."""
+    found = pod(plan)
+    found["spec"]["initContainers"] = [{"name": "model-download"}]
+    found["status"]["initContainerStatuses"] = [{"name": "model-download", "ready": False, "restartCount": 0, **init}]
+    found["status"]["containerStatuses"] = [vllm or {"name": "vllm", "ready": False, "restartCount": 0,
+                                                     "state": {"waiting": {"reason": "PodInitializing"}}}]
+    return found
+
+
+RUNNING = {"state": {"running": {"startedAt": "2025-01-02T03:00:00Z"}}}
+FAILED = {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "GatedRepoError: hf_x"}}}
+CRASH_LOOP = {"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 20s"}},
+              "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": "GatedRepoError: hf_x"}}}
+RECORDED = {"modelCache": {"downloadError": GATED_ERROR, "downloadErrorPod": "llm-new"}}
+
+
+def test_the_init_container_tie_to_the_renderer() -> None:
+    from vllm_operator.render.cache import DOWNLOAD_CONTAINER
+    assert rollout.DOWNLOAD_CONTAINER == DOWNLOAD_CONTAINER
+
+
+def test_a_running_download_is_reported_as_downloading() -> None:
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", RUNNING)])
+    assert view.downloading == "pod llm-new, started at 2025-01-02T03:00:00Z" and view.download_failed is None
+    status = fold(view)
+    conditions = by_type(status)
+    assert conditions["Progressing"][:2] == ("True", "Downloading")
+    assert "downloading the model into the cache: pod llm-new, started at 2025-01-02T03:00:00Z" in \
+        conditions["Progressing"][2]
+    assert conditions["Ready"][:2] == ("False", "Downloading")
+    assert "Degraded" not in conditions
+    assert status["state"] == "Downloading"
+    # the same pod later: the status is the same (a start time, not an age), so nothing is written again
+    assert fold(rollout.assess(deployment(updated=1, total=1), [init_pod("new", RUNNING)])) == status
+
+
+def test_a_download_while_the_previous_profile_serves() -> None:
+    view = rollout.assess(deployment(), [pod("old", ready=True), init_pod("new", RUNNING)])
+    status = fold(view)
+    conditions = by_type(status)
+    assert conditions["Ready"][:2] == ("False", "ServingPreviousProfile")
+    assert conditions["Progressing"][:2] == ("True", "Downloading") and status["state"] == "Downloading"
+
+
+@pytest.mark.parametrize("init", [FAILED, CRASH_LOOP], ids=["Init:Error", "Init:CrashLoopBackOff"])
+def test_a_failed_download_is_degraded_with_the_recorded_reason(init: dict[str, Any]) -> None:
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", init)])
+    assert view.download_failed is not None and view.downloading is None
+    status = fold(view, dict(RECORDED))
+    conditions = by_type(status)
+    assert conditions["Degraded"][:2] == ("True", "ModelDownloadFailed")
+    assert "exit code 1 (Error)" in conditions["Degraded"][2] and GATED_ERROR in conditions["Degraded"][2]
+    assert conditions["Ready"][:2] == ("False", "ModelDownloadFailed")
+    assert conditions["Progressing"][:2] == ("True", "ModelDownloadFailed")
+    assert status["state"] == "ModelDownloadFailed"
+    # the pod's own text (the log's tail, unredacted) never reaches the status: only what the pod hook recorded
+    assert "hf_x" not in str(status)
+
+
+def test_the_kubelet_s_word_alone_before_the_reason_is_recorded() -> None:
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", CRASH_LOOP)])
+    degraded = by_type(fold(view))["Degraded"]
+    assert degraded == ("True", "ModelDownloadFailed", "the model download fails: pod llm-new: the model-download "
+                        "init container failed, exit code 1 (Error), 2 restarts, back-off before the next try")
+    other_pod = fold(view, {"modelCache": {"downloadError": GATED_ERROR, "downloadErrorPod": "llm-older"}})
+    assert "pod llm-older's download said: " + GATED_ERROR in by_type(other_pod)["Degraded"][2]
+
+
+def test_a_retry_after_a_failure_is_still_failing_and_success_clears_it() -> None:
+    retry = {"restartCount": 1, **RUNNING, "lastState": CRASH_LOOP["lastState"]}
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", retry)])
+    assert view.downloading is None and "trying again" in (view.download_failed or "")
+    failed = fold(view, dict(RECORDED))
+    assert failed["state"] == "ModelDownloadFailed"
+    done = {"restartCount": 1, "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": "{}"}},
+            "lastState": CRASH_LOOP["lastState"]}
+    starting = init_pod("new", done, vllm={"name": "vllm", "ready": False, "restartCount": 0,
+                                           "state": {"running": {"startedAt": "2025-01-02T03:05:00Z"}}})
+    view = rollout.assess(deployment(updated=1, total=1), [starting])
+    assert view.download_failed is None and view.downloading is None
+    conditions = by_type(fold(view, failed))
+    assert conditions["Degraded"] == ("False", "AsExpected", "the model download no longer fails")
+    assert conditions["Progressing"][:2] == ("True", "Deploying")
+
+
+def test_an_init_container_that_cannot_start() -> None:
+    pull = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "vllm:x"'}}}
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", pull)])
+    assert view.download_failed == ("pod llm-new: the model-download init container cannot start (ImagePullBackOff: "
+                                    'Back-off pulling image "vllm:x")')
+    assert by_type(fold(view))["Degraded"][:2] == ("True", "ModelDownloadFailed")
+
+
+def test_a_failed_download_never_overrides_a_standing_verdict_and_old_pods_do_not_count() -> None:
+    invalid = {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": "bad",
+                               "lastTransitionTime": "2025-01-01T00:00:00Z"}]}
+    view = rollout.assess(deployment(updated=1, total=1), [init_pod("new", CRASH_LOOP)])
+    assert by_type(fold(view, invalid))["Degraded"][1] == "InvalidSpec"
+    # a pod of an earlier template whose download failed is not the current profile's problem
+    old = rollout.assess(deployment(total=1), [init_pod("old", CRASH_LOOP), pod("new", ready=True)])
+    assert old.download_failed is None
+    assert by_type(fold(old))["Ready"][:2] == ("True", "Available") and "Degraded" not in by_type(fold(old))
+
+
+def test_which_pod_events_refresh_the_rollout() -> None:
+    assert rollout.in_init(init_pod("new", RUNNING)) and rollout.in_init(init_pod("new", CRASH_LOOP))
+    done = {"state": {"terminated": {"exitCode": 0}}}
+    assert rollout.in_init(init_pod("new", done, vllm={"name": "vllm", "ready": False, "state": {"running": {}}}))
+    assert not rollout.in_init(pod("new"))  # no init container: nothing to report
+    crashed = {"name": "vllm", "ready": False, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+               "lastState": {"terminated": {"exitCode": 1}}}
+    assert not rollout.in_init(init_pod("new", done, vllm=crashed))  # vLLM's failure: the ladder's
+    assert not rollout.in_init(init_pod("new", done, vllm={"name": "vllm", "ready": True, "state": {"running": {}}}))

@@ -82,6 +82,11 @@ SERVING_PREVIOUS_PROFILE: Final = "ServingPreviousProfile"
 PROGRESS_DEADLINE_EXCEEDED: Final = "ProgressDeadlineExceeded"
 #: A rollout without a surge pod (no spare GPUs for one): Event reason.
 ROLLING_WITHOUT_SURGE: Final = "RollingWithoutSurge"
+#: A pod of the current profile is filling the model cache (its `model-download` init container runs): Progressing.
+DOWNLOADING: Final = "Downloading"
+#: A pod's `model-download` init container failed (gated model without a token, no such model, disk full) or cannot
+#: start: Degraded. Not a vLLM failure: the remediation ladder never answers it with a memory step.
+MODEL_DOWNLOAD_FAILED: Final = "ModelDownloadFailed"
 
 # Remediation (Progressing, Degraded)
 REMEDIATING: Final = "Remediating"
@@ -127,6 +132,8 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     SERVING_PREVIOUS_PROFILE,
     PROGRESS_DEADLINE_EXCEEDED,
     ROLLING_WITHOUT_SURGE,
+    DOWNLOADING,
+    MODEL_DOWNLOAD_FAILED,
     REMEDIATING,
     REMEDIATION_EXHAUSTED,
     CONTAINER_OOM_KILLED,
@@ -270,6 +277,7 @@ def fold_status(
 #: `status.state` values (the STATUS column of `kubectl get vllms`) besides the Degraded reasons shown as they are.
 STATE_READY: Final = "Ready"
 STATE_ROLLING_OUT: Final = "RollingOut"
+STATE_DOWNLOADING: Final = DOWNLOADING
 STATE_PENDING: Final = "Pending"
 STATE_SCALED_TO_ZERO: Final = "ScaledToZero"
 STATE_INFEASIBLE: Final = "Infeasible"
@@ -285,14 +293,16 @@ _STATE_BY_DEGRADED: Final[dict[str, str]] = {
     REMEDIATION_EXHAUSTED: REMEDIATION_EXHAUSTED,
     UNSCHEDULABLE: UNSCHEDULABLE,
     PROGRESS_DEADLINE_EXCEEDED: PROGRESS_DEADLINE_EXCEEDED,
+    MODEL_DOWNLOAD_FAILED: MODEL_DOWNLOAD_FAILED,
     REMEDIATING: REMEDIATING,
 }
 
 
 def state_of(conditions: Sequence[Condition], *, exhausted: bool = False) -> str:
     """One word for the STATUS column, read like `kubectl get pods`: what is wrong when something is (the Degraded
-    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, Remediating, a pod
-    failure such as ContainerCrashLoopBackOff), else Ready / ScaledToZero / RollingOut, or Pending before the operator said anything."""
+    reason: InvalidSpec, Infeasible, ModelNotFound, RemediationExhausted, Unschedulable, ModelDownloadFailed,
+    Remediating, a pod failure such as ContainerCrashLoopBackOff), else Ready / ScaledToZero / Downloading (a pod of
+    the current profile fills the model cache) / RollingOut, or Pending before the operator said anything."""
     degraded = find_condition(conditions, DEGRADED)
     if exhausted:
         return REMEDIATION_EXHAUSTED
@@ -301,7 +311,10 @@ def state_of(conditions: Sequence[Condition], *, exhausted: bool = False) -> str
     ready = find_condition(conditions, READY)
     if ready is not None and ready.status == TRUE:
         return STATE_SCALED_TO_ZERO if ready.reason == SCALED_TO_ZERO else STATE_READY
-    if ready is not None or find_condition(conditions, PROGRESSING) is not None:
+    progressing = find_condition(conditions, PROGRESSING)
+    if progressing is not None and progressing.status == TRUE and progressing.reason == DOWNLOADING:
+        return STATE_DOWNLOADING
+    if ready is not None or progressing is not None:
         return STATE_ROLLING_OUT
     return STATE_PENDING
 

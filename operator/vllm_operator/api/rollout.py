@@ -2,7 +2,10 @@
 
 `assess` tells the pods of the *current* pod template (by the plan annotation each pod carries from the template)
 from those of earlier templates (and reads the Deployment's own rollout counters), reads the Deployment's own `Progressing` condition (`ProgressDeadlineExceeded`) and the
-scheduler's word on pending pods (`PodScheduled=False, Unschedulable`). `rollout_conditions` turns that into the
+scheduler's word on pending pods (`PodScheduled=False, Unschedulable`) and their `model-download` init container
+(render/cache.py): one that runs is a download in progress (`Downloading`), one that exited non-zero or cannot start
+is `ModelDownloadFailed` (Degraded; the redacted reason comes from `status.modelCache.downloadError`, which the pod
+hook records). `rollout_conditions` turns that into the
 VLLMService's Ready / Progressing / Degraded conditions: `Ready` means the desired configuration serves; pods of an
 earlier template that still serve are reported as "serving the previous profile", never as a finished rollout.
 
@@ -21,10 +24,19 @@ from . import conditions as cond
 from .labels import ANNOTATION_PLAN
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: The init container that fills the model cache (render/cache.py DOWNLOAD_CONTAINER; a unit test ties the two: the
+#: api layer sits below render).
+DOWNLOAD_CONTAINER = "model-download"
+#: Waiting reasons of an init container that will not run without a change (an image, a Secret, a config).
+_CANNOT_START = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError")
 
 __all__ = [
     "RolloutView",
     "assess",
+    "download_failure",
+    "download_running",
+    "in_init",
     "rollout_conditions",
     "started_conditions",
     "surge_blocked",
@@ -66,6 +78,8 @@ class RolloutView:
     controller_done: bool = True           # the controller's counters: every pod is of the current template
     unschedulable: str | None = None       # the scheduler's message for a pending pod of the current template
     deadline_exceeded: str | None = None   # the Deployment's ProgressDeadlineExceeded message
+    downloading: str | None = None         # a pod of the current template whose model-download init container runs
+    download_failed: str | None = None     # a pod of the current template whose model-download init container failed
 
     @property
     def complete(self) -> bool:
@@ -94,6 +108,76 @@ def unschedulable_message(pod: Mapping[str, Any]) -> str | None:
     if scheduled is None or scheduled.get("status") != "False" or scheduled.get("reason") != "Unschedulable":
         return None
     return str(scheduled.get("message") or "the scheduler found no node for the pod")
+
+
+def _download_status(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses")
+    return next((s for s in statuses or [] if isinstance(s, Mapping) and s.get("name") == DOWNLOAD_CONTAINER), None)
+
+
+def _state(status: Mapping[str, Any], key: str, which: str = "state") -> Mapping[str, Any] | None:
+    state = status.get(which)
+    found = state.get(key) if isinstance(state, Mapping) else None
+    return found if isinstance(found, Mapping) else None
+
+
+def download_running(pod: Mapping[str, Any]) -> str | None:
+    """"pod X, started at T" while the pod's model-download init container runs (a first try: a retry after a
+    failure is `download_failure`), else None. The start time, not an age: the status changes only when the pod
+    does."""
+    status = _download_status(pod)
+    running = _state(status, "running") if status is not None else None
+    if status is None or running is None or download_failure(pod) is not None:
+        return None
+    started = running.get("startedAt")
+    return f"pod {_meta(pod).get('name')}" + (f", started at {started}" if started else "")
+
+
+def download_failure(pod: Mapping[str, Any]) -> str | None:
+    """What the kubelet says of the pod's failing model-download init container (exit code, reason, restarts,
+    back-off; never its message, which is the log's tail: the pod hook records it redacted), or None when it has not
+    failed or has succeeded since. A container that runs again after failing is still failing: the kubelet's retry
+    of a gated or missing model fails the same way, and the status does not flap with each retry."""
+    status = _download_status(pod)
+    if status is None:
+        return None
+    done = _state(status, "terminated")
+    if done is not None and done.get("exitCode") == 0:
+        return None
+    name = _meta(pod).get("name")
+    waiting = _state(status, "waiting") or {}
+    if waiting.get("reason") in _CANNOT_START:
+        detail = f": {waiting.get('message')}" if waiting.get("message") else ""
+        return f"pod {name}: the {DOWNLOAD_CONTAINER} init container cannot start ({waiting.get('reason')}{detail})"
+    failed = done or _state(status, "terminated", "lastState")
+    if failed is None or failed.get("exitCode") in (0, None):
+        return None
+    restarts = _int(status.get("restartCount"))
+    how = f"exit code {failed.get('exitCode')} ({failed.get('reason') or 'Error'})"
+    if restarts:
+        how += f", {restarts} restart" + ("" if restarts == 1 else "s")
+    if waiting.get("reason") == "CrashLoopBackOff":
+        how += ", back-off before the next try"
+    elif _state(status, "running") is not None:
+        how += ", trying again"
+    return f"pod {name}: the {DOWNLOAD_CONTAINER} init container failed, {how}"
+
+
+def in_init(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod event may change what the rollout reports of the download and nothing else answers it: the pod
+    has a model-download init container status and its containers have neither been ready nor failed (downloading,
+    the download failing, or vLLM just started after it). A vLLM container that failed is the ladder's."""
+    if _download_status(pod) is None:
+        return False
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        if not isinstance(container, Mapping):
+            continue
+        waiting = _state(container, "waiting") or {}
+        if (container.get("ready") is True or _state(container, "terminated") is not None
+                or _state(container, "terminated", "lastState") is not None
+                or waiting.get("reason") not in (None, "PodInitializing", "ContainerCreating")):
+            return False
+    return True
 
 
 def assess(deployment: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> RolloutView:
@@ -131,7 +215,9 @@ def assess(deployment: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
         previous_ready=sum(1 for p in previous if pod_ready(p)), previous_pods=len(previous), observed=observed,
         controller_done=controller_done,
         unschedulable=next((m for p in current if (m := unschedulable_message(p))), None),
-        deadline_exceeded=_deadline_exceeded(deployment) if observed else None)
+        deadline_exceeded=_deadline_exceeded(deployment) if observed else None,
+        downloading=next((m for p in current if (m := download_running(p))), None),
+        download_failed=next((m for p in current if (m := download_failure(p))), None))
 
 
 def _deadline_exceeded(deployment: Mapping[str, Any]) -> str | None:
@@ -142,7 +228,7 @@ def _deadline_exceeded(deployment: Mapping[str, Any]) -> str | None:
 
 
 #: Degraded reasons the rollout itself sets (and so may clear).
-ROLLOUT_PROBLEMS = (cond.UNSCHEDULABLE, cond.PROGRESS_DEADLINE_EXCEEDED)
+ROLLOUT_PROBLEMS = (cond.UNSCHEDULABLE, cond.PROGRESS_DEADLINE_EXCEEDED, cond.MODEL_DOWNLOAD_FAILED)
 #: Degraded reasons that stand until the spec changes; a rollout never clears or overrides them.
 STANDING = (cond.INVALID_SPEC, cond.PLAN_INFEASIBLE, cond.MODEL_NOT_FOUND, cond.GPU_NOT_FOUND,
             cond.REMEDIATION_EXHAUSTED, cond.RECONCILE_ERROR, cond.CHILD_REJECTED)
@@ -179,32 +265,62 @@ def rollout_conditions(view: RolloutView, status: Mapping[str, Any]) -> list[con
                    else "the current profile is scheduled and ready")
             updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED, why))
     else:
-        if view.deadline_exceeded:
-            reason, detail = cond.PROGRESS_DEADLINE_EXCEEDED, view.deadline_exceeded
-            updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason,
-                                                f"{of_current}{serving_old}: {detail}"))
-        elif view.unschedulable:
-            reason, detail = cond.UNSCHEDULABLE, view.unschedulable
-            updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, reason,
-                                                f"{of_current}{serving_old}; a new pod cannot be scheduled: {detail}"))
-        else:
-            reason, detail = "", ""
-            updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING,
-                                                f"{of_current}{serving_old}"))
+        reason, progressing, detail, problem = _not_serving(view, f"{of_current}{serving_old}", status)
+        updates.append(progressing)
         if view.previous_ready:
             updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, cond.SERVING_PREVIOUS_PROFILE,
                                                 f"{of_current}{serving_old}"))
         else:
             updates.append(cond.ConditionUpdate(cond.READY, cond.FALSE, reason or cond.PODS_NOT_READY,
                                                 of_current + (f": {detail}" if detail else "")))
-        if reason and degraded_reason not in STANDING:
-            message = (f"pods of the current profile cannot be scheduled: {detail}" if reason == cond.UNSCHEDULABLE
-                       else f"the rollout did not finish: {detail}")
-            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message))
-        elif not reason and degraded_reason in ROLLOUT_PROBLEMS:
+        if problem and degraded_reason not in STANDING:
+            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, problem))
+        elif not problem and degraded_reason in ROLLOUT_PROBLEMS:
             updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
-                                                "the pods of the current profile are scheduled"))
+                                                "the model download no longer fails"
+                                                if degraded_reason == cond.MODEL_DOWNLOAD_FAILED
+                                                else "the pods of the current profile are scheduled"))
     return updates
+
+
+def _not_serving(view: RolloutView, said: str, status: Mapping[str, Any],
+                 ) -> tuple[str, cond.ConditionUpdate, str, str | None]:
+    """Why the current profile does not serve yet, most specific first: (reason, the Progressing condition, the
+    detail for Ready's message, the Degraded message or None). A failing model download comes before the progress
+    deadline it will run into (the deadline says only that time ran out); a download in progress is no problem."""
+    if view.download_failed:
+        detail = _download_detail(view.download_failed, status)
+        return (cond.MODEL_DOWNLOAD_FAILED, cond.ConditionUpdate(
+            cond.PROGRESSING, cond.TRUE, cond.MODEL_DOWNLOAD_FAILED, f"{said}; the model download fails: {detail}"),
+            detail, f"the model download fails: {detail}")
+    if view.deadline_exceeded:
+        detail = view.deadline_exceeded
+        return (cond.PROGRESS_DEADLINE_EXCEEDED, cond.ConditionUpdate(
+            cond.PROGRESSING, cond.FALSE, cond.PROGRESS_DEADLINE_EXCEEDED, f"{said}: {detail}"),
+            detail, f"the rollout did not finish: {detail}")
+    if view.unschedulable:
+        detail = view.unschedulable
+        return (cond.UNSCHEDULABLE, cond.ConditionUpdate(
+            cond.PROGRESSING, cond.TRUE, cond.UNSCHEDULABLE, f"{said}; a new pod cannot be scheduled: {detail}"),
+            detail, f"pods of the current profile cannot be scheduled: {detail}")
+    if view.downloading:
+        detail = f"downloading the model into the cache: {view.downloading}"
+        return (cond.DOWNLOADING, cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DOWNLOADING,
+                                                       f"{said}; {detail}"), detail, None)
+    return "", cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, said), "", None
+
+
+def _download_detail(failed: str, status: Mapping[str, Any]) -> str:
+    """The kubelet's word on the failing init container, with why (status.modelCache.downloadError: the end of its
+    log, redacted by the pod hook that recorded it) once that is recorded."""
+    cache = status.get("modelCache")
+    error = cache.get("downloadError") if isinstance(cache, Mapping) else None
+    if not isinstance(error, str) or not error:
+        return failed
+    pod = cache.get("downloadErrorPod") if isinstance(cache, Mapping) else None
+    if pod and not failed.startswith(f"pod {pod}:"):
+        return f"{failed}; pod {pod}'s download said: {error}"
+    return f"{failed}: {error}"
 
 
 def started_conditions(replicas: int, ready_before: int) -> list[cond.ConditionUpdate]:

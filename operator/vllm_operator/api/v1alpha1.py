@@ -2032,8 +2032,9 @@ class VLLMServiceStatus(_StatusModel):
     state: str | None = Field(
         default=None,
         description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
-                    "RollingOut, ScaledToZero, Pending, or what is wrong (InvalidSpec, Infeasible, ModelNotFound, "
-                    "Unschedulable, Remediating, RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
+                    "RollingOut, Downloading (the model-download init container runs), ScaledToZero, Pending, or what is "
+                    "wrong (InvalidSpec, Infeasible, ModelNotFound, Unschedulable, ModelDownloadFailed, Remediating, "
+                    "RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
     )
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."

@@ -346,7 +346,7 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
-    if owner and rollout.unschedulable_message(body):
+    if owner and (rollout.unschedulable_message(body) or rollout.in_init(body)):  # scheduler / model download
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)
         except kopf.TemporaryError as exc:

@@ -972,9 +972,24 @@ def _evicted_for_memory(evidence: ContainerEvidence) -> bool:
 
 
 def classify(evidence: ContainerEvidence) -> Failure | None:
-    """The failure a container shows, or None when it is healthy, still starting or stopped cleanly."""
+    """The failure a container shows, or None when it is healthy, still starting or stopped cleanly.
+
+    An init container's failure is never one of vLLM's memory failures (`MEMORY_FAILURES`): the only one the
+    operator renders is the `model-download` container, whose failures (a gated model without a token, no such
+    model, a full disk, the hub unreachable — even an OOMKilled, which is the download's host memory) no memory step
+    answers. It is described as `Unknown` naming the container; the rollout status reports it (api.rollout:
+    `ModelDownloadFailed`, with the redacted reason) and the ladder reads only the vllm container."""
     if evidence.ready:
         return None
+    found = _classify_container(evidence)
+    if found is None or not evidence.init_container or found.kind not in MEMORY_FAILURES:
+        return found
+    return found.model_copy(update={
+        "kind": FailureKind.UNKNOWN, "phase": None,
+        "summary": _one_line(f"init container {evidence.container_name} (not vLLM): {found.summary}")})
+
+
+def _classify_container(evidence: ContainerEvidence) -> Failure | None:
     waiting = evidence.waiting_reason
     if waiting in _IMAGE_PULL_REASONS:
         return classify_text(evidence.waiting_message or "", waiting_reason=waiting)
