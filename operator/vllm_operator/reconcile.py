@@ -581,7 +581,7 @@ def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles |
 def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) -> ModelArch | Desired:
     """Step 4: the architecture, its values bounded before any arithmetic on them."""
     try:
-        return _arch(files, spec)
+        arch = _arch(files, spec)
     except ArchError as exc:
         return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
     except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
@@ -589,6 +589,12 @@ def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) ->
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+    pp = spec.flags.pipeline_parallel_size
+    if pp is not None and pp > arch.num_layers:  # a stage without layers: its one null block would cap every rank
+        return _invalid(observed, [SpecError("spec.flags.pipelineParallelSize", (
+            f"{pp} pipeline stages for the {arch.num_layers} decoder layers of {spec.model.name}: each stage needs at "
+            f"least one layer; pin at most {arch.num_layers}, or unpin it"))])
+    return arch
 
 
 #: What the GPU/pool step found: the GPU, how it was found, its product label, GPUs per node, the nodes listed.

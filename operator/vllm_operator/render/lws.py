@@ -38,6 +38,9 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
+#: The most groups the LWS API takes (`spec.replicas` maximum in its CRD, tests/data/crds); a VLLMService may ask for
+#: up to 2^31 - 1 pods, which no cluster runs: the LeaderWorkerSet gets the API's maximum instead of a 422.
+MAX_REPLICAS = 1_000_000
 MULTINODE_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
 #: How to install the engine when its CRD is missing (kubernetes-sigs/lws site/content/en/docs/installation).
 LWS_CHART_VERSION = "0.10.0"
@@ -99,7 +102,7 @@ def build_leaderworkerset(inp: RenderInput, nodes: int) -> dict[str, Any]:
         "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
                      "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
         "spec": {
-            "replicas": deployment["spec"]["replicas"],
+            "replicas": min(deployment["spec"]["replicas"], MAX_REPLICAS),
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
                                 "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
