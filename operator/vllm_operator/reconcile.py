@@ -844,23 +844,3 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
 def max_pods(spec: VLLMServiceSpec) -> int:
     """The most pods this service may run (spec.replicas, spec.maxReplicas, spec.autoscaling.maxReplicas)."""
     return max(spec.replicas, spec.max_replicas or 0, spec.autoscaling.max_replicas if spec.autoscaling else 0, 1)
-
-
-def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,
-                     ready: int) -> VLLMServiceStatus:
-    """The status after the Deployment reported `ready` of `replicas` pods ready."""
-    if ready >= replicas:
-        updates = [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.AVAILABLE, f"{ready}/{replicas} pods ready"),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE,
-                                        f"{ready}/{replicas} pods ready")]
-        degraded = cond.find_condition(cond.fold_status(dict(observed_status), observed_generation=generation,
-                                                        now=now).conditions, cond.DEGRADED)
-        if degraded is not None and degraded.status == cond.TRUE and degraded.reason != cond.INVALID_SPEC:
-            steps = ((observed_status.get("remediation") or {}).get("step")) or 0
-            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
-                                                f"ready after {steps} remediation step(s)"))
-    else:
-        updates = [cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY, f"{ready}/{replicas} pods ready"),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, f"{ready}/{replicas} pods ready")]
-    return cond.fold_status(dict(observed_status), conditions=updates, observed_generation=generation, now=now,
-                            ready_replicas=ready)
