@@ -399,7 +399,7 @@ def _repair_scaling(doc: dict[str, Any]) -> None:
 def minimal_spec(draw: st.DrawFn, leaf: Path) -> dict[str, Any]:
     """The smallest spec that sets `leaf` (a valid value of its own), with what it requires around it."""
     doc: dict[str, Any] = {"model": {"name": "org/model"}}
-    _set(doc, leaf, draw(VALID[leaf]))
+    _set(doc, leaf, copy.deepcopy(draw(VALID[leaf])))
     for depth in range(len(leaf)):
         prefix = leaf[:depth]
         if prefix and prefix[-1] == 0 and prefix[:-1] in LISTS or prefix in FIELDS or not prefix:
@@ -419,7 +419,7 @@ def _get(doc: Any, path: Path) -> Any:
 @st.composite
 def _valid(draw: st.DrawFn) -> dict[str, Any]:
     doc = draw(_object((), most=5))
-    return _repair(doc)
+    return _repair(copy.deepcopy(doc))  # the pools' values are shared objects: repair a copy
 
 
 valid_spec = _valid()
@@ -476,25 +476,30 @@ PATHS: list[Path] = [*FIELDS, *EXTRA_PATHS]
 
 
 def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
+    """Set `path` in `doc`, replacing whatever stands in the way with the container the path needs."""
     node: Any = doc
     for part, following in zip(path, path[1:], strict=False):
-        if isinstance(node, dict):
-            nxt = node.get(part) if isinstance(part, str) else None
-            if not isinstance(nxt, dict | list):
-                nxt = [] if isinstance(following, int) else {}
-                node[part] = nxt
-            node = nxt
-        elif isinstance(node, list):
-            while len(node) <= int(part):
-                node.append({} if not isinstance(following, int) else [])
-            node = node[int(part)]
-    last = path[-1]
+        child = _child(node, part)
+        if not isinstance(child, list if isinstance(following, int) else dict):
+            child = [] if isinstance(following, int) else {}
+            _put(node, part, child)
+        node = child
+    _put(node, path[-1], value)
+
+
+def _child(node: Any, part: str | int) -> Any:
     if isinstance(node, dict):
-        node[last] = value
-    elif isinstance(node, list):
-        while len(node) <= int(last):
-            node.append(None)
-        node[int(last)] = value
+        return node.get(part)
+    return node[int(part)] if int(part) < len(node) else None
+
+
+def _put(node: Any, part: str | int, value: Any) -> None:
+    if isinstance(node, dict):
+        node[part] = value
+        return
+    while len(node) <= int(part):
+        node.append(None)
+    node[int(part)] = value
 
 
 generic_value = st.one_of(st.sampled_from(INJECTIONS), st.sampled_from(K8S_NAMES), st.sampled_from(NUMBERS),
@@ -512,7 +517,7 @@ def mutated_spec(draw: st.DrawFn) -> dict[str, Any]:
     doc = copy.deepcopy(draw(valid_spec))
     for _ in range(draw(st.integers(1, 4))):
         path = draw(st.sampled_from(PATHS))
-        _set(doc, path, draw(mutation_value(path)))
+        _set(doc, path, copy.deepcopy(draw(mutation_value(path))))  # never a shared (module-level) object
     return doc
 
 
