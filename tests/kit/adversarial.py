@@ -303,16 +303,13 @@ def _value(field: SpecField) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def _object_of(draw: st.DrawFn, prefix: Path, most: int) -> dict[str, Any]:
+def _object(draw: st.DrawFn, prefix: Path, most: int = 3) -> dict[str, Any]:
+    """The object at `prefix`: its required fields and up to `most` optional ones, each from its pool."""
     fields = _direct(prefix)
     required = [f for f in fields if f.required]
     optional = [f for f in fields if not f.required]
     chosen = draw(st.permutations(optional))[:draw(st.integers(0, min(most, len(optional))))]
     return {str(f.path[-1]): draw(_value(f)) for f in [*required, *chosen]}
-
-
-def _object(prefix: Path, most: int = 3) -> st.SearchStrategy[dict[str, Any]]:
-    return _object_of(prefix, most)
 
 
 def _repair(doc: dict[str, Any]) -> dict[str, Any]:
