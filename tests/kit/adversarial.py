@@ -745,6 +745,8 @@ def check_pod(pod: dict[str, Any], spec: Any) -> None:
     mounts = [m["mountPath"] for m in container["volumeMounts"]]
     assert len(mounts) == len(set(mounts)), f"two volumes on one mount path (the API server refuses it): {mounts}"
     assert {m["name"] for m in container["volumeMounts"]} <= set(names)
+    for var in container["env"]:
+        assert len(var.get("valueFrom") or {"value": 1}) == 1, f"env {var['name']}: not one source (a 422): {var}"
 
 
 def observe(spec: Any, name: str, cluster: ClusterView | tuple[Mapping[str, str], ...]) -> reconcile.Observed:

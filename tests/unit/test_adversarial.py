@@ -337,3 +337,13 @@ def test_more_pipeline_stages_than_layers_is_an_invalid_spec_not_an_internal_err
     assert message.startswith("spec.flags.pipelineParallelSize: 2 pipeline stages for the 1 decoder layers")
     spec["flags"]["pipelineParallelSize"] = 1
     assert _deployed(spec)
+
+
+@pytest.mark.parametrize("source", [{}, {"fieldRef": {"fieldPath": "metadata.name"},
+                                         "secretKeyRef": {"name": "s", "key": "k"}}], ids=["none", "two"])
+def test_an_env_value_from_has_exactly_one_source(source: dict[str, Any]) -> None:
+    """Was: passed to the pod as given, where the Pod API refuses none and more than one (the Deployment a 422)."""
+    spec = {"model": SMALL, "env": [{"name": "A", "valueFrom": source}]}
+    assert _refused(spec).startswith("spec.env[0].valueFrom: set exactly one of secretKeyRef")
+    spec["env"][0]["valueFrom"] = {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert _deployed(spec)

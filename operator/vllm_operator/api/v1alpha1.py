@@ -979,6 +979,14 @@ class EnvVarSource(_Model):
     field_ref: FreeForm | None = Field(default=None, description="A field of the pod, e.g. metadata.name.")
     resource_field_ref: FreeForm | None = Field(default=None, description="A resource of the container.")
 
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        # the Pod API refuses none and more than one (validateEnvVarValueFrom): the Deployment would be a 422
+        sources = [name for name, value in self if value is not None]
+        if len(sources) != 1:
+            raise ValueError("set exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef")
+        return self
+
 
 class Affinity(_Model):
     """Pod affinity, as in the Pod API (the API server checks the inside of each block)."""
