@@ -52,7 +52,7 @@ STRING_FIELDS: list[tuple[str, ...]] = [
     ("routing", "inferencePool", "endpointPicker", "name"), ("flags", "speculativeConfig", "model"),
     ("flags", "speculativeConfig", "method"),
 ]
-#: The optional blocks every hostile spec carries, so a payload in one of their fields meets the renderer.
+#: The optional blocks a payload in one of their fields comes with, so it meets the renderer.
 ECOSYSTEM: dict[str, Any] = {
     "lora": {"adapters": [{"name": "sql", "source": "org/sql-lora"}]},
     "autoscaling": {"engine": "KEDA", "minReplicas": 0, "maxReplicas": 2,
@@ -64,12 +64,12 @@ UPSTREAM_CRDS = ("keda.sh_scaledobjects.yaml", "inference.networking.k8s.io_infe
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": MODEL}, "modelCache": {"claimName": "models"}, "resources": {},
     "hfTokenSecretRef": {"name": "hf"}, "nodeSelector": {}, "tolerations": [{"key": "k", "operator": "Exists"}],
-    "env": [{"name": "A", "value": "1"}], "extraArgs": ["--disable-log-requests"], "service": {}, **ECOSYSTEM,
+    "env": [{"name": "A", "value": "1"}], "extraArgs": ["--disable-log-requests"], "service": {},
 }
 
 
 def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(BASE_SPEC)
+    spec = copy.deepcopy({**BASE_SPEC, **({path[0]: ECOSYSTEM[path[0]]} if path[0] in ECOSYSTEM else {})})
     node: Any = spec
     for part in path[:-1]:
         node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
