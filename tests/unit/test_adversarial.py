@@ -347,3 +347,11 @@ def test_an_env_value_from_has_exactly_one_source(source: dict[str, Any]) -> Non
     assert _refused(spec).startswith("spec.env[0].valueFrom: set exactly one of secretKeyRef")
     spec["env"][0]["valueFrom"] = {"fieldRef": {"fieldPath": "metadata.name"}}
     assert _deployed(spec)
+
+
+@pytest.mark.parametrize("version", ["٠.١١.٠", "０.１１.０", "v0.٣٣.0"])
+def test_vllm_version_takes_ascii_digits_as_the_api_server_does(version: str) -> None:
+    """Was: pydantic's `\\d` took other scripts' digits that the CRD's pattern (RE2) refuses: the operator planned a
+    spec the API server would not have stored."""
+    assert "spec.vllmVersion" in _refused({"model": SMALL, "vllmVersion": version})
+    assert validate_spec({"model": SMALL, "vllmVersion": "0.11.1+cu128"}) == []

@@ -149,8 +149,9 @@ HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*(/[A-Za-z0-9]+([._-][A-
 #: A name clients send in the OpenAI API's `model` field (`--served-model-name`).
 SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$"
 
-#: A vLLM release as `spec.vllmVersion` takes it: `0.11.0`, `v0.26.0`, `0.11.1+cu128` or `latest`.
-VLLM_VERSION_PATTERN = r"^(latest|v?\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?)$"
+#: A vLLM release as `spec.vllmVersion` takes it: `0.11.0`, `v0.26.0`, `0.11.1+cu128` or `latest`. ASCII digits:
+#: pydantic's `\d` (Rust regex) also takes other scripts' digits, the API server's (RE2) does not.
+VLLM_VERSION_PATTERN = r"^(latest|v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?)$"
 
 #: A DNS-1035 label: the name of a Service.
 DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
