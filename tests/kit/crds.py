@@ -1,6 +1,7 @@
 """The upstream CustomResourceDefinitions of tests/data/crds (LeaderWorkerSet, KEDA ScaledObject, InferencePool):
 their schemas, and what an API server serving them would do with an object — refuse it (`jsonschema`) or silently
-prune a field the schema lacks (`unknown_fields`)."""
+prune a field the schema lacks (`unknown_fields`); and any CRD schema as plain JSON Schema
+(`openapi_to_jsonschema`, strict about unknown fields as `kubectl --validate=strict`)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,29 @@ def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str
         for i, item in enumerate(obj):
             found += unknown_fields(item, schema["items"], f"{path}[{i}]")
     return found
+
+
+def openapi_to_jsonschema(node: Any) -> Any:
+    """Kubernetes' OpenAPI v3 flavour → JSON Schema; unknown fields rejected as `kubectl --validate=strict`."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if node.get("x-kubernetes-int-or-string"):
+        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], **{k: v for k, v in out.items() if k != "type"}}
+    for bound, key in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if out.get(key) is True:
+            out[key] = out.pop(bound)
+        elif out.get(key) is False:
+            del out[key]
+    if "properties" in out:
+        out["properties"] = {name: openapi_to_jsonschema(sub) for name, sub in out["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = openapi_to_jsonschema(out[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if isinstance(out.get(key), list):
+            out[key] = [openapi_to_jsonschema(sub) for sub in out[key]]
+    out.pop("nullable", None)
+    return out
