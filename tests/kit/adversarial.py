@@ -170,7 +170,6 @@ def bounds(path: Path) -> list[Any]:
 # --- valid values, one pool per leaf ----------------------------------------------------------------------
 
 _lit = _literal
-_ids = st.sampled_from(["Qwen/Qwen2.5-7B-Instruct", "org/model", "meta-llama/Llama-3.1-8B-Instruct"])
 _k8s_name = st.sampled_from(["models", "a", "models.fast", "x" * 63, "hf-token", "a-b.c-d"])
 _label_value = st.sampled_from(["gpu", "a100_80gb", "x" * 63, "A.b-c_d", ""])
 _free_form = st.sampled_from([{}, {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
