@@ -644,7 +644,7 @@ def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles |
 def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) -> ModelArch | Desired:
     """Step 4: the architecture, its values bounded before any arithmetic on them."""
     try:
-        return _arch(files, spec)
+        arch = _arch(files, spec)
     except ArchError as exc:
         return _invalid(observed, [SpecError(_config_field(spec), str(exc))])
     except (ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
@@ -652,6 +652,12 @@ def _model_arch(observed: Observed, spec: VLLMServiceSpec, files: ModelFiles) ->
         return _invalid(observed, [SpecError(_config_field(spec), f"config.json of {spec.model.name} has a value "
                                              f"the planner cannot read ({type(exc).__name__}: {str(exc)[:120]}); "
                                              "use the model's own config.json")])
+    pp = spec.flags.pipeline_parallel_size
+    if pp is not None and pp > arch.num_layers:  # a stage without layers: its one null block would cap every rank
+        return _invalid(observed, [SpecError("spec.flags.pipelineParallelSize", (
+            f"{pp} pipeline stages for the {arch.num_layers} decoder layers of {spec.model.name}: each stage needs at "
+            f"least one layer; pin at most {arch.num_layers}, or unpin it"))])
+    return arch
 
 
 #: What the GPU/pool step found: the GPU, how it was found, its product label, GPUs per node, the nodes listed.
@@ -939,23 +945,3 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
 def max_pods(spec: VLLMServiceSpec) -> int:
     """The most pods this service may run (spec.replicas, spec.maxReplicas, spec.autoscaling.maxReplicas)."""
     return max(spec.replicas, spec.max_replicas or 0, spec.autoscaling.max_replicas if spec.autoscaling else 0, 1)
-
-
-def readiness_update(observed_status: Mapping[str, Any], *, generation: int, now: datetime, replicas: int,
-                     ready: int) -> VLLMServiceStatus:
-    """The status after the Deployment reported `ready` of `replicas` pods ready."""
-    if ready >= replicas:
-        updates = [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.AVAILABLE, f"{ready}/{replicas} pods ready"),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE,
-                                        f"{ready}/{replicas} pods ready")]
-        degraded = cond.find_condition(cond.fold_status(dict(observed_status), observed_generation=generation,
-                                                        now=now).conditions, cond.DEGRADED)
-        if degraded is not None and degraded.status == cond.TRUE and degraded.reason != cond.INVALID_SPEC:
-            steps = ((observed_status.get("remediation") or {}).get("step")) or 0
-            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
-                                                f"ready after {steps} remediation step(s)"))
-    else:
-        updates = [cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PODS_NOT_READY, f"{ready}/{replicas} pods ready"),
-                   cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, f"{ready}/{replicas} pods ready")]
-    return cond.fold_status(dict(observed_status), conditions=updates, observed_generation=generation, now=now,
-                            ready_replicas=ready)

@@ -43,6 +43,8 @@ from .scenarios import ScenarioSet, load_scenarios
 __all__ = ["DEFAULT_POOLS", "NodePool", "SimulatedCluster", "gpu_node"]
 
 T = TypeVar("T")
+#: The field manager `SimulatedCluster.apply` writes as (kubectl's, for a client-side apply).
+APPLY_MANAGER = "kubectl-client-side-apply"
 
 
 @dataclass(frozen=True)
@@ -249,11 +251,13 @@ class SimulatedCluster:
     # --- objects -----------------------------------------------------------------------------------------------
 
     def apply(self, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        """Create the object, or update its spec (labels, annotations) if it exists — like `kubectl apply`."""
+        """Create the object, or update its spec (labels, annotations) if it exists — like `kubectl apply`: admitted
+        as the API server admits a client's write (schema, CRD defaults such as `spec.replicas`, CEL rules; a 422
+        :class:`APIError` when refused), so the operator's first write does not add a default and bump generation."""
         resource = self._resource_for(obj)
         ns = namespace or (obj.get("metadata") or {}).get("namespace") or "default"
         try:
-            return self.api.create_object(resource, obj, namespace=ns)
+            return self.api.create_object(resource, obj, namespace=ns, manager=APPLY_MANAGER)
         except APIError as exc:
             if exc.code != 409:
                 raise
@@ -261,7 +265,7 @@ class SimulatedCluster:
         patch: dict[str, Any] = {"spec": obj.get("spec") or {}}
         if meta.get("labels") or meta.get("annotations"):
             patch["metadata"] = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
-        return self.api.patch_object(resource, meta["name"], patch, ns)
+        return self.api.patch_object(resource, meta["name"], patch, ns, manager=APPLY_MANAGER)
 
     def _resource_for(self, obj: Mapping[str, Any]) -> str:
         kind = obj.get("kind") or ""

@@ -299,10 +299,18 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _ns(self, rdef: ResourceDef, namespace: str | None) -> str:
         return (namespace or 'default') if rdef.namespaced else ''
 
-    def create_object(self, resource: str | ResourceDef, obj: Mapping[str, Any], namespace: str | None = None) -> Obj:
-        """Create an object (``metadata.namespace`` or ``namespace`` or ``default``); its status is kept."""
+    def create_object(self, resource: str | ResourceDef, obj: Mapping[str, Any], namespace: str | None = None, *,
+                      manager: str | None = None) -> Obj:
+        """Create an object (``metadata.namespace`` or ``namespace`` or ``default``); its status is kept.
+
+        With ``manager`` (a field manager, e.g. ``kubectl``) the create is admitted as an HTTP one is: schema,
+        pruning, CRD defaults and CEL rules (a 422 :class:`APIError` when refused), status dropped, fields owned.
+        """
         rdef = self.resolve(resource)
-        return copy.deepcopy(self._create(rdef, namespace, dict(obj), from_api=False))
+        if manager is None:
+            return copy.deepcopy(self._create(rdef, namespace, dict(obj), from_api=False))
+        opts = _WriteOptions(admit=True, field_validation='Strict', manager=manager)
+        return copy.deepcopy(self._create(rdef, namespace, dict(obj), from_api=True, opts=opts))
 
     def get_object(self, resource: str | ResourceDef, name: str, namespace: str | None = None) -> Obj | None:
         """The object, or ``None`` if absent."""
@@ -319,12 +327,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(items)
 
     def patch_object(self, resource: str | ResourceDef, name: str, patch: Any, namespace: str | None = None, *,
-                     patch_type: str = 'merge', subresource: str | None = None) -> Obj:
-        """Patch like the API: ``patch_type`` is ``merge``, ``strategic`` or ``json``."""
+                     patch_type: str = 'merge', subresource: str | None = None, manager: str | None = None) -> Obj:
+        """Patch like the API: ``patch_type`` is ``merge``, ``strategic`` or ``json``; admitted as an HTTP patch
+        when ``manager`` is given (see :meth:`create_object`)."""
         rdef = self.resolve(resource)
         fn = self._patcher(rdef, name, {'merge': 'application/merge-patch+json', 'json': 'application/json-patch+json',
                                         'strategic': 'application/strategic-merge-patch+json'}[patch_type], patch)
-        return copy.deepcopy(self._write(rdef, self._ns(rdef, namespace), name, fn, subresource=subresource))
+        opts = _DIRECT if manager is None else _WriteOptions(admit=True, field_validation='Strict', manager=manager)
+        return copy.deepcopy(self._write(rdef, self._ns(rdef, namespace), name, fn, subresource=subresource,
+                                         opts=opts))
 
     def patch_status(self, resource: str | ResourceDef, name: str, status: Mapping[str, Any],
                      namespace: str | None = None) -> Obj:

@@ -1,10 +1,13 @@
 """End to end (issue 10): hostile and odd VLLMServices against the real `vllm-operator run` process.
 
-The emulated API server does no schema validation, so every payload reaches the operator as a tenant could get it
-past a lax admission: injection payloads in every string field, services named `017`, `yes` and a 63-character
-name, `dev/zero` as a model, a 100,000-layer inline config. Each must end as a condition (or a literal value in a
-valid child), never as structure; the operator's memory stays bounded and a valid service created next to them
-still gets its plan promptly.
+The services are stored without admission (the emulator's direct API), so every payload reaches the operator as a
+tenant could get it past a lax admission: injection payloads in every string field — LoRA adapters, the KEDA
+autoscaler, the InferencePool's endpoint picker, the speculative draft and vllmVersion included — services named
+`017`, `yes` and a 63-character name (with an autoscaler and a pool), `dev/zero` as a model, a 100,000-layer
+inline config. Each must end as a condition (or a literal value in a valid child), never as structure; every child
+written is valid for its kind (KEDA's and the Inference Extension's CRDs are installed, so their objects are
+admitted against the upstream schemas); the operator's memory stays bounded and a valid service created next to
+them still gets its plan promptly.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
+from kit import adversarial
+from kit.crds import CRDS
+from kit.inprocess import condition
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
@@ -42,8 +47,20 @@ STRING_FIELDS: list[tuple[str, ...]] = [
     ("hfTokenSecretRef", "key"), ("nodeSelector", "pool"), ("tolerations", "0", "key"), ("env", "0", "value"),
     ("env", "0", "name"), ("extraArgs", "0"), ("imagePullPolicy",), ("service", "type"),
     ("model", "configMapRef", "name"), ("model", "configMapRef", "configKey"), ("tolerations", "0", "value"),
-    ("security", "profile"), ("workload", "profile"),
+    ("security", "profile"), ("workload", "profile"), ("vllmVersion",), ("lora", "adapters", "0", "name"),
+    ("lora", "adapters", "0", "source"), ("autoscaling", "prometheusAddress"), ("autoscaling", "activationQuery"),
+    ("routing", "inferencePool", "endpointPicker", "name"), ("flags", "speculativeConfig", "model"),
+    ("flags", "speculativeConfig", "method"),
 ]
+#: The optional blocks a payload in one of their fields comes with, so it meets the renderer.
+ECOSYSTEM: dict[str, Any] = {
+    "lora": {"adapters": [{"name": "sql", "source": "org/sql-lora"}]},
+    "autoscaling": {"engine": "KEDA", "minReplicas": 0, "maxReplicas": 2,
+                    "prometheusAddress": "http://prometheus.monitoring:9090", "activationQuery": "sum(up)"},
+    "routing": {"inferencePool": {"enabled": True, "endpointPicker": {"name": "epp"}}},
+    "flags": {"speculativeConfig": {"method": "draft_model", "model": "org/draft", "numSpeculativeTokens": 3}},
+}
+UPSTREAM_CRDS = ("keda.sh_scaledobjects.yaml", "inference.networking.k8s.io_inferencepools.yaml")
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": MODEL}, "modelCache": {"claimName": "models"}, "resources": {},
     "hfTokenSecretRef": {"name": "hf"}, "nodeSelector": {}, "tolerations": [{"key": "k", "operator": "Exists"}],
@@ -52,7 +69,7 @@ BASE_SPEC: dict[str, Any] = {
 
 
 def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(BASE_SPEC)
+    spec = copy.deepcopy({**BASE_SPEC, **({path[0]: ECOSYSTEM[path[0]]} if path[0] in ECOSYSTEM else {})})
     node: Any = spec
     for part in path[:-1]:
         node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
@@ -77,13 +94,6 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for condition in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == type_:
-            return dict(condition)
-    return None
-
-
 def _hostile_specs() -> dict[str, dict[str, Any]]:
     """An injection payload in every string field, local-file model names, and four 100k-layer inline configs."""
     hostile: dict[str, dict[str, Any]] = {}
@@ -103,7 +113,7 @@ def _hostile_specs() -> dict[str, dict[str, Any]]:
 def _answer_is_literal_or_refusal(cluster: EmulatedAPIServer, name: str, planned: bool) -> bool:
     """A hostile service is either refused (InvalidSpec/ModelNotFound naming a spec field) or deployed with its
     payload as a literal value, verbatim; True when it was deployed."""
-    degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+    degraded = condition(cluster.get_object("vllmservices", name), "Degraded")
     if degraded is not None and degraded["status"] == "True":
         assert degraded["reason"] in ("InvalidSpec", "ModelNotFound"), (name, degraded)
         if degraded["reason"] == "InvalidSpec":
@@ -114,7 +124,11 @@ def _answer_is_literal_or_refusal(cluster: EmulatedAPIServer, name: str, planned
     deployment = cluster.wait_for(lambda: cluster.get_object("deployments", name), timeout=30,
                                   interval=0.2, message=f"no Deployment for {name}")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert payload in container["args"] or payload in [e.get("value") for e in container["env"]], name
+    if payload in container["args"] or payload in [e.get("value") for e in container["env"]]:
+        return True
+    scaled = cluster.wait_for(lambda: cluster.get_object("scaledobjects.keda.sh", name), timeout=30,
+                              interval=0.2, message=f"{name}: the payload is in no child")
+    assert payload in [t["metadata"]["query"] for t in scaled["spec"]["triggers"]], name  # a PromQL string, verbatim
     return True
 
 
@@ -122,44 +136,47 @@ def _answer_is_literal_or_refusal(cluster: EmulatedAPIServer, name: str, planned
 def test_hostile_services_get_answers_and_never_structure(
         cluster: EmulatedAPIServer, operator_process: Callable[[], OperatorProcess]) -> None:
     cluster.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
+    for file in UPSTREAM_CRDS:
+        cluster.create_object("customresourcedefinitions", yaml.safe_load((CRDS / file).read_text()))
     op = operator_process()
     hostile = _hostile_specs()
     odd_names = ["017", "yes", "n" * 63]
     for name, spec in hostile.items():
         cluster.create_object("vllmservices", _service(name, spec))
     for name in odd_names:
-        cluster.create_object("vllmservices", _service(name, {"model": {"name": MODEL}}))
+        odd = {"model": {"name": MODEL}, **{k: ECOSYSTEM[k] for k in ("autoscaling", "routing")}}
+        cluster.create_object("vllmservices", _service(name, odd))
     started = time.monotonic()
     cluster.create_object("vllmservices", _service("valid", {"model": {"name": MODEL}}))
 
     def planned(name: str) -> bool:
-        condition = _condition(cluster.get_object("vllmservices", name), "PlanFeasible")
-        return bool(condition and condition["status"] == "True")
+        feasible = condition(cluster.get_object("vllmservices", name), "PlanFeasible")
+        return bool(feasible and feasible["status"] == "True")
     cluster.wait_for(lambda: planned("valid"), timeout=60, interval=0.2,
                      message=f"the valid service got no plan next to the hostile ones:\n{op.log()[-4000:]}")
     latency = time.monotonic() - started
 
     def answered() -> list[str]:
         missing = [n for n in [*hostile, *odd_names]
-                   if _condition(cluster.get_object("vllmservices", n), "Degraded") is None
+                   if condition(cluster.get_object("vllmservices", n), "Degraded") is None
                    and not planned(n)]
         return [] if missing else ["all"]
     try:
         cluster.wait_for(answered, timeout=90, interval=0.5)
     except TimeoutError:
-        missing = [n for n in [*hostile, *odd_names] if _condition(cluster.get_object("vllmservices", n),
+        missing = [n for n in [*hostile, *odd_names] if condition(cluster.get_object("vllmservices", n),
                                                                    "Degraded") is None and not planned(n)]
         raise AssertionError(f"no status condition for {missing}:\n{op.log()[-6000:]}") from None
 
     deployed_payloads = sum(_answer_is_literal_or_refusal(cluster, name, planned(name)) for name in hostile)
     for name in ("layers-0", "layers-1"):
-        degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+        degraded = condition(cluster.get_object("vllmservices", name), "Degraded")
         assert degraded and degraded["reason"] == "InvalidSpec" and "100000" in degraded["message"], degraded
     for name in ("layers-2", "layers-3"):
-        degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+        degraded = condition(cluster.get_object("vllmservices", name), "Degraded")
         assert degraded and degraded["reason"] == "InvalidSpec" and "256 KiB" in degraded["message"], degraded
     for name in ("dev-zero", "etc-passwd"):
-        degraded = _condition(cluster.get_object("vllmservices", name), "Degraded")
+        degraded = condition(cluster.get_object("vllmservices", name), "Degraded")
         assert degraded and degraded["reason"] == "ModelNotFound", degraded
         assert "passwd" not in degraded["message"] or "root:" not in degraded["message"]
 
@@ -176,20 +193,22 @@ def test_hostile_services_get_answers_and_never_structure(
     assert "n" * 63 in service_names
 
     # Every child the operator wrote is a valid Kubernetes object with a least-privilege pod; payloads are literals.
-    for child in [*cluster.list_objects("deployments"), *services,
-                  *cluster.list_objects("persistentvolumeclaims")]:
+    scaled = cluster.list_objects("scaledobjects.keda.sh")
+    pools = cluster.list_objects("inferencepools.inference.networking.k8s.io")
+    for child in [*cluster.list_objects("deployments"), *services, *cluster.list_objects("persistentvolumeclaims"),
+                  *scaled, *pools]:
         clean = copy.deepcopy(child)
         clean["metadata"] = {k: v for k, v in clean["metadata"].items()
                              if k in ("name", "namespace", "labels", "annotations", "ownerReferences")}
         clean.pop("status", None)
-        kubernetes_validate.validate(clean, "1.33", strict=True)
-        if child["kind"] == "Deployment":
-            pod = child["spec"]["template"]["spec"]
-            assert not {"hostPID", "hostNetwork", "hostIPC"} & set(pod)
-            assert pod["automountServiceAccountToken"] is False
-            assert pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
-            assert pod["containers"][0]["securityContext"].get("privileged") is False
+        adversarial.check_child(clean)  # its kind's schema (built-in or upstream CRD), names, labels, semantics
+        for template in adversarial.pod_templates(clean):
+            owner = clean["metadata"]["ownerReferences"][0]["name"]
+            adversarial.check_pod(template["spec"], (cluster.get_object("vllmservices", owner) or {}).get("spec"))
     assert len(deployments) >= 4
+    odd_children = {c["spec"]["scaleTargetRef"]["name"] for c in scaled} & {*odd_names, "valid"}
+    assert odd_children == set(odd_names), odd_children  # the odd names got their ScaledObjects (and pools)
+    assert len(pools) >= len(odd_names)
     assert deployed_payloads >= 2  # env value and extraArgs take any string: they ran as literals
 
     rss = _rss_mib(op.process.pid)

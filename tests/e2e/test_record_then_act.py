@@ -9,17 +9,16 @@ Deployment on the recorded profile (never rolled back, never stepped again), the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from kit.inprocess import (
+from kit.inprocess import (  # noqa: F401 (`cluster`: faulty_cluster_fixture)
     Cluster,
     args_of,
     assert_ladder_invariants,
     deploy,
+    faulty_cluster_fixture,
     flag,
     history,
     no_kv_crash,
@@ -45,15 +44,6 @@ POINTS = {
     "rollout-lost": KillPoint("PATCH", r"/deployments/qwen$", "gpu-memory-utilization", lands=False),
     "event-lost": KillPoint("POST", r"/events$", "RemediatedNoKVCacheMemory", lands=False),
 }
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    env = Cluster(tmp_path, faults=True)
-    try:
-        yield env
-    finally:
-        env.close()
 
 
 @pytest.mark.parametrize("point", POINTS.values(), ids=list(POINTS))

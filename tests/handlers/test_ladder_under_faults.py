@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,12 @@ from typing import Any
 import pytest
 
 from kit.faults import FaultProxy
-from kit.inprocess import (
+from kit.inprocess import (  # noqa: F401 (`cluster`: faulty_cluster_fixture)
     Cluster,
     args_of,
     assert_ladder_invariants,
     deploy,
+    faulty_cluster_fixture,
     flag,
     history,
     no_kv_crash,
@@ -35,15 +35,6 @@ NAME = "qwen"
 PROMPT = 20.0  # seconds: far below the watchdog's first run (60 s)
 STATUS = r"/vllmservices/qwen/status$"
 DEPLOYMENT = r"/deployments/qwen$"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    env = Cluster(tmp_path, faults=True)
-    try:
-        yield env
-    finally:
-        env.close()
 
 
 def proxy(cluster: Cluster) -> FaultProxy:

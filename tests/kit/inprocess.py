@@ -17,7 +17,8 @@ the test's own requests go to the API directly. The operator can be stopped and 
 state (restart tests), or killed (`kill()`, SIGKILL). Every wait is a poll with a timeout (the emulator wakes
 pollers on every change); "nothing more happened" is checked against a barrier that proves the operator has looked
 (its `list pods` reads in the namespace, from the access log). Fixtures: `harness` (an in-process operator already
-running, no nodes), or build a `Cluster` in the test module.
+running, no nodes), `cluster` (`faulty_cluster_fixture`: behind the fault proxy, no operator yet), or build a
+`Cluster` in the test module.
 """
 
 from __future__ import annotations
@@ -566,18 +567,22 @@ class Cluster:
         when it died, after it started), as after a CUDA OOM while serving. `log`: the container's log
         (`pods/log`), set before the pod appears so the operator's first look finds it.
         """
-        template = deployment["spec"]["template"]
         if log is not None:
             self.server.set_pod_log(self.namespace, pod_name, log, container="vllm")
+        return self._pod_of(deployment, pod_name, self.crashed_status(
+            vllm_container(deployment)["image"], restart_count=restart_count, message=message, reason=reason,
+            exit_code=exit_code, ready_before=ready_before))
+
+    def _pod_of(self, deployment: Mapping[str, Any], pod_name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """The pod the ReplicaSet would create from the Deployment's current template, on gpu-1, with `status`."""
+        template = deployment["spec"]["template"]
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name, "namespace": self.namespace,
                          "labels": copy.deepcopy(template["metadata"].get("labels") or {}),
                          "annotations": copy.deepcopy(template["metadata"].get("annotations") or {})},
             "spec": {**copy.deepcopy(template["spec"]), "nodeName": "gpu-1"},
-            "status": self.crashed_status(vllm_container(deployment)["image"], restart_count=restart_count,
-                                          message=message, reason=reason, exit_code=exit_code,
-                                          ready_before=ready_before),
+            "status": status,
         }
         return self.server.create_object("pods", pod, self.namespace)
 
@@ -645,17 +650,7 @@ class Cluster:
     def image_pull_pod(self, deployment: Mapping[str, Any], pod_name: str,
                        reason: str = "ImagePullBackOff") -> dict[str, Any]:
         """A pod whose image cannot be pulled (never started: restartCount 0, no lastState)."""
-        template = deployment["spec"]["template"]
-        image = vllm_container(deployment)["image"]
-        pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": self.namespace,
-                         "labels": copy.deepcopy(template["metadata"].get("labels") or {}),
-                         "annotations": copy.deepcopy(template["metadata"].get("annotations") or {})},
-            "spec": {**copy.deepcopy(template["spec"]), "nodeName": "gpu-1"},
-            "status": self.image_pull_status(image, reason),
-        }
-        return self.server.create_object("pods", pod, self.namespace)
+        return self._pod_of(deployment, pod_name, self.image_pull_status(vllm_container(deployment)["image"], reason))
 
     @staticmethod
     def image_pull_status(image: str, reason: str) -> dict[str, Any]:
@@ -683,6 +678,16 @@ def harness_fixture(tmp_path: Path) -> Iterator[Cluster]:
     env = Cluster(tmp_path)
     try:
         env.start_operator()
+        yield env
+    finally:
+        env.close()
+
+
+@pytest.fixture(name="cluster")
+def faulty_cluster_fixture(tmp_path: Path) -> Iterator[Cluster]:
+    """The emulator with the CRD behind the fault proxy (`cluster.faults`); the test starts the operator."""
+    env = Cluster(tmp_path, faults=True)
+    try:
         yield env
     finally:
         env.close()

@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import kubernetes
+import pytest
 import yaml
 from simkit import deployment
 
 from vllm_operator.api.v1alpha1 import parse_spec
 from vllm_operator.planner.gpus import load_gpu_catalog, resolve_node_gpu
 from vllm_operator_sim.cluster import NodePool, SimulatedCluster
+from vllm_operator_sim.emulator import APIError
 from vllm_operator_sim.scenarios import Scenario, ScenarioSet, load_scenarios
 from vllm_operator_sim.startup import HiddenFacts
 
@@ -63,6 +65,23 @@ def test_apply_updates_an_existing_object(tmp_path: Path) -> None:
         second = cluster.apply(deployment("chat", LLAMA3_8B, {**FLAGS, "max_num_seqs": 4}))
         assert second["metadata"]["uid"] == first["metadata"]["uid"]
         assert second["metadata"]["generation"] == 2
+
+
+def test_apply_is_admitted_like_a_client_write(tmp_path: Path) -> None:
+    """CRD defaults land at create (as a real API server applies them), so the stored spec is what the operator
+    reads and its first write changes nothing the generation counts; an invalid spec is a 422, not stored."""
+    with SimulatedCluster([("L4", 1)], workdir=tmp_path) as cluster:
+        service = {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
+                   "metadata": {"name": "chat", "namespace": "default"}, "spec": {"model": {"name": LLAMA3_8B}}}
+        created = cluster.apply(service)
+        assert created["spec"]["replicas"] == 1 and created["metadata"]["generation"] == 1
+        assert created["metadata"]["managedFields"][0]["manager"] == "kubectl-client-side-apply"
+        same = cluster.api.patch_object("vllmservices", "chat", {"spec": {"replicas": 1}}, "default")
+        assert same["metadata"]["generation"] == 1  # the default was there: nothing changed
+        with pytest.raises(APIError) as refused:
+            cluster.apply({**service, "metadata": {"name": "bad", "namespace": "default"},
+                           "spec": {"model": {"name": LLAMA3_8B}, "gpu": {"count": 4, "maxCount": 2}}})
+        assert refused.value.code == 422 and cluster.api.get_object("vllmservices", "bad") is None
 
 
 def test_built_in_scenarios_parse_and_have_manifests() -> None:

@@ -1,9 +1,15 @@
 """Property-based: generated VLLMService specs, valid and hostile, through the reconcile core (issue 10).
 
-Zero exceptions escape `desired_state`; no spec ends in the InternalError safety net; every rejection names its
-field; nothing is fetched for an invalid spec; every rendered child is valid for a real API server
-(`kubernetes-validate`, strict) and has no key the renderer's full reference rendering lacks. The sample is
-CI-sized (ADVERSARIAL_EXAMPLES, default 300); benchmarks/adversarial_corpus.py runs the large corpus with counts.
+Every field of the spec is generated (the generators walk the pydantic models; a field without a valid-value pool
+fails `test_every_spec_field_has_a_valid_generator`). Zero exceptions escape `desired_state`; no spec ends in the
+InternalError safety net; every service is answered (a Degraded condition and a Warning event with its reason;
+a rejection names its field and says what to write, never a bare pattern); nothing is fetched for an invalid spec;
+every rendered child is valid for a real API server (`kubernetes-validate` strict for built-in kinds, the upstream
+CRDs for LeaderWorkerSet, ScaledObject and InferencePool, nothing they would prune) and for what the server checks
+beyond the schema (distinct mount paths, a positive HPA target); no key the renderer's full reference rendering
+lacks; no pod runs a shell or gets a privilege from the spec. The sample is CI-sized (ADVERSARIAL_EXAMPLES,
+default 300); benchmarks/adversarial_corpus.py runs the large corpus with counts. The regression tests at the end
+pin each bug the corpus found.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import time
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,10 +32,10 @@ EXAMPLES = int(os.environ.get("ADVERSARIAL_EXAMPLES", "300"))
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
-@given(spec=adversarial.specs, name=adversarial.name, node_labels=adversarial.nodes)
-def test_every_spec_gets_a_typed_answer(spec: Any, name: str, node_labels: Any) -> None:
+@given(spec=adversarial.specs, name=adversarial.name, cluster=adversarial.clusters)
+def test_every_spec_gets_a_typed_answer(spec: Any, name: str, cluster: adversarial.ClusterView) -> None:
     adversarial.CALLS.clear()
-    observed = adversarial.observe(spec, name, node_labels)
+    observed = adversarial.observe(spec, name, cluster)
     desired = reconcile.desired_state(observed)
     adversarial.check(observed, desired)
     if validate_spec(spec):
@@ -197,3 +203,155 @@ def test_an_invalid_spec_never_reaches_the_model_resolver(spec: dict[str, Any]) 
     desired = reconcile.desired_state(observed)
     assert next(c for c in desired.status.conditions if c.type == "Degraded").reason == "InvalidSpec"
     assert calls == []
+
+
+# --- every field has generators ---------------------------------------------------------------------------
+
+
+def test_every_spec_field_has_a_valid_generator() -> None:
+    """A new field of the API fails here until it has a pool of valid values (hostile ones come with its path)."""
+    missing = sorted(set(adversarial.LEAVES) - set(adversarial.VALID), key=str)
+    stale = sorted(set(adversarial.VALID) - set(adversarial.LEAVES), key=str)
+    assert not missing, f"add valid values to kit.adversarial.VALID for {missing}"
+    assert not stale, f"kit.adversarial.VALID names fields the API no longer has: {stale}"
+    assert set(adversarial.FIELDS) <= set(adversarial.PATHS), "every field is a mutation path"
+    assert {("lora",), ("autoscaling",), ("routing", "inferencePool"), ("gpu", "maxNodes"), ("vllmVersion",),
+            ("flags", "speculativeConfig"), ("security", "profile"), ("modelCache",)} <= set(adversarial.FIELDS)
+
+
+@pytest.mark.parametrize("leaf", adversarial.LEAVES, ids=lambda p: ".".join(map(str, p)))
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_each_valid_generator_gives_admitted_values(leaf: adversarial.Path, data: st.DataObject) -> None:
+    spec = data.draw(adversarial.minimal_spec(leaf))
+    assert validate_spec(spec) == [], (leaf, spec)
+
+
+def test_every_pattern_error_says_what_to_write() -> None:
+    """A spec that breaks a field's pattern is told what the field takes, in words (not the regular expression)."""
+    from vllm_operator.api import v1alpha1
+
+    bare = []
+    for path, field in adversarial.FIELDS.items():
+        info = field.model.model_fields[field.name]
+        for pattern in _patterns(info.metadata) + _patterns(getattr(info.annotation, "__metadata__", ())) + [
+                p for arg in get_args(info.annotation) for p in _patterns(getattr(arg, "__metadata__", ()))]:
+            if pattern != v1alpha1.QUANTITY_PATTERN and pattern not in v1alpha1._PATTERN_WORDS:
+                bare.append(path)
+    assert not bare, f"add words for these fields' patterns to v1alpha1._PATTERN_WORDS: {bare}"
+
+
+def _patterns(metadata: Any) -> list[str]:
+    return [m.pattern for m in metadata if isinstance(getattr(m, "pattern", None), str)]
+
+
+# --- regressions: the bugs the corpus found ---------------------------------------------------------------
+
+
+def _deployed(spec: dict[str, Any], name: str = "svc",
+              cluster: adversarial.ClusterView | None = None) -> list[dict[str, Any]]:
+    observed = adversarial.observe(spec, name, cluster or adversarial.ClusterView((adversarial.L4_NODE,)))
+    desired = reconcile.desired_state(observed)
+    assert adversarial.check(observed, desired) == "Deployed", desired.status.conditions
+    assert desired.children is not None
+    return desired.children
+
+
+def _refused(spec: dict[str, Any]) -> str:
+    observed = adversarial.observe(spec, "svc", (adversarial.L4_NODE,))
+    desired = reconcile.desired_state(observed)
+    assert adversarial.check(observed, desired) == "InvalidSpec", desired.status.conditions
+    return next(c.message for c in desired.status.conditions if c.type == "Degraded")
+
+
+SMALL = {"name": "meta-llama/Llama-3.1-8B-Instruct"}
+
+
+@pytest.mark.parametrize("target", [1e-9, 0.0004, 5e-324])
+def test_an_autoscaling_target_below_a_thousandth_is_refused_not_rendered_as_zero(target: float) -> None:
+    """Was: an HPA `averageValue: 0m` (the API server refuses a target that is not positive)."""
+    spec = {"model": SMALL, "autoscaling": {"maxReplicas": 3, "metrics": [{"type": "WaitingRequests",
+                                                                             "target": target}]}}
+    assert "spec.autoscaling.metrics[0].target" in _refused(spec)
+    spec["autoscaling"]["metrics"][0]["target"] = 0.001
+    hpa = next(c for c in _deployed(spec) if c["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == "1m"
+
+
+@pytest.mark.parametrize("draft", ["../../etc/passwd", "/models/../../etc", "x\nprivileged: true", "/", "org/a b"])
+def test_a_speculative_draft_is_a_hub_id_or_an_absolute_path(draft: str) -> None:
+    """Was: any string up to 512 characters reached `--speculative-config` (a path out of the container's tree)."""
+    spec = {"model": SMALL, "flags": {"speculativeConfig": {"method": "draft_model", "model": draft,
+                                                            "numSpeculativeTokens": 3}}}
+    message = _refused(spec)
+    assert "spec.flags.speculativeConfig.model" in message and "Hugging Face repository id" in message
+    for good in ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "/models/draft"):
+        assert validate_spec({**spec, "flags": {"speculativeConfig": {
+            "method": "draft_model", "model": good, "numSpeculativeTokens": 3}}}) == []
+
+
+@pytest.mark.parametrize(("path", "profile"), [("/dev/shm", "baseline"), ("/tmp", "restricted"),
+                                               ("/home/vllm", "restricted")])
+def test_the_model_cache_cannot_take_a_mount_path_of_the_pod(path: str, profile: str) -> None:
+    """Was: a second volume on /dev/shm (or /tmp, /home/vllm when restricted): a Deployment the API server refuses."""
+    spec = {"model": SMALL, "modelCache": {"claimName": "models", "mountPath": path},
+            "security": {"profile": profile}}
+    assert "spec.modelCache.mountPath" in _refused(spec)
+    from vllm_operator.api.v1alpha1 import RESERVED_MOUNT_PATHS
+    from vllm_operator.render.manifests import RESTRICTED_HOME
+
+    restricted = {**spec, "modelCache": {"claimName": "models"}, "security": {"profile": "restricted"}}
+    deployment = next(c for c in _deployed(restricted) if c["kind"] == "Deployment")
+    mounts = [m["mountPath"] for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
+    assert set(mounts) - {f"{RESTRICTED_HOME}/.cache/huggingface"} == set(RESERVED_MOUNT_PATHS)  # the pod's own
+
+
+@pytest.mark.parametrize("name", ["-a", "UPPER", "a_b"])
+def test_the_service_s_own_cache_claim_is_a_valid_name_whatever_the_service_is_called(name: str) -> None:
+    """Was: `-a-model-cache`, a PersistentVolumeClaim name the API server refuses."""
+    children = _deployed({"model": SMALL, "modelCache": {"size": "100Gi"}}, name=name)
+    claim = next(c for c in children if c["kind"] == "PersistentVolumeClaim")["metadata"]["name"]
+    volumes = next(c for c in children if c["kind"] == "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}} in volumes
+    assert _deployed({"model": SMALL, "modelCache": {"size": "100Gi"}}, name="svc")[0]["metadata"]["name"] == (
+        "svc-model-cache")  # a valid name stays as it was
+
+
+def test_a_leaderworkerset_gets_at_most_the_replicas_its_api_takes() -> None:
+    """Was: `replicas: 2147483647` on the LeaderWorkerSet, above the LWS CRD's maximum (1,000,000)."""
+    from vllm_operator.render.lws import MAX_REPLICAS
+
+    spec = {"model": {"name": "meta-llama/Llama-3.1-405B-Instruct"}, "gpu": {"maxNodes": 4}, "replicas": 2**31 - 1}
+    children = _deployed(spec, cluster=adversarial.ClusterView((adversarial.H100_NODE,) * 4, lws=True))
+    lws = next(c for c in children if c["kind"] == "LeaderWorkerSet")
+    assert lws["spec"]["replicas"] == MAX_REPLICAS
+
+
+def test_more_pipeline_stages_than_layers_is_an_invalid_spec_not_an_internal_error() -> None:
+    """Was: ZeroDivisionError in the planner (a stage without layers has no KV block size) → InternalError."""
+    config = adversarial._inline_config(1)
+    spec = {"model": {"name": "org/one-layer", "config": config,
+                      "safetensorsIndex": {"metadata": {"total_size": 2 * 10**9}}},
+            "flags": {"pipelineParallelSize": 2}}
+    message = _refused(spec)
+    assert message.startswith("spec.flags.pipelineParallelSize: 2 pipeline stages for the 1 decoder layers")
+    spec["flags"]["pipelineParallelSize"] = 1
+    assert _deployed(spec)
+
+
+@pytest.mark.parametrize("source", [{}, {"fieldRef": {"fieldPath": "metadata.name"},
+                                         "secretKeyRef": {"name": "s", "key": "k"}}], ids=["none", "two"])
+def test_an_env_value_from_has_exactly_one_source(source: dict[str, Any]) -> None:
+    """Was: passed to the pod as given, where the Pod API refuses none and more than one (the Deployment a 422)."""
+    spec = {"model": SMALL, "env": [{"name": "A", "valueFrom": source}]}
+    assert _refused(spec).startswith("spec.env[0].valueFrom: set exactly one of secretKeyRef")
+    spec["env"][0]["valueFrom"] = {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert _deployed(spec)
+
+
+@pytest.mark.parametrize("version", ["٠.١١.٠", "０.１１.０", "v0.٣٣.0"])
+def test_vllm_version_takes_ascii_digits_as_the_api_server_does(version: str) -> None:
+    """Was: pydantic's `\\d` took other scripts' digits that the CRD's pattern (RE2) refuses: the operator planned a
+    spec the API server would not have stored."""
+    assert "spec.vllmVersion" in _refused({"model": SMALL, "vllmVersion": version})
+    assert validate_spec({"model": SMALL, "vllmVersion": "0.11.1+cu128"}) == []

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from kit.crds import openapi_to_jsonschema
 from vllm_operator.api import crd as crd_module
 from vllm_operator.api import v1alpha1
 from vllm_operator.api.crd import (
@@ -280,24 +281,6 @@ def test_module_exports() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _to_jsonschema(node: dict[str, Any]) -> dict[str, Any]:
-    """OpenAPI v3 (Kubernetes flavour) -> JSON Schema, rejecting unknown fields as `kubectl --validate=strict`."""
-    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    for bound, key in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
-        if out.get(key) is True:
-            out[key] = out.pop(bound)
-        elif out.get(key) is False:
-            del out[key]
-    if "properties" in out:
-        out["properties"] = {name: _to_jsonschema(sub) for name, sub in out["properties"].items()}
-        if not node.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-    if isinstance(out.get("items"), dict):
-        out["items"] = _to_jsonschema(out["items"])
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = _to_jsonschema(out["additionalProperties"])
-    out.pop("nullable", None)
-    return out
 
 
 def _prune_nulls(value: Any) -> Any:
@@ -311,7 +294,7 @@ def _prune_nulls(value: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
-    converted = _to_jsonschema(schema)
+    converted = openapi_to_jsonschema(schema)
     jsonschema.Draft202012Validator.check_schema(converted)
     return jsonschema.Draft202012Validator(converted)
 

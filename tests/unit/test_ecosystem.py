@@ -4,13 +4,12 @@ the pure core: with and without their CRDs, validated against the upstream schem
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 
+from kit.crds import crd_schema
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec, validate_spec
@@ -20,7 +19,6 @@ from vllm_operator.render.autoscaling import AUTOSCALING, pod_matchers, promethe
 from vllm_operator.render.routing import ROUTING
 from vllm_operator.sources import load_model_files
 
-CRDS = Path(__file__).resolve().parents[1] / "data" / "crds"
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 L4 = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"}
 ALL = frozenset({"ScaledObject", "InferencePool"})
@@ -45,9 +43,6 @@ def condition(desired: reconcile.Desired, type_: str) -> tuple[str, str, str] | 
     return (found.status, found.reason, found.message) if found else None
 
 
-def crd_schema(file: str) -> dict[str, Any]:
-    crd = yaml.safe_load((CRDS / file).read_text())
-    return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
 
 
 def test_hpa_targets_the_vllmservice_scale_subresource() -> None:
@@ -85,7 +80,7 @@ def test_keda_scaled_object_with_prometheus_triggers_and_scale_to_zero() -> None
                                                {"type": "KVCacheUsage", "target": 0.75}]}})
     scaled = child(desired, "ScaledObject")
     assert scaled is not None and child(desired, "HorizontalPodAutoscaler") is None
-    jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
+    jsonschema.validate(scaled, crd_schema("ScaledObject"))
     spec = scaled["spec"]
     assert spec["scaleTargetRef"] == {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
                                       "name": "qwen"}
@@ -123,7 +118,7 @@ def test_inference_pool_selects_the_pods_on_vllms_port() -> None:
                                                  "endpointPicker": {"name": "qwen-epp", "failureMode": "FailOpen"}}}})
     pool = child(desired, "InferencePool")
     assert pool is not None
-    jsonschema.validate(pool, crd_schema("inference.networking.k8s.io_inferencepools.yaml"))
+    jsonschema.validate(pool, crd_schema("InferencePool"))
     deployment = child(desired, "Deployment")
     assert deployment is not None
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]

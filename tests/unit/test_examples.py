@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from kit.crds import openapi_to_jsonschema
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import validate_spec
@@ -43,36 +44,12 @@ def _load(path: Path) -> dict[str, Any]:
     return document
 
 
-def _to_jsonschema(node: Any) -> Any:
-    """Kubernetes' OpenAPI v3 flavour → JSON Schema; unknown fields rejected as `kubectl --validate=strict`."""
-    if not isinstance(node, dict):
-        return node
-    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")}
-    if node.get("x-kubernetes-int-or-string"):
-        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], **{k: v for k, v in out.items() if k != "type"}}
-    for bound, key in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
-        if out.get(key) is True:
-            out[key] = out.pop(bound)
-        elif out.get(key) is False:
-            del out[key]
-    if "properties" in out:
-        out["properties"] = {name: _to_jsonschema(sub) for name, sub in out["properties"].items()}
-        if not node.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-    for key in ("items", "additionalProperties"):
-        if isinstance(out.get(key), dict):
-            out[key] = _to_jsonschema(out[key])
-    for key in ("allOf", "anyOf", "oneOf"):
-        if isinstance(out.get(key), list):
-            out[key] = [_to_jsonschema(sub) for sub in out[key]]
-    out.pop("nullable", None)
-    return out
 
 
 @pytest.fixture(scope="module")
 def crd_validator() -> jsonschema.Draft202012Validator:
     crd = yaml.safe_load(CRD.read_text())
-    schema = _to_jsonschema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    schema = openapi_to_jsonschema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 

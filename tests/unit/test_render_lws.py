@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kit.crds import crd_schema, unknown_fields
 from vllm_operator.render.lws import (
     LWS_INSTALL_HINT,
     LWS_NAME_LABEL,
@@ -24,8 +25,6 @@ from vllm_operator.render.lws import (
 )
 from vllm_operator.render.manifests import OwnerRef, RenderInput
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-CRD = DATA / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 GOLDEN = Path(__file__).resolve().parent / "data" / "lws-llama-405b-2x8.golden.yaml"
 K8S_VERSION = "1.33"
 FLAGS = {"tensor_parallel_size": 8, "pipeline_parallel_size": 2, "gpu_memory_utilization": 0.92,
@@ -42,42 +41,15 @@ def _input(**changes: Any) -> RenderInput:
     return RenderInput(**base)
 
 
-def _schema() -> dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all(CRD.read_text()) if d]
-    version = next(v for v in docs[0]["spec"]["versions"] if v["name"] == "v1")
-    return dict(version["schema"]["openAPIV3Schema"])
-
-
-def _unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """Fields the API server would prune (not in the structural schema): a typo there is silently lost."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    found: list[str] = []
-    if isinstance(obj, dict):
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        for key, value in obj.items():
-            if props is not None and key in props:
-                found += _unknown_fields(value, props[key], f"{path}.{key}")
-            elif isinstance(extra, dict):
-                found += _unknown_fields(value, extra, f"{path}.{key}")
-            elif props is not None:
-                found.append(f"{path}.{key}")
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(obj):
-            found += _unknown_fields(item, schema["items"], f"{path}[{i}]")
-    return found
-
-
 def _container(template: dict[str, Any]) -> dict[str, Any]:
     return dict(template["spec"]["containers"][0])
 
 
 def test_lws_validates_against_the_upstream_crd_schema_and_has_no_pruned_fields() -> None:
     lws = build_leaderworkerset(_input(), 2)
-    schema = _schema()
+    schema = crd_schema("LeaderWorkerSet")
     jsonschema.validate(lws, schema)
-    assert _unknown_fields(lws["spec"], schema["properties"]["spec"], ".spec") == []
+    assert unknown_fields(lws["spec"], schema["properties"]["spec"], ".spec") == []
 
 
 def test_pod_templates_are_valid_kubernetes_pods() -> None:

@@ -40,6 +40,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     WrapSerializer,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -145,6 +146,20 @@ QUANTITY_PATTERN = (
 #: A Hugging Face repository id: `name` or `org/name`; no leading, trailing or doubled `.`, `_`, `-` (the hub
 #: refuses `..` and `--`), so it can never be read as a path.
 HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*(/[A-Za-z0-9]+([._-][A-Za-z0-9]+)*)?$"
+
+#: A name clients send in the OpenAI API's `model` field (`--served-model-name`).
+SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$"
+
+#: A vLLM release as `spec.vllmVersion` takes it: `0.11.0`, `v0.26.0`, `0.11.1+cu128` or `latest`. ASCII digits:
+#: pydantic's `\d` (Rust regex) also takes other scripts' digits, the API server's (RE2) does not.
+VLLM_VERSION_PATTERN = r"^(latest|v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?)$"
+
+#: A DNS-1035 label: the name of a Service.
+DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+#: A model, draft or adapter vLLM loads: a Hugging Face repository id, or an absolute path in the container whose
+#: segments are never `.` or `..` (MOUNT_PATH_PATTERN, defined below).
+MODEL_SOURCE_PATTERN = r"^(" + HF_MODEL_ID_PATTERN[1:-1] + r"|(/\.?[A-Za-z0-9_-][A-Za-z0-9._-]*)+)$"
 
 #: A git revision of a hub repository (branch, tag or commit): no whitespace, no `..`.
 REVISION_PATTERN = r"^[A-Za-z0-9]+([._/-][A-Za-z0-9]+)*$"
@@ -497,7 +512,7 @@ class ModelSpec(_Model):
         default=None,
         min_length=1,
         max_length=256,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$",
+        pattern=SERVED_NAME_PATTERN,
         description="Name clients use in the OpenAI API (`--served-model-name`). Defaults to `name`.",
     )
 
@@ -672,8 +687,9 @@ class SpeculativeConfig(_Model):
     num_speculative_tokens: int | None = Field(
         default=None, ge=1, le=64, description="`num_speculative_tokens`: draft tokens proposed per step (k)."
     )
-    model: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
-        default=None, description="`model`: the draft model or EAGLE head (Hugging Face id)."
+    model: Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=MODEL_SOURCE_PATTERN)] | None = Field(
+        default=None, description="`model`: the draft model or EAGLE head (a Hugging Face id, or an absolute path in "
+        "the container)."
     )
     draft_tensor_parallel_size: int | None = Field(
         default=None, ge=1, le=64, description="`draft_tensor_parallel_size`: GPUs the draft is split across."
@@ -983,6 +999,14 @@ class EnvVarSource(_Model):
     field_ref: FreeForm | None = Field(default=None, description="A field of the pod, e.g. metadata.name.")
     resource_field_ref: FreeForm | None = Field(default=None, description="A resource of the container.")
 
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        # the Pod API refuses none and more than one (validateEnvVarValueFrom): the Deployment would be a 422
+        sources = [name for name, value in self if value is not None]
+        if len(sources) != 1:
+            raise ValueError("set exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef")
+        return self
+
 
 class Affinity(_Model):
     """Pod affinity, as in the Pod API (the API server checks the inside of each block)."""
@@ -1048,6 +1072,11 @@ class HFTokenSecretRef(_Model):
     )
 
 
+#: The vLLM pod's own mount paths (render/manifests.py), which the model cache cannot take.
+RESERVED_MOUNT_PATHS = {"/dev/shm": "shared-memory volume", "/tmp": "temporary-files volume (restricted profile)",
+                        "/home/vllm": "home volume (restricted profile)"}
+
+
 class ModelCacheSpec(_Model):
     """A PersistentVolumeClaim that keeps downloaded weights across pod restarts."""
 
@@ -1080,8 +1109,19 @@ class ModelCacheSpec(_Model):
         default=DEFAULT_MODEL_CACHE_MOUNT_PATH,
         max_length=1024,
         pattern=MOUNT_PATH_PATTERN,
-        description=f"Where the cache is mounted (the Hugging Face cache). Defaults to `{DEFAULT_MODEL_CACHE_MOUNT_PATH}`.",
+        description=f"Where the cache is mounted (the Hugging Face cache). Defaults to `{DEFAULT_MODEL_CACHE_MOUNT_PATH}`. "
+        "Not one of the pod's own volumes: " + ", ".join(RESERVED_MOUNT_PATHS) + ".",
     )
+
+    @field_validator("mount_path")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        # The operator-only mirror of the pod's own mounts (a second volume on a mount path is a 422 from the API
+        # server, so the Deployment would never be written); the CRD bounds the path's shape only.
+        if value in RESERVED_MOUNT_PATHS:
+            raise ValueError(f"{value} is where the pod mounts its own {RESERVED_MOUNT_PATHS[value]}; choose another "
+                             f"path, such as the default {DEFAULT_MODEL_CACHE_MOUNT_PATH}")
+        return value
 
     def _violations(self) -> list[RuleViolation]:
         out: list[RuleViolation] = []
@@ -1276,7 +1316,7 @@ def _tp_times_pp(flags: str) -> str:
 #: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
 LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 #: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
-LORA_SOURCE_PATTERN = r"^(" + HF_MODEL_ID_PATTERN[1:-1] + "|" + MOUNT_PATH_PATTERN[1:-1] + r")$"
+LORA_SOURCE_PATTERN = MODEL_SOURCE_PATTERN
 MAX_LORA_SLOTS = 256
 
 
@@ -1347,6 +1387,10 @@ class LoRASpec(_Model):
 PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
 
 
+#: The smallest per-pod target: the HPA's quantity in thousandths (`1m`); below it the target would render as 0.
+MIN_AUTOSCALING_TARGET = 0.001
+
+
 class AutoscalingMetric(_Model):
     """One vLLM signal the autoscaler follows, per pod."""
 
@@ -1359,7 +1403,9 @@ class AutoscalingMetric(_Model):
     type: Literal["WaitingRequests", "RunningRequests", "KVCacheUsage"] = Field(
         description="WaitingRequests / RunningRequests: `vllm:num_requests_waiting` / `vllm:num_requests_running` "
         "per pod; KVCacheUsage: `vllm:kv_cache_usage_perc` (a fraction) per pod.")
-    target: float = Field(gt=0, le=1_000_000, description="The per-pod value the autoscaler keeps the metric at.")
+    target: float = Field(ge=MIN_AUTOSCALING_TARGET, le=1_000_000,
+                          description="The per-pod value the autoscaler keeps the metric at; at least 0.001 (an HPA "
+                          "target is a quantity in thousandths: a smaller one would be 0, which it refuses).")
 
     def _violations(self) -> list[RuleViolation]:
         if self.type == "KVCacheUsage" and self.target > 1:
@@ -1444,7 +1490,7 @@ class AutoscalingSpec(_Model):
 class EndpointPickerRef(_Model):
     """The Gateway API Inference Extension's endpoint picker (a Service) the InferencePool names."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    name: str = Field(min_length=1, max_length=63, pattern=DNS1035_LABEL_PATTERN,
                       description="The endpoint picker's Service, in the VLLMService's namespace.")
     port: int = Field(default=9002, ge=1, le=65535, description="Its gRPC port. Defaults to 9002.")
     failure_mode: Literal["FailOpen", "FailClose"] = Field(
@@ -1574,7 +1620,7 @@ class VLLMServiceSpec(_Model):
     )
     vllm_version: str | None = Field(
         default=None,
-        pattern=r"^(latest|v?\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?)$",
+        pattern=VLLM_VERSION_PATTERN,
         max_length=64,
         description=(
             "The vLLM release `image` runs (e.g. `0.11.0`), for images whose reference does not say it: pinned by "
@@ -2155,6 +2201,18 @@ _PATTERN_WORDS = {
     TOLERATION_KEY_PATTERN: "must be a taint key such as nvidia.com/gpu (or empty)",
     ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.'",
     REVISION_PATTERN: "must be a branch, tag or commit such as main or v1.0",
+    SERVED_NAME_PATTERN: "must be a model name clients send, such as qwen-7b or org/model:v1: letters, digits, "
+                         "'.', '_', '/', ':' and '-', starting with a letter or digit",
+    VLLM_VERSION_PATTERN: "must be a vLLM release such as 0.11.0 or v0.26.0 (or latest)",
+    DNS1035_LABEL_PATTERN: "must be a Service name: lower-case letters, digits and '-', starting with a letter, "
+                           "at most 63 characters",
+    SPECULATIVE_METHOD_PATTERN: "must be eagle, eagle3, mtp (or <model>_mtp), ngram, ngram_gpu, suffix or "
+                                "draft_model",
+    LORA_NAME_PATTERN: "must be an adapter name: letters, digits, '.', '_' and '-', starting and ending with a "
+                       "letter or digit (no '=': vLLM splits name=source on it)",
+    MODEL_SOURCE_PATTERN: "must be a Hugging Face repository id such as org/model, or an absolute path in the "
+                          "container without '.' or '..' segments",
+    PROMETHEUS_URL_PATTERN: "must be an http(s) URL such as http://prometheus.monitoring:9090",
 }
 
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.labels import MANAGED_BY
 from ..api.v1alpha1 import ModelCacheSpec
+from .manifests import dns1123_subdomain
 
 #: The condition type and its reasons.
 MODEL_CACHE = "ModelCache"
@@ -168,6 +169,11 @@ def shared_claim_name(model: str, revision: str | None) -> str:
     return f"model-cache-{readable}-{_hash(key)}" if readable else f"model-cache-{_hash(key)}"
 
 
+def own_claim_name(service: str) -> str:
+    """`<service>-model-cache`, as a valid PVC name (a DNS-1123 subdomain) whatever the service is called."""
+    return dns1123_subdomain(f"{service}-model-cache")
+
+
 def default_size(checkpoint_gib: float) -> str:
     """Room for the checkpoint, a second revision's worth of partial downloads and the adapters: 1.5x + 10 GiB."""
     return f"{max(int(math.ceil(checkpoint_gib * 1.5 + 10)), 10)}Gi"
@@ -194,7 +200,7 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                          reason=PERSISTENT, message=f"weights are cached on the claim {spec.claim_name} "
                          "(spec.modelCache.claimName)")
     if spec is not None and spec.size:
-        name = f"{service}-model-cache"
+        name = own_claim_name(service)
         claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                       "resources": {"requests": {"storage": str(spec.size)}}}
         if spec.storage_class_name:
@@ -217,7 +223,7 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
         return _ephemeral(f"this service may run {max_pods} pods and the default cache claim is ReadWriteOnce (one "
                           "node); set spec.modelCache.claimName to a ReadWriteMany claim, or run the operator with "
                           "--model-cache-access-mode ReadWriteMany")
-    name = shared_claim_name(model, revision) if shared else f"{service}-model-cache"
+    name = shared_claim_name(model, revision) if shared else own_claim_name(service)
     claim_labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "model-cache",
                     LABEL_CACHE_MODEL: _hash(f"{model}@{revision or 'main'}")}
     if not shared:

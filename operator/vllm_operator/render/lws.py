@@ -42,6 +42,9 @@ LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 #: vLLM's layer split override (vllm/distributed/utils.py get_pp_indices); a remediation step may set it.
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
+#: The most groups the LWS API takes (`spec.replicas` maximum in its CRD, tests/data/crds); a VLLMService may ask for
+#: up to 2^31 - 1 pods, which no cluster runs: the LeaderWorkerSet gets the API's maximum instead of a 422.
+MAX_REPLICAS = 1_000_000
 MULTINODE_FLAGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
 #: How to install the engine when its CRD is missing (kubernetes-sigs/lws site/content/en/docs/installation).
 LWS_CHART_VERSION = "0.10.0"
@@ -137,7 +140,7 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
         "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
                      "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
         "spec": {
-            "replicas": deployment["spec"]["replicas"],
+            "replicas": min(deployment["spec"]["replicas"], MAX_REPLICAS),
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
                                 "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
