@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 
 from vllm_operator import reconcile
-from vllm_operator.render import manifests
+from vllm_operator.render import manifests, names
 from vllm_operator.render.manifests import (
     ANNOTATION_SPEC_HASH,
     OwnerRef,
@@ -184,8 +184,8 @@ def test_names_are_strings_valid_for_their_kind(name: str, service: str) -> None
     deployment, svc = children
     assert isinstance(deployment["metadata"]["name"], str) and isinstance(svc["metadata"]["name"], str)
     assert svc["metadata"]["name"].startswith(service) and len(svc["metadata"]["name"]) <= 63
-    assert manifests._DNS1035_LABEL.fullmatch(svc["metadata"]["name"])
-    assert manifests.is_dns1123_subdomain(deployment["metadata"]["name"])
+    assert names._DNS1035_LABEL.fullmatch(svc["metadata"]["name"])
+    assert names.is_dns1123_subdomain(deployment["metadata"]["name"])
     for child in children:
         kubernetes_validate.validate(child, K8S_VERSION, strict=True)
         assert all(isinstance(v, str) and len(v) <= 63 for v in child["metadata"]["labels"].values())
@@ -197,7 +197,7 @@ def test_shortened_names_keep_distinct_services_apart() -> None:
     assert manifests.dns1035_label(a) != manifests.dns1035_label(b)
     assert len(manifests.label_value(a)) <= 63 and manifests.label_value(a) != manifests.label_value(b)
     assert manifests.dns1123_subdomain("Bad_Name..x") == manifests.dns1123_subdomain("Bad_Name..x")
-    assert manifests.is_dns1123_subdomain(manifests.dns1123_subdomain("Bad_Name..x"))
+    assert names.is_dns1123_subdomain(manifests.dns1123_subdomain("Bad_Name..x"))
 
 
 def test_numbers_stay_in_kubernetes_ranges() -> None:

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.labels import MANAGED_BY
 from ..api.v1alpha1 import ModelCacheSpec
-from .manifests import dns1123_subdomain
+from .names import dns1123_subdomain
 
 #: The condition type and its reasons.
 MODEL_CACHE = "ModelCache"
