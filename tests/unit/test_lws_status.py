@@ -158,3 +158,22 @@ def test_a_group_recreated_after_its_download_failed_keeps_the_verdict_until_a_p
     downloading = by_type(fold(lws_status.assess_groups(lws(), [pod(0, 0, init=RUNNING), pod(0, 1)]), failed))
     assert downloading["Degraded"][:2] == ("False", "AsExpected")
     assert downloading["Progressing"][:2] == ("True", "Downloading")
+
+
+def test_groups_no_vllm_failure_can_have_recreated() -> None:
+    """What remediation/groups.count_recreations is told: a group whose download fails (even with vLLM already
+    running on another rank) or whose vLLM never ran is no vLLM pod failure when LeaderWorkerSet recreates it."""
+    serving = {"name": "vllm", "ready": True, "restartCount": 0, "state": {"running": {}}}
+    leader_serving = pod(1, 0, init=DONE)
+    leader_serving["status"]["containerStatuses"] = [serving]
+    crashed = pod(2, 0, init=DONE)
+    crashed["status"]["containerStatuses"] = [{"name": "vllm", "ready": False, "restartCount": 1,
+                                               "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                               "lastState": {"terminated": {"exitCode": 1}}}]
+    view = lws_status.assess_groups(lws(replicas=3), [
+        pod(0, 0, init=RUNNING), pod(0, 1),                  # downloading: vLLM not started
+        leader_serving, pod(1, 1, init=CRASH_LOOP),          # the leader's vLLM runs, the worker's download fails
+        crashed, pod(2, 1, init=DONE)])                      # vLLM ran and failed: a real failure
+    assert view.unstarted_groups == frozenset({"0"})
+    assert view.download_failed_groups == frozenset({"1"})
+    assert view.not_failing_groups == frozenset({"0", "1"})

@@ -14,7 +14,8 @@ is `Downloading`, naming the pods and their ranks; a download that fails on any 
 (Degraded, never Ready), with the redacted reason the pod hook recorded in `status.modelCache.downloadError`.
 Such a failure is not a rank failure: the group's failure attribution (remediation/groups.py) reads only the vLLM
 container, and a group LeaderWorkerSet recreates because its download failed is not counted toward
-`maxGroupRecreations` (`download_failed_groups`).
+`maxGroupRecreations` (`not_failing_groups`: a download that fails, or a group whose vLLM never started, which no
+vLLM failure can have recreated).
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ class GroupView:
     downloading: tuple[str, ...] = ()       # 'rank: pod X, started at T' of pods whose model download runs
     download_failed: tuple[tuple[str, str], ...] = ()   # (rank, the kubelet's word) of pods whose download fails
     download_failed_groups: frozenset[str] = frozenset()  # group indexes with a failing download
+    unstarted_groups: frozenset[str] = frozenset()  # group indexes none of whose pods' vLLM container has run yet
+
+    @property
+    def not_failing_groups(self) -> frozenset[str]:
+        """Groups a recreation of which now would be no vLLM pod failure (remediation/groups.count_recreations):
+        LeaderWorkerSet's RecreateGroupOnPodRestart also recreates a group when an init container restarts, and a
+        vLLM that never ran cannot have failed."""
+        return self.download_failed_groups | self.unstarted_groups
+
+
+def _vllm_started(pod: Mapping[str, Any]) -> bool:
+    """Whether a container of the pod (vLLM) has run: running, ready, terminated, or terminated before."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if not isinstance(status, Mapping):
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if status.get("ready") or "running" in state or "terminated" in state or "terminated" in last:
+            return True
+    return False
 
 
 def _rank(labels: Mapping[str, Any]) -> str:
@@ -88,7 +108,9 @@ def assess_groups(lws: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
     return GroupView(groups=groups, ready_groups=ready, size=size, available=ready >= groups,
                      unschedulable=tuple(stuck), downloading=tuple(running),
                      download_failed=tuple((rank, failure) for rank, failure, _ in failed),
-                     download_failed_groups=frozenset(group for *_, group in failed))
+                     download_failed_groups=frozenset(group for *_, group in failed),
+                     unstarted_groups=frozenset(g for g, group in members.items()
+                                                if not any(_vllm_started(p) for p in group)))
 
 
 def group_conditions(view: GroupView, status: Mapping[str, Any] | None = None) -> list[cond.ConditionUpdate]:

@@ -164,8 +164,9 @@ def count_recreations(multi: Mapping[str, Any], leaders: Mapping[str, tuple[str,
                       download_failed: Collection[str] = ()) -> dict[str, Any]:
     """status.multiNode with `leaders` (group index → (leader pod UID, plan hash)) recorded and every group whose
     leader changed under the same plan counted as a recreation (a new plan is a profile change, not a failure),
-    unless the group replaced was last seen with a failing model download (`download_failed`: the group indexes
-    whose pods' model-download init container fails now, api/lws_status.GroupView.download_failed_groups)."""
+    unless the group replaced was last seen where no vLLM failure can have recreated it (`download_failed`: the
+    group indexes whose model-download init container fails now or whose vLLM has not started yet,
+    api/lws_status.GroupView.not_failing_groups)."""
     known = {str(k): str(v) for k, v in (multi.get("leaders") or {}).items()}
     count = int(multi.get("groupRecreations") or 0)
     for group, (uid, plan) in leaders.items():
