@@ -158,6 +158,12 @@ def test_a_group_recreated_after_its_download_failed_keeps_the_verdict_until_a_p
     downloading = by_type(fold(lws_status.assess_groups(lws(), [pod(0, 0, init=RUNNING), pod(0, 1)]), failed))
     assert downloading["Degraded"][:2] == ("False", "AsExpected")
     assert downloading["Progressing"][:2] == ("True", "Downloading")
+    # the download succeeded so fast nothing saw it run, and vLLM starts before the pod hook cleared the record
+    started = pod(0, 0, init=DONE)
+    started["status"]["containerStatuses"] = [{"name": "vllm", "ready": False, "restartCount": 0,
+                                               "state": {"running": {"startedAt": "2025-01-02T03:01:00Z"}}}]
+    loading = by_type(fold(lws_status.assess_groups(lws(), [started, pod(0, 1, init=DONE)]), failed))
+    assert loading["Degraded"][:2] == ("False", "AsExpected") and loading["Progressing"][:2] == ("True", "Deploying")
 
 
 def test_groups_no_vllm_failure_can_have_recreated() -> None:

@@ -50,6 +50,7 @@ class GroupView:
     download_failed: tuple[tuple[str, str], ...] = ()   # (rank, the kubelet's word) of pods whose download fails
     download_failed_groups: frozenset[str] = frozenset()  # group indexes with a failing download
     unstarted_groups: frozenset[str] = frozenset()  # group indexes none of whose pods' vLLM container has run yet
+    vllm_started: int = 0   # pods whose vLLM container has run (so their download succeeded)
 
     @property
     def not_failing_groups(self) -> frozenset[str]:
@@ -110,7 +111,8 @@ def assess_groups(lws: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> 
                      download_failed=tuple((rank, failure) for rank, failure, _ in failed),
                      download_failed_groups=frozenset(group for *_, group in failed),
                      unstarted_groups=frozenset(g for g, group in members.items()
-                                                if not any(_vllm_started(p) for p in group)))
+                                                if not any(_vllm_started(p) for p in group)),
+                     vllm_started=sum(1 for p in pods if _vllm_started(p)))
 
 
 def group_conditions(view: GroupView, status: Mapping[str, Any] | None = None) -> list[cond.ConditionUpdate]:
@@ -142,10 +144,10 @@ def group_conditions(view: GroupView, status: Mapping[str, Any] | None = None) -
 def _failed_before_recreation(view: GroupView, status: Mapping[str, Any]) -> bool:
     """Whether the download failure recorded (status.modelCache.downloadError, cleared by the pod hook once a download
     succeeds) still stands: LeaderWorkerSet recreated the group on the init container's retry and no pod of the new
-    group has said anything of its download yet (none downloads, none serves)."""
+    group has said anything of its download yet (none downloads, no vLLM container has run)."""
     cache = status.get("modelCache")
     recorded = cache.get("downloadError") if isinstance(cache, Mapping) else None
-    return bool(recorded) and not view.downloading and view.ready_groups == 0
+    return bool(recorded) and not view.downloading and view.ready_groups == 0 and not view.vllm_started
 
 
 def _not_ready(view: GroupView, said: str) -> list[cond.ConditionUpdate]:
