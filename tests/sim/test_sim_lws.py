@@ -361,3 +361,32 @@ def test_a_gated_model_without_a_token_is_model_download_failed_on_the_group_and
         assert not status["multiNode"].get("failures"), status["multiNode"]
         flags = status["plan"]["flags"]
         assert flags["pipelineParallelSize"] == 2 and flags["tensorParallelSize"] == 8
+
+
+def test_a_group_downloading_the_model_says_downloading_with_its_ranks_then_ready(tmp_path: Path) -> None:
+    """756 GiB into a claim on both ranks: Downloading (naming the leader and the worker) while the init containers
+    run, not PodsNotReady/Deploying; Ready once both ranks serve."""
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], speed=200, workdir=tmp_path) as cluster:
+        cluster.kubelet.download_mib_per_s = 400.0  # 756 GiB: about 1,900 simulated seconds, 10 s here
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "modelCache": {"claimName": "weights"}}))
+
+        def service() -> dict[str, Any]:
+            return api.get_object("vllmservices", "big", "default") or {}
+
+        seen: list[dict[str, Any]] = [{}]
+
+        def downloading() -> bool:
+            seen[0] = service()
+            return (seen[0].get("status") or {}).get("state") == "Downloading"
+
+        cluster.wait_for(downloading, timeout=60, message="Downloading never shown")
+        progressing, ready = _condition(seen[0], "Progressing"), _condition(seen[0], "Ready")
+        assert progressing["reason"] == "Downloading" and ready["status"] == "False"
+        assert "downloading the model into the cache: " in progressing["message"]
+        assert "of group 0: pod big-0" in progressing["message"]
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
+                         message="never Ready after the download")
+        assert _condition(service(), "Degraded").get("status") != "True"
