@@ -5,9 +5,12 @@ workers `<lws>-<g>-<w>` (w = 1..size-1) from `workerTemplate`, created together 
 labels `leaderworkerset.sigs.k8s.io/{name,group-index,worker-index,group-key,template-revision-hash}`, annotation
 `…/size` (and `…/leader-name` on workers); `LWS_LEADER_ADDRESS=<lws>-<g>.<lws>.<ns>`, `LWS_GROUP_SIZE`,
 `LWS_WORKER_INDEX` first in every container's env, and `$(VAR)` in command/args expanded as the kubelet does.
-Group restart (`RecreateGroupOnPodRestart`): any pod of the group with a container restart or a deletion
-timestamp → every pod of the group is deleted (and recreated on the next pass, new UIDs, restart count 0), event
-`RecreateGroup`. A template change recreates groups one at a time (maxUnavailable 1). Status: `replicas`,
+Group restart (`RecreateGroupOnPodRestart`): any pod of the group with a container restart — an init container's
+too, as lws `podutils.ContainerRestarted` reads `initContainerStatuses` of a Pending or Running pod, so the
+kubelet's retry of a failing `model-download` init container recreates the group — or a deletion timestamp → every
+pod of the group is deleted (and recreated on the next pass, new UIDs, restart count 0), event `RecreateGroup`.
+`RecreateGroupAfterStart` (lws ≥ 0.9) does the same only once the group has started: never while a pod of it is
+Pending (an init container still failing) or fewer than `size` pods exist. A template change recreates groups one at a time (maxUnavailable 1). Status: `replicas`,
 `readyReplicas` (groups whose pods are all Ready), `updatedReplicas`, and `Available` only when every group is
 ready, else `Progressing`. Sources: lws `pkg/controllers/{leaderworkerset,pod}_controller.go`,
 `pkg/utils/pod/pod_utils.go` (research notes: ../shared/research/multinode.md §1, §5).
@@ -98,8 +101,19 @@ def _restarted(pod: Mapping[str, Any]) -> bool:
     if _meta(pod).get("deletionTimestamp"):
         return True
     status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending", "Running"):
+        return False
     return any(int(c.get("restartCount") or 0) > 0
                for c in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []))
+
+
+def _recreate(policy: str, group: list[dict[str, Any]], size: int) -> bool:
+    """Whether the group's restart policy recreates it now (lws pod_controller)."""
+    if policy in ("None", "Default") or not any(_restarted(p) for p in group):
+        return False
+    if policy == "RecreateGroupAfterStart":  # not before the group has started: every pod there and none Pending
+        return len(group) >= size and all((p.get("status") or {}).get("phase") != "Pending" for p in group)
+    return True
 
 
 class LWSController:
@@ -142,7 +156,7 @@ class LWSController:
         for g in range(replicas):
             group = by_group.get(g, [])
             stale = any(_meta(p).get("labels", {}).get(REVISION) != revision for p in group)
-            broken = policy != "None" and any(_restarted(p) for p in group)
+            broken = _recreate(policy, group, size)
             if group and (broken or (stale and not rolling)):
                 rolling = rolling or stale
                 self._delete_group(namespace, name, g, group,

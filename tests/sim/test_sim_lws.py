@@ -119,6 +119,33 @@ def test_a_restart_on_any_rank_recreates_the_whole_group() -> None:
     assert controller.recreations == {("default", "big"): 1}
 
 
+def _init_retry(api: _FakeAPI, pod: str) -> None:
+    """The kubelet retries the pod's failed model-download init container: Pending, init restartCount 1."""
+    api.pods[pod]["status"] = {"phase": "Pending", "initContainerStatuses": [
+        {"name": "model-download", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+
+
+@pytest.mark.parametrize(("policy", "recreated"), [("RecreateGroupOnPodRestart", True),
+                                                   ("RecreateGroupAfterStart", False), ("None", False)])
+def test_an_init_container_retry_recreates_the_group_only_under_recreate_on_pod_restart(
+        policy: str, recreated: bool) -> None:
+    """lws podutils.ContainerRestarted reads init containers of a Pending pod: under the default policy the kubelet's
+    retry of a worker's failing download recreates the group; RecreateGroupAfterStart waits for a started group."""
+    lws = {"metadata": {"name": "big", "namespace": "default", "uid": "lws-1"},
+           "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "restartPolicy": policy, "workerTemplate": {
+               "spec": {"initContainers": [{"name": "model-download"}], "containers": [{"name": "vllm"}]}}}}}
+    api = _FakeAPI(lws)
+    controller = LWSController(api)
+    controller.control()
+    before = api.pods["big-0"]["metadata"]["uid"]
+    _init_retry(api, "big-0-1")
+    controller.control()
+    controller.control()
+    assert (api.pods["big-0"]["metadata"]["uid"] != before) is recreated
+    assert controller.recreations == ({("default", "big"): 1} if recreated else {})
+
+
 def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Path) -> None:
     """The stages' GPUs hold more than the planner can see (hidden extra activation): vLLM's KV check fails on
     every rank; the ladder steps once (the same flags for the whole group), the LeaderWorkerSet is re-rendered,
@@ -292,3 +319,74 @@ def test_a_dead_worker_behind_a_live_leader_is_attributed_and_not_ready(tmp_path
                          message="never Ready again after the group was recreated")
         history = (((service() or {}).get("status") or {}).get("remediation") or {}).get("history") or []
         assert history == []   # a network failure changes no flag
+
+
+def test_a_gated_model_without_a_token_is_model_download_failed_on_the_group_and_takes_no_step(
+        tmp_path: Path) -> None:
+    """Leader and worker pods carry the same model-download init container (a persistent cache: a claim); the
+    simulated hub gates the model and no token Secret is given. The service says ModelDownloadFailed (Ready False)
+    naming the rank and the kubelet's word, and nothing is recorded as a rank failure or stepped (a download failure
+    says nothing about GPU memory), while LeaderWorkerSet recreates the group on every retry of the init container."""
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], speed=200, workdir=tmp_path) as cluster:
+        cluster.kubelet.gated_models = frozenset({LLAMA_405B})
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "modelCache": {"claimName": "weights"}}))
+
+        def service() -> dict[str, Any]:
+            return api.get_object("vllmservices", "big", "default") or {}
+
+        seen: list[dict[str, Any]] = [{}]
+
+        def failed() -> bool:
+            seen[0] = service()
+            return _condition(seen[0], "Ready").get("reason") == "ModelDownloadFailed"
+
+        cluster.wait_for(failed, timeout=90, message="ModelDownloadFailed never said")
+        lws = api.get_object("leaderworkersets", "big", "default")
+        assert lws is not None
+        for role in ("leaderTemplate", "workerTemplate"):
+            inits = lws["spec"]["leaderWorkerTemplate"][role]["spec"].get("initContainers") or []
+            assert [c["name"] for c in inits] == ["model-download"]
+        ready, progressing = _condition(seen[0], "Ready"), _condition(seen[0], "Progressing")
+        assert ready["status"] == "False" and progressing["reason"] == "ModelDownloadFailed"
+        assert "of group 0: pod big-0" in ready["message"] and "model-download init container" in ready["message"]
+        # LeaderWorkerSet recreates the group on the init container's retry (RecreateGroupOnPodRestart)
+        cluster.wait_for(lambda: cluster.kubelet.lws.recreations.get(("default", "big"), 0) >= 2, timeout=60,
+                         message="the group was never recreated on the init container's retry")
+        status = service()["status"]
+        assert not (status.get("remediation") or {}).get("history"), status.get("remediation")
+        assert not (status.get("remediation") or {}).get("step"), status.get("remediation")
+        assert not status["multiNode"].get("failures"), status["multiNode"]
+        flags = status["plan"]["flags"]
+        assert flags["pipelineParallelSize"] == 2 and flags["tensorParallelSize"] == 8
+
+
+def test_a_group_downloading_the_model_says_downloading_with_its_ranks_then_ready(tmp_path: Path) -> None:
+    """756 GiB into a claim on both ranks: Downloading (naming the leader and the worker) while the init containers
+    run, not PodsNotReady/Deploying; Ready once both ranks serve."""
+    with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], speed=200, workdir=tmp_path) as cluster:
+        cluster.kubelet.download_mib_per_s = 400.0  # 756 GiB: about 1,900 simulated seconds, 10 s here
+        cluster.start_operator()
+        api = cluster.api
+        cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "modelCache": {"claimName": "weights"}}))
+
+        def service() -> dict[str, Any]:
+            return api.get_object("vllmservices", "big", "default") or {}
+
+        seen: list[dict[str, Any]] = [{}]
+
+        def downloading() -> bool:
+            seen[0] = service()
+            return (seen[0].get("status") or {}).get("state") == "Downloading"
+
+        cluster.wait_for(downloading, timeout=60, message="Downloading never shown")
+        progressing, ready = _condition(seen[0], "Progressing"), _condition(seen[0], "Ready")
+        assert progressing["reason"] == "Downloading" and ready["status"] == "False"
+        assert "downloading the model into the cache: " in progressing["message"]
+        assert "of group 0: pod big-0" in progressing["message"]
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
+                         message="never Ready after the download")
+        assert _condition(service(), "Degraded").get("status") != "True"

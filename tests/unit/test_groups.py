@@ -109,6 +109,25 @@ def test_recreations_count_leader_changes_under_the_same_plan_only() -> None:
     assert multi["groupRecreations"] == 1 and multi["leaders"] == {"0": "c/p2"}
 
 
+def test_a_group_recreated_because_its_download_failed_is_not_counted() -> None:
+    """LWS's RecreateGroupOnPodRestart reads init containers too: a gated model's failing model-download retry
+    recreates the group, again and again; none of those count toward maxGroupRecreations. Once the download no
+    longer fails, a recreation after a pod failure counts again."""
+    from vllm_operator.remediation.groups import count_recreations
+
+    multi = count_recreations({}, {"0": ("a", "p1"), "1": ("x", "p1")}, download_failed={"0"})
+    assert multi["leaders"] == {"0": "a/p1/download-failed", "1": "x/p1"}
+    for leader in ("b", "c", "d"):  # each retry of the init container: a new group, still failing
+        multi = count_recreations(multi, {"0": (leader, "p1"), "1": ("x", "p1")}, download_failed={"0"})
+    assert multi["groupRecreations"] == 0
+    multi = count_recreations(multi, {"0": ("d", "p1"), "1": ("y", "p1")}, download_failed={"0"})
+    assert multi["groupRecreations"] == 1  # group 1's vLLM failed: counted
+    multi = count_recreations(multi, {"0": ("d", "p1"), "1": ("y", "p1")})  # the download succeeded since
+    assert multi["leaders"]["0"] == "d/p1"
+    multi = count_recreations(multi, {"0": ("e", "p1"), "1": ("y", "p1")})
+    assert multi["groupRecreations"] == 2
+
+
 @pytest.mark.parametrize(("spec", "limit"), [
     ({}, 5), ({"remediation": {}}, 5), ({"remediation": {"maxGroupRecreations": 2}}, 2),
     ({"remediation": {"maxGroupRecreations": 0}}, 0),

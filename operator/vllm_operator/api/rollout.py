@@ -34,6 +34,8 @@ _CANNOT_START = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Create
 __all__ = [
     "RolloutView",
     "assess",
+    "current_degraded_reason",
+    "download_detail",
     "download_failure",
     "download_running",
     "in_init",
@@ -238,11 +240,16 @@ def _pods(n: int) -> str:
     return f"{n} pod" if n == 1 else f"{n} pods"
 
 
-def rollout_conditions(view: RolloutView, status: Mapping[str, Any]) -> list[cond.ConditionUpdate]:
-    """Ready / Progressing / Degraded for this rollout, given the service's current status (for Degraded)."""
+def current_degraded_reason(status: Mapping[str, Any]) -> str | None:
+    """The reason of the service's Degraded condition while it is True, else None."""
     degraded = next((c for c in status.get("conditions") or []
                      if isinstance(c, Mapping) and c.get("type") == cond.DEGRADED), None)
-    degraded_reason = degraded.get("reason") if degraded and degraded.get("status") == cond.TRUE else None
+    return str(degraded.get("reason")) if degraded and degraded.get("status") == cond.TRUE else None
+
+
+def rollout_conditions(view: RolloutView, status: Mapping[str, Any]) -> list[cond.ConditionUpdate]:
+    """Ready / Progressing / Degraded for this rollout, given the service's current status (for Degraded)."""
+    degraded_reason = current_degraded_reason(status)
     steps = _int((status.get("remediation") or {}).get("step"))
     of_current = f"{view.current_ready}/{view.replicas} pods of the current profile ready"
     serving_old = (f"; {_pods(view.previous_ready)} of the previous profile still serving"
@@ -289,7 +296,7 @@ def _not_serving(view: RolloutView, said: str, status: Mapping[str, Any],
     detail for Ready's message, the Degraded message or None). A failing model download comes before the progress
     deadline it will run into (the deadline says only that time ran out); a download in progress is no problem."""
     if view.download_failed:
-        detail = _download_detail(view.download_failed, status)
+        detail = download_detail(view.download_failed, status)
         return (cond.MODEL_DOWNLOAD_FAILED, cond.ConditionUpdate(
             cond.PROGRESSING, cond.TRUE, cond.MODEL_DOWNLOAD_FAILED, f"{said}; the model download fails: {detail}"),
             detail, f"the model download fails: {detail}")
@@ -310,7 +317,7 @@ def _not_serving(view: RolloutView, said: str, status: Mapping[str, Any],
     return "", cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.DEPLOYING, said), "", None
 
 
-def _download_detail(failed: str, status: Mapping[str, Any]) -> str:
+def download_detail(failed: str, status: Mapping[str, Any]) -> str:
     """The kubelet's word on the failing init container, with why (status.modelCache.downloadError: the end of its
     log, redacted by the pod hook that recorded it) once that is recorded."""
     cache = status.get("modelCache")

@@ -16,7 +16,7 @@ NCCL watchdog timeouts, ZMQ "Cannot assign requested address", TCPStore timeouts
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -144,14 +144,36 @@ def record_failure(multi: Mapping[str, Any], *, pod: str, pod_uid: str, labels: 
     return {**multi, "failures": [*failures, entry][-MAX_RECORDED_FAILURES:]}
 
 
-def count_recreations(multi: Mapping[str, Any], leaders: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+#: The mark on a leader's entry in status.multiNode.leaders ("uid/plan/download-failed") while its group's model
+#: download fails. LeaderWorkerSet's RecreateGroupOnPodRestart reads init containers too (kubernetes-sigs/lws
+#: `podutils.ContainerRestarted`: any init or app container with restartCount > 0 of a Pending or Running pod), so
+#: the kubelet's first retry of a failing `model-download` init container deletes and recreates the whole group —
+#: again and again for a gated model without a token. That is no pod failure of vLLM: it is not counted toward
+#: maxGroupRecreations (the service says ModelDownloadFailed instead; api/lws_status.py).
+DOWNLOAD_FAILED_MARK = "download-failed"
+
+
+def _leader_entry(entry: str) -> tuple[str, str, bool]:
+    """(leader UID, plan hash, whether its group's download was failing) of a status.multiNode.leaders value."""
+    uid, _, rest = entry.partition("/")
+    plan, _, mark = rest.partition("/")
+    return uid, plan, mark == DOWNLOAD_FAILED_MARK
+
+
+def count_recreations(multi: Mapping[str, Any], leaders: Mapping[str, tuple[str, str]],
+                      download_failed: Collection[str] = ()) -> dict[str, Any]:
     """status.multiNode with `leaders` (group index → (leader pod UID, plan hash)) recorded and every group whose
-    leader changed under the same plan counted as a recreation (a new plan is a profile change, not a failure)."""
+    leader changed under the same plan counted as a recreation (a new plan is a profile change, not a failure),
+    unless the group replaced was last seen where no vLLM failure can have recreated it (`download_failed`: the
+    group indexes whose model-download init container fails now or whose vLLM has not started yet,
+    api/lws_status.GroupView.not_failing_groups)."""
     known = {str(k): str(v) for k, v in (multi.get("leaders") or {}).items()}
     count = int(multi.get("groupRecreations") or 0)
     for group, (uid, plan) in leaders.items():
         before = known.get(group)
-        if before is not None and before.split("/", 1)[0] != uid and before.split("/", 1)[-1] == plan:
-            count += 1
-        known[group] = f"{uid}/{plan}"
+        if before is not None:
+            old_uid, old_plan, was_downloading = _leader_entry(before)
+            if old_uid != uid and old_plan == plan and not was_downloading:
+                count += 1
+        known[group] = f"{uid}/{plan}" + (f"/{DOWNLOAD_FAILED_MARK}" if group in download_failed else "")
     return {**multi, "leaders": known, "groupRecreations": count}
