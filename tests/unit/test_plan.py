@@ -303,6 +303,50 @@ def test_max_num_seqs_is_sized_at_the_typical_request_not_the_p99_context(make: 
             assert by_workload.flags["max_num_seqs"] == by_pin.flags["max_num_seqs"]
 
 
+def test_max_model_len_is_refitted_for_the_chosen_max_num_seqs(make: Make) -> None:
+    # 0.33 on an L4: the sampler rows and CUDA graphs of vLLM's 256 sequences cost KV cache; fitting max-model-len
+    # at 256 and then lowering max-num-seqs would leave the memory that frees unused
+    chosen = plan(make(LLAMA_8B, "l4"))
+    seqs, length = chosen.flags["max_num_seqs"], chosen.flags["max_model_len"]
+    assert chosen.fits and seqs < 256
+    at_default = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=256)))
+    assert at_default.fits and length > at_default.flags["max_model_len"]
+    # consistent: the chosen count pinned gives the same context, and the chosen context pinned the same count
+    assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=seqs))).flags["max_model_len"] == length
+    assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_model_len=length))).flags["max_num_seqs"] == seqs
+    # the longest that fits: one rounding step more would not start with that many sequences (16-bit KV, graphs)
+    longer = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=seqs, max_model_len=length + 1024,
+                                                          kv_cache_dtype="auto", enforce_eager=False)))
+    assert not longer.fits
+    assert any(f"max-num-seqs {seqs})" in r for r in chosen.reasons if r.startswith(f"max-model-len {length}"))
+
+
+@pytest.mark.parametrize("version", ["0.19.0", "0.26.0", "0.33.0"])
+@pytest.mark.parametrize(("model", "gpu_name"), [(LLAMA_8B, "l4"), (QWEN_7B, "RTX-4090"),
+                                                  ("google/gemma-2-9b-it", "L4"), (LLAMA_70B, "h100")])
+def test_the_refitted_plan_passes_every_startup_check(make: Make, version: str, model: str, gpu_name: str) -> None:
+    for count in (1, 2, 4):
+        result = plan(make(model, gpu_name, gpu_count=count, vllm_version=version))
+        if result.fits:
+            assert result.prediction.failure is None
+            assert result.prediction.estimated_max_model_len >= result.flags["max_model_len"]
+
+
+def test_a_replan_with_fp8_at_095_fits_where_a_pinned_fp8_plan_fits(make: Make) -> None:
+    # the remediation ladder's last memory steps: utilization raised to 0.95, then an fp8 KV cache. At vLLM's default
+    # 256 sequences (sampler rows, CUDA graphs) no KV cache is left for Qwen2.5-14B on an RTX 5090; with the few
+    # sequences a usable plan needs, it is
+    pinned = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", pinned=PinnedFlags(
+        kv_cache_dtype="fp8", gpu_memory_utilization=0.95, max_num_seqs=4)))
+    assert pinned.fits
+    replan = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090",
+                       constraints=Constraints(force_fp8_kv=True, min_utilization=0.95)))
+    assert replan.fits and replan.failure is None
+    assert replan.flags["kv_cache_dtype"] == "fp8" and replan.flags["gpu_memory_utilization"] == 0.95
+    assert replan.flags["max_num_seqs"] >= 4
+    assert replan.flags["max_model_len"] >= pinned.flags["max_model_len"]
+
+
 # --- fp8 KV cache and enforce-eager -------------------------------------------------------------------------
 
 
