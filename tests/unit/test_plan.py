@@ -314,10 +314,12 @@ def test_max_model_len_is_refitted_for_the_chosen_max_num_seqs(make: Make) -> No
     # consistent: the chosen count pinned gives the same context, and the chosen context pinned the same count
     assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=seqs))).flags["max_model_len"] == length
     assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_model_len=length))).flags["max_num_seqs"] == seqs
-    # the longest that fits: one rounding step more would not start with that many sequences (16-bit KV, graphs)
-    longer = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=seqs, max_model_len=length + 1024,
-                                                          kv_cache_dtype="auto", enforce_eager=False)))
-    assert not longer.fits
+    # the longest that fits with that many sequences, less 10% of the predicted figures beside the weights: one
+    # rounding step more would eat into that margin, and the margin itself is inside what vLLM's estimate allows
+    est, mem = chosen.prediction.estimated_max_model_len, chosen.memory
+    held = 0.10 * (mem.activation_gib + mem.non_torch_gib + mem.cudagraph_gib + mem.persistent_gib) / mem.kv_cache_gib
+    assert 0 < held < 0.05
+    assert length <= est * (1 - held) < length + 1024 <= est
     assert any(f"max-num-seqs {seqs})" in r for r in chosen.reasons if r.startswith(f"max-model-len {length}"))
 
 

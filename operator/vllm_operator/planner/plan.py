@@ -57,6 +57,7 @@ _TP_CHOICES = (1, 2, 4, 8, 16)
 _FP8_KV_GPUS_MIN_CC = 8.9
 _MARGIN_GIB = 0.25          # slack kept below what other tenants leave free
 _MIN_USEFUL_LEN = 1024
+_ESTIMATE_MARGIN = 0.10       # of the predicted non-weight figures, kept free when max-model-len is fitted
 _REFIT_PASSES = 3           # max-model-len re-fitted after max-num-seqs is sized: a bounded fixed point
 #: The default workload (README, "What a good plan is"): a plan is *usable* when it offers this context (or the
 #: model's maximum if shorter), admits this many concurrent requests and keeps CUDA graphs.
@@ -438,7 +439,11 @@ def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags,
     prediction = choice.predict(flags)
     if pinned_len is not None:
         return flags, prediction, f"max-model-len {pinned_len} is pinned."
-    fit = min(prediction.estimated_max_model_len, target)
+    estimate, margin = prediction.estimated_max_model_len, 0.0
+    fit = estimate
+    if estimate < target:  # the KV cache binds: leave room for the error of the predicted figures (not below 1024)
+        margin = _estimate_margin(prediction)
+        fit = max(int(estimate * (1 - margin)), min(estimate, _MIN_USEFUL_LEN))
     if fit < min(_MIN_USEFUL_LEN, target):  # not even a short request fits: keep the target, the failure says why
         return flags, prediction, (
             f"max-model-len {target}: not even {min(_MIN_USEFUL_LEN, target)} tokens of KV cache fit in what is "
@@ -450,8 +455,19 @@ def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags,
     prediction = choice.predict(flags)
     return flags, prediction, (
         f"max-model-len {length}: the model allows {request.arch.derived_max_model_len}, but one request of that "
-        f"length needs more KV cache than the {prediction.memory.kv_cache_gib:.2f} GiB left per GPU; {fit} tokens "
-        f"is the longest that fits (vLLM's own estimate with max-num-seqs {flags.max_num_seqs}), rounded down.")
+        f"length needs more KV cache than the {prediction.memory.kv_cache_gib:.2f} GiB left per GPU; {estimate} tokens "
+        f"is the longest that fits (vLLM's own estimate with max-num-seqs {flags.max_num_seqs}), less {margin:.1%} "
+        f"for the error of the predicted activation, CUDA-graph and overhead figures: {fit}, rounded down.")
+
+
+def _estimate_margin(prediction: StartupPrediction) -> float:
+    """The share of the KV cache a fitted max-model-len leaves unused: _ESTIMATE_MARGIN of the predicted
+    (not read from the checkpoint) figures beside the weights, so an error in them does not fail vLLM's KV check."""
+    mem = prediction.memory
+    if mem.kv_cache_gib <= 0:
+        return 0.0
+    predicted = mem.activation_gib + mem.non_torch_gib + mem.cudagraph_gib + mem.persistent_gib
+    return min(_ESTIMATE_MARGIN * predicted / mem.kv_cache_gib, 1.0)
 
 
 def _fallback_seqs(request: PlanRequest, flags: EngineFlags) -> int:
