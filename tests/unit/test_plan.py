@@ -323,6 +323,17 @@ def test_max_model_len_is_refitted_for_the_chosen_max_num_seqs(make: Make) -> No
     assert any(f"max-num-seqs {seqs})" in r for r in chosen.reasons if r.startswith(f"max-model-len {length}"))
 
 
+def test_the_fit_margin_never_costs_the_workloads_context(make: Make) -> None:
+    # vLLM's estimate at 8 sequences on an L4 is just above 32768: the margin would take the 16-bit plan below the
+    # workload's context and make fp8 look necessary; the stated context is kept instead
+    result = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=8),
+                       workload=Workload(context_length=32768, concurrency=1)))
+    assert result.fits and result.prediction.failure is None
+    assert result.flags["max_model_len"] == 32768 and "kv_cache_dtype" not in result.flags
+    assert result.prediction.estimated_max_model_len >= 32768
+    assert int(result.prediction.estimated_max_model_len * 0.99) < 32768  # the margin alone would have cut it
+
+
 @pytest.mark.parametrize("version", ["0.19.0", "0.26.0", "0.33.0"])
 @pytest.mark.parametrize(("model", "gpu_name"), [(LLAMA_8B, "l4"), (QWEN_7B, "RTX-4090"),
                                                   ("google/gemma-2-9b-it", "L4"), (LLAMA_70B, "h100")])

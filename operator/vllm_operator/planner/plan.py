@@ -441,9 +441,11 @@ def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags,
         return flags, prediction, f"max-model-len {pinned_len} is pinned."
     estimate, margin = prediction.estimated_max_model_len, 0.0
     fit = estimate
-    if estimate < target:  # the KV cache binds: leave room for the error of the predicted figures (not below 1024)
-        margin = _estimate_margin(prediction)
-        fit = max(int(estimate * (1 - margin)), min(estimate, _MIN_USEFUL_LEN))
+    if estimate < target:  # the KV cache binds: leave room for the error of the predicted figures, but never at
+        # the cost of a context the workload needs (or of the shortest useful one)
+        floor = max(_MIN_USEFUL_LEN, request.constraints.min_model_len or 0, request.workload.context_length or 0)
+        fit = max(int(estimate * (1 - _estimate_margin(prediction))), min(estimate, floor))
+        margin = 1 - fit / estimate if estimate else 0.0
     if fit < min(_MIN_USEFUL_LEN, target):  # not even a short request fits: keep the target, the failure says why
         return flags, prediction, (
             f"max-model-len {target}: not even {min(_MIN_USEFUL_LEN, target)} tokens of KV cache fit in what is "
