@@ -345,15 +345,19 @@ def test_the_refitted_plan_passes_every_startup_check(make: Make, version: str, 
             assert result.prediction.estimated_max_model_len >= result.flags["max_model_len"]
 
 
-def test_a_replan_with_fp8_at_095_fits_where_a_pinned_fp8_plan_fits(make: Make) -> None:
+@pytest.mark.parametrize("learned", [
+    Constraints(force_fp8_kv=True, min_utilization=0.95),
+    # the whole NoKVCacheMemory ladder before tensor parallelism (remediation/policy.py, _no_kv_memory)
+    Constraints(min_utilization=0.95, force_enforce_eager=True, max_num_batched_tokens=512, force_fp8_kv=True),
+])
+def test_a_replan_with_fp8_at_095_fits_where_a_pinned_fp8_plan_fits(make: Make, learned: Constraints) -> None:
     # the remediation ladder's last memory steps: utilization raised to 0.95, then an fp8 KV cache. At vLLM's default
     # 256 sequences (sampler rows, CUDA graphs) no KV cache is left for Qwen2.5-14B on an RTX 5090; with the few
     # sequences a usable plan needs, it is
     pinned = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", pinned=PinnedFlags(
         kv_cache_dtype="fp8", gpu_memory_utilization=0.95, max_num_seqs=4)))
     assert pinned.fits
-    replan = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090",
-                       constraints=Constraints(force_fp8_kv=True, min_utilization=0.95)))
+    replan = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", constraints=learned))
     assert replan.fits and replan.failure is None
     assert replan.flags["kv_cache_dtype"] == "fp8" and replan.flags["gpu_memory_utilization"] == 0.95
     assert replan.flags["max_num_seqs"] >= 4
