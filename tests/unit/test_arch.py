@@ -565,3 +565,25 @@ def test_llama_405b_parameter_count(load_arch: LoadArch) -> None:
     norms = 126 * 2 * 16384 + 16384
     assert arch.param_count + norms == 405_853_388_800
     assert arch.total_size == 2 * 405_853_388_800
+
+
+def test_granite_4_h_shared_expert_is_read_from_shared_intermediate_size(load_arch: LoadArch) -> None:
+    """GraniteMoeHybridConfig names the shared expert's width `shared_intermediate_size` (vLLM 0.33
+    granitemoeshared.py GraniteMoeSharedMLP: input_linear 4096 → 2 × 768, output_linear 768 → 4096)."""
+    arch = load_arch("ibm-granite/granite-4.0-h-small")
+    h = 4096
+    assert arch.shared_expert_size == arch.shared_expert_intermediate_size == 768
+    assert not arch.shared_expert_gate  # Qwen2-MoE's sigmoid gate only
+    # the shared expert's gate/up + down in every one of the 40 MoE layers: 40 × 3 × 4096 × 768 parameters
+    config = {k: v for k, v in _catalog_config("ibm-granite/granite-4.0-h-small").items()
+              if k != "shared_intermediate_size"}
+    plain = arch_from_config(config, model_id="granite-4.0-h-small without a shared expert")
+    assert plain.shared_expert_size == 0
+    assert [a - b for a, b in zip(arch.layer_param_counts, plain.layer_param_counts, strict=True)] == [3 * h * 768] * 40
+    assert arch.param_count - plain.param_count == 40 * 3 * h * 768 == 377_487_360
+
+
+def _catalog_config(model_id: str) -> dict[str, Any]:
+    from vllm_operator.sources import load_model_files
+
+    return dict(load_model_files(model_id, offline=True).config)

@@ -141,10 +141,11 @@ def test_the_issue_example_prefers_tp2_over_a_degenerate_tp1() -> None:
 
 
 def test_more_gpus_for_a_usable_plan_say_the_trade_off() -> None:
-    # vLLM 0.26's arithmetic: one L4 starts gemma-2-9b only degenerate (0.33's conservative estimates: not at all)
-    one = plan(_request("google/gemma-2-9b-it", "L4", 1, Workload()).model_copy(update={"vllm_version": "0.26.0"}))
+    # one RTX 5090 (31.19 GiB) starts Qwen2.5-14B's 27.56 GiB of weights only degenerate: a short context, eager, fp8
+    # (gemma-2-9b on an L4 was the case before max-model-len was re-fitted for the chosen max-num-seqs: now usable)
+    one = plan(_request("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", 1, Workload()))
     assert one.fits and not one.usable  # 1 GPU: a short context, one sequence
-    two = plan(_request("google/gemma-2-9b-it", "L4", 2, Workload()).model_copy(update={"vllm_version": "0.26.0"}))
+    two = plan(_request("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", 2, Workload()))
     assert two.usable and two.gpu_count == 2
     assert any("Trade-off: more GPUs for a usable plan" in r for r in two.reasons)
 
@@ -156,7 +157,7 @@ def test_fewest_gpus_when_one_is_usable() -> None:
 
 
 def test_a_degenerate_plan_says_its_trade_off() -> None:
-    result = plan(_request("google/gemma-2-9b-it", "L4", 1, Workload()).model_copy(update={"vllm_version": "0.26.0"}))
+    result = plan(_request("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", 1, Workload()))
     assert result.fits and not result.usable
     trade = next(r for r in result.reasons if r.startswith("Trade-off:"))
     assert "1 GPU(s) allowed" in trade and "default workload" in trade

@@ -303,6 +303,67 @@ def test_max_num_seqs_is_sized_at_the_typical_request_not_the_p99_context(make: 
             assert by_workload.flags["max_num_seqs"] == by_pin.flags["max_num_seqs"]
 
 
+def test_max_model_len_is_refitted_for_the_chosen_max_num_seqs(make: Make) -> None:
+    # 0.33 on an L4: the sampler rows and CUDA graphs of vLLM's 256 sequences cost KV cache; fitting max-model-len
+    # at 256 and then lowering max-num-seqs would leave the memory that frees unused
+    chosen = plan(make(LLAMA_8B, "l4"))
+    seqs, length = chosen.flags["max_num_seqs"], chosen.flags["max_model_len"]
+    assert chosen.fits and seqs < 256
+    at_default = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=256)))
+    assert at_default.fits and length > at_default.flags["max_model_len"]
+    # consistent: the chosen count pinned gives the same context, and the chosen context pinned the same count
+    assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=seqs))).flags["max_model_len"] == length
+    assert plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_model_len=length))).flags["max_num_seqs"] == seqs
+    # the longest that fits with that many sequences, less 10% of the predicted figures beside the weights: one
+    # rounding step more would eat into that margin, and the margin itself is inside what vLLM's estimate allows
+    est, mem = chosen.prediction.estimated_max_model_len, chosen.memory
+    held = 0.10 * (mem.activation_gib + mem.non_torch_gib + mem.cudagraph_gib + mem.persistent_gib) / mem.kv_cache_gib
+    assert 0 < held < 0.05
+    assert length <= est * (1 - held) < length + 1024 <= est
+    assert any(f"max-num-seqs {seqs})" in r for r in chosen.reasons if r.startswith(f"max-model-len {length}"))
+
+
+def test_the_fit_margin_never_costs_the_workloads_context(make: Make) -> None:
+    # vLLM's estimate at 8 sequences on an L4 is just above 32768: the margin would take the 16-bit plan below the
+    # workload's context and make fp8 look necessary; the stated context is kept instead
+    result = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=8),
+                       workload=Workload(context_length=32768, concurrency=1)))
+    assert result.fits and result.prediction.failure is None
+    assert result.flags["max_model_len"] == 32768 and "kv_cache_dtype" not in result.flags
+    assert result.prediction.estimated_max_model_len >= 32768
+    assert int(result.prediction.estimated_max_model_len * 0.99) < 32768  # the margin alone would have cut it
+
+
+@pytest.mark.parametrize("version", ["0.19.0", "0.26.0", "0.33.0"])
+@pytest.mark.parametrize(("model", "gpu_name"), [(LLAMA_8B, "l4"), (QWEN_7B, "RTX-4090"),
+                                                  ("google/gemma-2-9b-it", "L4"), (LLAMA_70B, "h100")])
+def test_the_refitted_plan_passes_every_startup_check(make: Make, version: str, model: str, gpu_name: str) -> None:
+    for count in (1, 2, 4):
+        result = plan(make(model, gpu_name, gpu_count=count, vllm_version=version))
+        if result.fits:
+            assert result.prediction.failure is None
+            assert result.prediction.estimated_max_model_len >= result.flags["max_model_len"]
+
+
+@pytest.mark.parametrize("learned", [
+    Constraints(force_fp8_kv=True, min_utilization=0.95),
+    # the whole NoKVCacheMemory ladder before tensor parallelism (remediation/policy.py, _no_kv_memory)
+    Constraints(min_utilization=0.95, force_enforce_eager=True, max_num_batched_tokens=512, force_fp8_kv=True),
+])
+def test_a_replan_with_fp8_at_095_fits_where_a_pinned_fp8_plan_fits(make: Make, learned: Constraints) -> None:
+    # the remediation ladder's last memory steps: utilization raised to 0.95, then an fp8 KV cache. At vLLM's default
+    # 256 sequences (sampler rows, CUDA graphs) no KV cache is left for Qwen2.5-14B on an RTX 5090; with the few
+    # sequences a usable plan needs, it is
+    pinned = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", pinned=PinnedFlags(
+        kv_cache_dtype="fp8", gpu_memory_utilization=0.95, max_num_seqs=4)))
+    assert pinned.fits
+    replan = plan(make("Qwen/Qwen2.5-14B-Instruct", "RTX-5090", constraints=learned))
+    assert replan.fits and replan.failure is None
+    assert replan.flags["kv_cache_dtype"] == "fp8" and replan.flags["gpu_memory_utilization"] == 0.95
+    assert replan.flags["max_num_seqs"] >= 4
+    assert replan.flags["max_model_len"] >= pinned.flags["max_model_len"]
+
+
 # --- fp8 KV cache and enforce-eager -------------------------------------------------------------------------
 
 

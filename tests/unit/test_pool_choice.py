@@ -82,7 +82,10 @@ def test_no_tensor_parallelism_across_mig_slices() -> None:
 def test_a_degenerate_plan_says_its_trade_off_in_the_condition() -> None:
     from vllm_operator.api import conditions as cond
 
-    desired = run({"model": {"name": "google/gemma-2-9b-it"}, "gpu": {"maxCount": 1}, "vllmVersion": "0.26.0"}, [L4])
+    # one RTX 5090 starts Qwen2.5-14B's 27.56 GiB of weights only degenerate (gemma-2-9b on an L4 with 0.26 was the
+    # case before max-model-len was re-fitted for the chosen max-num-seqs: now usable)
+    rtx5090 = {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-5090", "nvidia.com/gpu.count": "1"}
+    desired = run({"model": {"name": "Qwen/Qwen2.5-14B-Instruct"}, "gpu": {"maxCount": 1}}, [rtx5090])
     assert desired.plan is not None and desired.plan.fits and not desired.plan.usable
     feasible = cond.find_condition(desired.status.conditions, cond.PLAN_FEASIBLE)
     assert feasible is not None and "Trade-off: no configuration within the 1 GPU(s) allowed" in feasible.message

@@ -411,7 +411,7 @@ def arch_from_config(
     gated = model_type not in ("phi", "gpt2", "gpt_neox", "starcoder2", "falcon", "opt", "bloom") or "glu" in hidden_act
     tie = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     shared_experts = _shared_experts(cfg, model_type)
-    shared_size = int(cfg.get("shared_expert_intermediate_size") or 0)
+    shared_size = _shared_expert_width(cfg)
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
     counts = {
         "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
@@ -487,6 +487,18 @@ def _moe_layers(cfg: Mapping[str, Any], layers: int, num_experts: int) -> tuple[
 def _shared_width(counts: Mapping[str, Any]) -> int:
     """The shared expert's intermediate width: n_shared × the experts' (DeepSeek, Llama-4) plus Qwen2-MoE's own."""
     return int(counts["shared_experts"]) * int(counts["moe_intermediate_size"]) + int(counts["shared_expert_size"])
+
+
+def _shared_expert_width(cfg: Mapping[str, Any]) -> int:
+    """The intermediate width of a shared-expert MLP beside the routed experts: Qwen2-MoE's
+    `shared_expert_intermediate_size`; Granite MoE / granite-4.0-h's `shared_intermediate_size` (vLLM 0.33
+    granitemoeshared.py `GraniteMoeSharedMLP`: input_linear hidden → 2 × width, output_linear width → hidden,
+    built by granitemoehybrid.py when `shared_intermediate_size` is not 0)."""
+    for key in ("shared_expert_intermediate_size", "shared_intermediate_size"):
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def _shared_experts(cfg: Mapping[str, Any], model_type: str) -> int:
@@ -600,7 +612,7 @@ ARCH_BOUNDS: dict[str, int] = {
                      "v_head_dim"), 65536),
     "vocab_size": 2**23,
     **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size",
-                     "shared_expert_intermediate_size"), 2**20),
+                     "shared_expert_intermediate_size", "shared_intermediate_size"), 2**20),
     **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
                      "experts_per_token", "moe_topk", "n_shared_experts"), 4096),
     **dict.fromkeys(("max_position_embeddings", "n_positions", "seq_length", "max_seq_len", "max_sequence_length",

@@ -58,6 +58,8 @@ _TP_CHOICES = (1, 2, 4, 8, 16)
 _FP8_KV_GPUS_MIN_CC = 8.9
 _MARGIN_GIB = 0.25          # slack kept below what other tenants leave free
 _MIN_USEFUL_LEN = 1024
+_ESTIMATE_MARGIN = 0.10       # of the predicted non-weight figures, kept free when max-model-len is fitted
+_REFIT_PASSES = 3           # max-model-len re-fitted after max-num-seqs is sized: a bounded fixed point
 #: The default workload (README, "What a good plan is"): a plan is *usable* when it offers this context (or the
 #: model's maximum if shorter), admits this many concurrent requests and keeps CUDA graphs.
 DEFAULT_CONTEXT_CAP = 8192
@@ -416,65 +418,144 @@ def profile_tokens_are_capacity(prediction: StartupPrediction, flags: EngineFlag
     return prediction.max_concurrency * flags.max_model_len > prediction.kv_cache_tokens * 1.05
 
 
-def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, kv_dtype: str,
-               eager: bool) -> _Candidate:
-    """Fill max_model_len and max_num_seqs for one (tp, pp, kv dtype, eager) choice."""
-    notes: list[str] = []
-    arch = request.arch
-    util = _utilization(request, profile, tp, arch, eager, notes, pp)
+class _Choice:
+    """The flags fixed for one candidate: (tp, pp, kv dtype, eager) and the utilization they give."""
+
+    def __init__(self, request: PlanRequest, profile: VersionProfile, tp: int, pp: int, util: float, kv_dtype: str,
+                 eager: bool) -> None:
+        self.request, self.profile = request, profile
+        self.tp, self.pp, self.util, self.kv_dtype, self.eager = tp, pp, util, kv_dtype, eager
+
+    def flags(self, max_model_len: int, max_num_seqs: int | None) -> EngineFlags:
+        return _build_flags(self.request, self.profile, self.tp, self.pp, self.util, self.kv_dtype, self.eager,
+                            max_model_len, max_num_seqs)
+
+    def predict(self, flags: EngineFlags) -> StartupPrediction:
+        return _predict(self.request, self.profile, flags)
+
+
+def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags, StartupPrediction, str]:
+    """The longest max-model-len (up to the target) whose KV cache fits with `max_num_seqs` (None: vLLM's default),
+    with the activation, sampler and CUDA-graph figures of that many sequences; and the reason for it."""
+    request = choice.request
     pinned_len = request.pinned.max_model_len
     target = pinned_len or _length_target(request)
-    flags = _build_flags(request, profile, tp, pp, util, kv_dtype, eager, target, None)
-    prediction = _predict(request, profile, flags)
-    if pinned_len is None:
-        fit = min(prediction.estimated_max_model_len, target)
-        if fit < min(_MIN_USEFUL_LEN, target):
-            length = target  # not even a short request fits: keep the target and let the failure say why
-            notes.append(f"max-model-len {length}: not even {min(_MIN_USEFUL_LEN, target)} tokens of KV cache fit "
-                         f"in what is left per GPU ({prediction.memory.kv_cache_gib:.2f} GiB).")
-        elif fit < target:
-            length = _round_len(fit)
-            notes.append(
-                f"max-model-len {length}: the model allows {arch.derived_max_model_len}, but one request of that "
-                f"length needs more KV cache than the {prediction.memory.kv_cache_gib:.2f} GiB left per GPU; "
-                f"{fit} tokens is the longest that fits (vLLM's own estimate), rounded down.")
-        else:
-            length = target
-            notes.append(f"max-model-len {length}: the model's full context fits in the KV cache.")
-        if length >= 1:
-            flags = _build_flags(request, profile, tp, pp, util, kv_dtype, eager, length, None)
-            prediction = _predict(request, profile, flags)
-    else:
-        notes.append(f"max-model-len {pinned_len} is pinned.")
-    if request.pinned.max_num_seqs is None and prediction.failure is None:
-        seqs = _size_max_num_seqs(request, prediction, flags, notes)
-        if seqs != flags.max_num_seqs:
-            flags = _build_flags(request, profile, tp, pp, util, kv_dtype, eager, flags.max_model_len, seqs)
-            prediction = _predict(request, profile, flags)
-    elif request.pinned.max_num_seqs is not None:
-        notes.append(f"max-num-seqs {request.pinned.max_num_seqs} is pinned.")
-    return _Candidate(flags, prediction, notes)
+    flags = choice.flags(target, max_num_seqs)
+    prediction = choice.predict(flags)
+    if pinned_len is not None:
+        return flags, prediction, f"max-model-len {pinned_len} is pinned."
+    estimate, margin = prediction.estimated_max_model_len, 0.0
+    fit = estimate
+    if estimate < target:  # the KV cache binds: leave room for the error of the predicted figures, but never at
+        # the cost of a context the workload needs (or of the shortest useful one)
+        floor = max(_MIN_USEFUL_LEN, request.constraints.min_model_len or 0, request.workload.context_length or 0)
+        fit = max(int(estimate * (1 - _estimate_margin(prediction))), min(estimate, floor))
+        margin = 1 - fit / estimate if estimate else 0.0
+    if fit < min(_MIN_USEFUL_LEN, target):  # not even a short request fits: keep the target, the failure says why
+        return flags, prediction, (
+            f"max-model-len {target}: not even {min(_MIN_USEFUL_LEN, target)} tokens of KV cache fit in what is "
+            f"left per GPU ({prediction.memory.kv_cache_gib:.2f} GiB).")
+    if fit >= target:
+        return flags, prediction, f"max-model-len {target}: the model's full context fits in the KV cache."
+    length = _round_len(fit)
+    flags = choice.flags(length, max_num_seqs)
+    prediction = choice.predict(flags)
+    return flags, prediction, (
+        f"max-model-len {length}: the model allows {request.arch.derived_max_model_len}, but one request of that "
+        f"length needs more KV cache than the {prediction.memory.kv_cache_gib:.2f} GiB left per GPU; {estimate} tokens "
+        f"is the longest that fits (vLLM's own estimate with max-num-seqs {flags.max_num_seqs}), less {margin:.1%} "
+        f"for the error of the predicted activation, CUDA-graph and overhead figures: {fit}, rounded down.")
 
 
-def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags,
-                       notes: list[str]) -> int:
-    """As many sequences as the KV cache holds at the typical request length, not vLLM's 256/1024."""
+def _estimate_margin(prediction: StartupPrediction) -> float:
+    """The share of the KV cache a fitted max-model-len leaves unused: _ESTIMATE_MARGIN of the predicted
+    (not read from the checkpoint) figures beside the weights, so an error in them does not fail vLLM's KV check."""
+    mem = prediction.memory
+    if mem.kv_cache_gib <= 0:
+        return 0.0
+    predicted = mem.activation_gib + mem.non_torch_gib + mem.cudagraph_gib + mem.persistent_gib
+    return min(_ESTIMATE_MARGIN * predicted / mem.kv_cache_gib, 1.0)
+
+
+def _fallback_seqs(request: PlanRequest, flags: EngineFlags) -> int:
+    """The fewest sequences a usable plan admits: the workload's concurrency per engine, else the default workload's
+    (README, "What a good plan is"); never more than vLLM's default."""
+    wanted = request.workload.concurrency or DEFAULT_CONCURRENCY
+    return max(1, min(flags.max_num_seqs, -(-wanted // flags.data_parallel_size)))
+
+
+def _fit_with_seqs(choice: _Choice, flags: EngineFlags,
+                   seqs: int) -> tuple[EngineFlags, StartupPrediction, str] | None:
+    """max-model-len re-fitted with `seqs` sequences; else the same length with them; None when neither starts."""
+    refit = _fit_length(choice, seqs)
+    if refit[1].failure is None:
+        return refit
+    same = choice.flags(flags.max_model_len, seqs)
+    prediction = choice.predict(same)
+    return None if prediction.failure is not None else (same, prediction, "")
+
+
+def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, kv_dtype: str,
+               eager: bool) -> _Candidate:
+    """Fill max_model_len and max_num_seqs for one (tp, pp, kv dtype, eager) choice.
+
+    max-model-len is first fitted at vLLM's default max-num-seqs; max-num-seqs is then sized to that KV cache, and
+    max-model-len re-fitted with the activation, sampler and CUDA-graph memory of the chosen count, so that what
+    fewer sequences free goes back into the context. A bounded fixed point (at most `_REFIT_PASSES` passes), every
+    pass a full `predict_startup`; a pass whose plan would not start, or that would shorten the context, is never
+    taken. When vLLM's default count
+    leaves no room at all, the fewest sequences a usable plan admits are tried before the plan is given up.
+    """
+    notes: list[str] = []
+    choice = _Choice(request, profile, tp, pp, _utilization(request, profile, tp, request.arch, eager, notes, pp),
+                     kv_dtype, eager)
+    flags, prediction, length_note = _fit_length(choice, None)
+    if request.pinned.max_num_seqs is not None:
+        return _Candidate(flags, prediction, [*notes, length_note,
+                                              f"max-num-seqs {request.pinned.max_num_seqs} is pinned."])
+    most = flags.max_num_seqs  # vLLM's default (or the ladder's limit): never admit more
+    if prediction.failure is not None:
+        fewest = _fallback_seqs(request, flags)
+        rescued = _fit_with_seqs(choice, flags, fewest) if fewest < most else None
+        if rescued is None:
+            return _Candidate(flags, prediction, [*notes, length_note])
+        flags, prediction, length_note = rescued[0], rescued[1], rescued[2] or length_note
+    for _ in range(_REFIT_PASSES):
+        seqs = _size_max_num_seqs(request, prediction, flags, most)
+        if seqs == flags.max_num_seqs:
+            break  # a fixed point: the re-fitted cache holds as many sequences as the plan admits
+        refit = _fit_with_seqs(choice, flags, seqs)
+        if refit is None or refit[0].max_model_len < flags.max_model_len:
+            break  # more sequences never cost context: the context comes first in the objective
+        flags, prediction, length_note = refit[0], refit[1], refit[2] or length_note
+    return _Candidate(flags, prediction, [*notes, length_note, _seqs_note(request, prediction, flags, most)])
+
+
+def _typical_and_capacity(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags) -> tuple[int, int]:
     # sized at the typical request, not the p99 context: most requests are shorter, and vLLM preempts (never
     # crashes) when long ones fill the cache; the workload's concurrency at its p99 length is checked separately
     typical = min(flags.max_model_len, request.workload.typical_request_tokens or 2048)
     capacity = int(prediction.max_concurrency * flags.max_model_len / typical) if typical else flags.max_num_seqs
+    return typical, capacity
+
+
+def _size_max_num_seqs(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags, most: int) -> int:
+    """As many sequences as the KV cache holds at the typical request length, not vLLM's 256/1024 (`most`)."""
+    _, capacity = _typical_and_capacity(request, prediction, flags)
     per_engine = -(-(request.workload.concurrency or 1) // flags.data_parallel_size)  # DP engines share the load
-    seqs = max(1, min(flags.max_num_seqs, max(capacity, per_engine)))
+    seqs = max(1, min(most, max(capacity, per_engine)))
     if request.constraints.max_num_seqs:
         seqs = min(seqs, request.constraints.max_num_seqs)
-    if seqs < flags.max_num_seqs:
-        notes.append(
-            f"max-num-seqs {seqs}: the KV cache holds about {capacity} requests of {typical} tokens; vLLM's default "
-            f"of {flags.max_num_seqs} would admit more than fit and preempt under load.")
-    else:
-        notes.append(
-            f"max-num-seqs {seqs}: vLLM's default; the KV cache holds about {capacity} requests of {typical} tokens.")
     return seqs
+
+
+def _seqs_note(request: PlanRequest, prediction: StartupPrediction, flags: EngineFlags, most: int) -> str:
+    typical, capacity = _typical_and_capacity(request, prediction, flags)
+    seqs = flags.max_num_seqs
+    if seqs < most:
+        return (f"max-num-seqs {seqs}: the KV cache holds about {capacity} requests of {typical} tokens; vLLM's "
+                f"default of {most} would admit more than fit and preempt under load.")
+    return f"max-num-seqs {seqs}: vLLM's default; the KV cache holds about {capacity} requests of {typical} tokens."
 
 
 def _tp_candidates(request: PlanRequest) -> list[int]:
