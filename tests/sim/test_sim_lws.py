@@ -360,6 +360,11 @@ def test_a_gated_model_without_a_token_is_model_download_failed_on_the_group_and
         assert not (status.get("remediation") or {}).get("history"), status.get("remediation")
         assert not (status.get("remediation") or {}).get("step"), status.get("remediation")
         assert not status["multiNode"].get("failures"), status["multiNode"]
+        # a recreation caused by the failing download is not counted toward maxGroupRecreations, and the verdict
+        # stays ModelDownloadFailed (Degraded, the redacted reason) while LeaderWorkerSet recreates the group
+        assert int(status["multiNode"].get("groupRecreations") or 0) == 0, status["multiNode"]
+        degraded = _condition(service(), "Degraded")
+        assert degraded["status"] == "True" and degraded["reason"] == "ModelDownloadFailed", degraded
         flags = status["plan"]["flags"]
         assert flags["pipelineParallelSize"] == 2 and flags["tensorParallelSize"] == 8
 

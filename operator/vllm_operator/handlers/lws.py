@@ -66,9 +66,9 @@ def refresh(namespace: str, service: str) -> bool:
         multi = status.get("multiNode")
         if (status.get("plan") or {}).get("fits") is False or not multi:
             return None  # not (or no longer) a multi-node service
-        multi = _record_failures(groups.count_recreations(multi, leaders), pods, now)
+        multi = _record_failures(groups.count_recreations(multi, leaders, view.not_failing_groups), pods, now)
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
-        updates = lws_status.group_conditions(view)
+        updates = lws_status.group_conditions(view, status)
         recreations = int(multi.get("groupRecreations") or 0)
         limit = groups.group_recreation_limit(stored.get("spec"))
         if groups.recreations_exhausted(recreations, limit):
