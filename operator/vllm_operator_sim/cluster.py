@@ -262,7 +262,8 @@ class SimulatedCluster:
             if exc.code != 409:
                 raise
         meta = obj.get("metadata") or {}
-        patch: dict[str, Any] = {"spec": obj.get("spec") or {}}
+        # every top-level field the object carries (spec, or data for a ConfigMap; none for a ServiceAccount)
+        patch: dict[str, Any] = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
         if meta.get("labels") or meta.get("annotations"):
             patch["metadata"] = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
         return self.api.patch_object(resource, meta["name"], patch, ns, manager=APPLY_MANAGER)

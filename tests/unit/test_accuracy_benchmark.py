@@ -62,10 +62,10 @@ def test_the_command_carries_only_what_the_record_gave() -> None:
 def test_every_flag_check_understands_is_carried_from_a_record() -> None:
     # the check parser's memory flags, less the ones command_for spells by hand (value-dependent: the KV dtype only
     # when not auto, the dtype only float32, online quantization only of a 16-bit checkpoint) and those no record
-    # can show (a speculative config, a revision)
+    # can show (a speculative config, a revision, LoRA adapters' paths)
     known = {option.lstrip("-").replace("-", "_") for action in cli._check_parser()._actions
              for option in action.option_strings if option.startswith("--") and not option.startswith("--no-")}
-    by_hand = {"kv_cache_dtype", "dtype", "quantization", "speculative_config", "revision"}
+    by_hand = {"kv_cache_dtype", "dtype", "quantization", "speculative_config", "revision", "lora_modules"}
     assert known - by_hand == set(BENCH.VALUE_FLAGS) | set(BENCH.SWITCHES) | set(BENCH.ON_OFF)
 
 
