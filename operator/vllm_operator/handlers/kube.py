@@ -151,7 +151,9 @@ def api_errors(what: str) -> Iterator[None]:
 
 
 def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None,
-          content_type: str = "application/json", raw: bool = False) -> Any:
+          content_type: str = "application/json", raw: bool = False, discard: bool = False) -> Any:
+    """One request; its answer parsed (JSON), as text (`raw`), or not at all (`discard`: a write whose caller does
+    not need the object back — parsing a Deployment the operator just sent costs more than sending it)."""
     api = client()
     method_, url, headers, payload, post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
@@ -163,6 +165,8 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
         error = ApiException(status=response.status, reason=response.reason)
         error.body = data.decode(errors="replace") if isinstance(data, bytes) else data
         raise error
+    if discard:
+        return None
     if raw:
         return data.decode(errors="replace") if isinstance(data, bytes) else data
     return json.loads(data) if data else None
@@ -215,16 +219,18 @@ def served_resources(group: str, version: str) -> set[str]:
     return {str(r.get("name")) for r in (result or {}).get("resources") or []}
 
 
-def create(resource: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = _call("POST", resource.path(namespace), body=body)
-    return result
+def create(resource: Resource, namespace: str | None, body: dict[str, Any], discard: bool = False) -> dict[str, Any]:
+    """Create `body`; the object as stored, or {} with `discard` (the answer is not read)."""
+    result: dict[str, Any] | None = _call("POST", resource.path(namespace), body=body, discard=discard)
+    return result or {}
 
 
 def patch(resource: Resource, namespace: str | None, name: str, body: dict[str, Any],
-          subresource: str | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = _call("PATCH", resource.path(namespace, name, subresource), body=body,
-                                   content_type="application/merge-patch+json")
-    return result
+          subresource: str | None = None, discard: bool = False) -> dict[str, Any]:
+    """Merge-patch; the object as stored, or {} with `discard` (the answer is not read)."""
+    result: dict[str, Any] | None = _call("PATCH", resource.path(namespace, name, subresource), body=body,
+                                          content_type="application/merge-patch+json", discard=discard)
+    return result or {}
 
 
 def delete(resource: Resource, namespace: str | None, name: str) -> None:
@@ -270,4 +276,4 @@ def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str
         "lastTimestamp": now,
         "count": 1,
     }
-    create(EVENTS, namespace, body)
+    create(EVENTS, namespace, body, discard=True)

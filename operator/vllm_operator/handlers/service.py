@@ -162,7 +162,7 @@ def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]
     written, rest = [], []
     for index, child in enumerate(children):
         try:
-            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child)
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
         except ApiException as exc:
             if exc.status in (400, 422):  # refused: the same object would be refused again
                 with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
@@ -394,7 +394,9 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)
+# `field`/`value`: kopf skips a Deployment the controller has not looked at yet (no status: the reconcile's status
+# stands) without building the handler's arguments — every new service's Deployment, in a burst of creations.
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, field="status", value=kopf.PRESENT, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
     """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":
