@@ -194,6 +194,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
                 created[namespace, name] = time.monotonic()
 
         start = time.monotonic()
+        server_cpu_start = time.process_time()  # this process: the emulated API server and the creating clients
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(create, range(count)))
         created_all = time.monotonic()
@@ -203,6 +204,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
 
         settled = _wait_settled(server, count, deadline=start + timeout) if settle else None
         cpu = (_cpu_seconds(process.pid) or 0.0) - cpu_idle
+        server_cpu = time.process_time() - server_cpu_start
         settled_seconds = round(settled - start, 3) if settled else None
         steady: dict[str, Any] = {}
         if idle_seconds > 0 and settled:  # nothing changes now: what does the operator cost at rest with `count` services?
@@ -240,6 +242,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
                 "mean": round(statistics.fmean(latencies), 3) if latencies else None,
             },
             "operator_cpu_seconds": round(cpu, 2),
+            "api_server_and_clients_cpu_seconds": round(server_cpu, 2),
             "operator_rss_idle_mib": round(rss_idle / 2**20, 1) if rss_idle else None,
             "operator_peak_rss_mib": round(peak_rss / 2**20, 1) if peak_rss else None,
             "api_requests": len(server.emulator.access_log),
@@ -309,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{base_per_service:.1f} API requests per service "
               f"(operator: {result['operator_cpu_seconds'] / max(result['count'], 1) * 1000:.1f} ms, "
               f"{per_service:.1f})")
+        print(f"API server + clients CPU:    {base['api_server_and_clients_cpu_seconds'] / max(base['count'], 1) * 1000:.1f}"
+              f" ms per service with bare kopf, "
+              f"{result['api_server_and_clients_cpu_seconds'] / max(result['count'], 1) * 1000:.1f} ms with the operator "
+              "(the emulated API server runs in this process)")
         print(f"operator / bare kopf:        {result['throughput_per_s'] / max(base['throughput_per_s'], 1e-9):.2f} "
               "of the framework floor's throughput")
     if args.json:

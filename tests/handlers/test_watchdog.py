@@ -116,7 +116,7 @@ def _handled(h: Cluster, name: str) -> dict[str, Any]:
 
 
 def _sweeps(h: Cluster) -> int:
-    return sum(1 for r in h.server.emulator.accessed() if r.verb == "list" and r.resource == "vllmservices")
+    return sum(1 for r in list(h.server.emulator.access_log) if r.verb == "list" and r.resource == "vllmservices")
 
 
 def test_the_watchdog_restores_a_deleted_deployment_and_puts_no_finalizer(fast: Cluster) -> None:
@@ -168,3 +168,32 @@ def test_the_watchdog_never_renders_an_older_spec(fast: Cluster, monkeypatch: py
 
     assert not watchdog.reconcile_current("llama", "default", stale.generation, watchdog.log)
     assert h.deployment("llama")["spec"]["replicas"] == 2
+
+
+def test_shared_reads_read_once_until_a_write(tmp_path: Path) -> None:
+    """kube.shared_reads: the watchdog's ladder look and drift check share one read of the service and its
+    Deployment; any write (and leaving the block) makes the next read go to the API again."""
+    h = Cluster(tmp_path)
+    try:
+        h.create("llama", {"model": {"name": QWEN_7B}})
+        kube.configure(str(h.kubeconfig))
+
+        def reads() -> int:
+            return sum(1 for r in list(h.server.emulator.access_log) if r.verb == "get" and r.resource == "vllmservices")
+
+        before = reads()
+        with kube.shared_reads():
+            first = kube.get(kube.VLLMSERVICES, "default", "llama")
+            assert first is not None
+            first["spec"]["replicas"] = 7  # a caller's change stays the caller's
+            again = kube.get(kube.VLLMSERVICES, "default", "llama")
+            assert again is not None and again["spec"].get("replicas") != 7
+            assert reads() == before + 1
+            kube.patch(kube.VLLMSERVICES, "default", "llama", {"metadata": {"labels": {"a": "b"}}})
+            fresh = kube.get(kube.VLLMSERVICES, "default", "llama")
+            assert fresh is not None and fresh["metadata"]["labels"] == {"a": "b"}
+            assert reads() == before + 2
+        kube.get(kube.VLLMSERVICES, "default", "llama")
+        assert reads() == before + 3
+    finally:
+        h.close()

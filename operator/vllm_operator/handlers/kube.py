@@ -7,6 +7,7 @@ Errors are mapped to kopf's in one place (`api_errors`): 409 → retry soon, 5xx
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -154,6 +155,8 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
           content_type: str = "application/json", raw: bool = False, discard: bool = False) -> Any:
     """One request; its answer parsed (JSON), as text (`raw`), or not at all (`discard`: a write whose caller does
     not need the object back — parsing a Deployment the operator just sent costs more than sending it)."""
+    if method != "GET":
+        _forget_reads()  # a write (even one that fails) may change what was read
     api = client()
     method_, url, headers, payload, post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
@@ -172,14 +175,42 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
     return json.loads(data) if data else None
 
 
-def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+_reads = threading.local()
+
+
+@contextlib.contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within this block (on this thread) a second `get` of an object returns the first one's answer, until any
+    write through this module: the watchdog's look at one service reads the service and its Deployment once for
+    the ladder and the drift check together."""
+    outer = getattr(_reads, "cache", None)
+    _reads.cache = {} if outer is None else outer
     try:
-        result: dict[str, Any] = _call("GET", resource.path(namespace, name))
-        return result
+        yield
+    finally:
+        _reads.cache = outer
+
+
+def _forget_reads() -> None:
+    cache = getattr(_reads, "cache", None)
+    if cache:
+        cache.clear()
+
+
+def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+    path = resource.path(namespace, name)
+    cache: dict[str, Any] | None = getattr(_reads, "cache", None)
+    if cache is not None and path in cache:
+        return copy.deepcopy(cache[path])
+    try:
+        result: dict[str, Any] | None = _call("GET", path)
     except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+        if exc.status != 404:
+            raise
+        result = None
+    if cache is not None:
+        cache[path] = copy.deepcopy(result)
+    return result
 
 
 def get_service(namespace: str, name: str) -> tuple[dict[str, Any], Any] | None:

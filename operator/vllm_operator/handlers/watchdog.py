@@ -163,9 +163,10 @@ def watch_service(namespace: str, name: str, watched: Watched, logger: logging.L
     if answered_failure(watched.status, watched.generation):
         return
     allow_step_up = bool((watched.spec.get("remediation") or {}).get("allowStepUp"))
-    if remediate_service(namespace, name, logger) is None and not (
-            allow_step_up and step_up_service(namespace, name, logger)):
-        reconcile_current(name, namespace, watched.generation, logger, node_max_age=WATCHDOG_NODE_MAX_AGE)
+    with kube.shared_reads():  # the service and its Deployment are read once for the three looks (until a write)
+        if remediate_service(namespace, name, logger) is None and not (
+                allow_step_up and step_up_service(namespace, name, logger)):
+            reconcile_current(name, namespace, watched.generation, logger, node_max_age=WATCHDOG_NODE_MAX_AGE)
 
 
 class Sweeper:
