@@ -201,7 +201,8 @@ def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] 
     path = resource.path(namespace, name)
     cache: dict[str, Any] | None = getattr(_reads, "cache", None)
     if cache is not None and path in cache:
-        return copy.deepcopy(cache[path])
+        cached: dict[str, Any] | None = copy.deepcopy(cache[path])
+        return cached
     try:
         result: dict[str, Any] | None = _call("GET", path)
     except ApiException as exc:
