@@ -197,3 +197,18 @@ def test_shared_reads_read_once_until_a_write(tmp_path: Path) -> None:
         assert reads() == before + 3
     finally:
         h.close()
+
+
+def test_list_pages_follows_the_continue_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real API server pages a list (`limit`, `continue`); the watchdog's list holds one page at a time."""
+    pages = {None: {"metadata": {"continue": "p2"}, "items": [{"n": 1}, {"n": 2}]},
+             "p2": {"metadata": {"continue": ""}, "items": [{"n": 3}]}}
+    asked: list[list[tuple[str, Any]]] = []
+
+    def call(method: str, path: str, query: list[tuple[str, Any]], **_: Any) -> dict[str, Any]:
+        asked.append(query)
+        return pages[dict(query).get("continue")]
+
+    monkeypatch.setattr(kube, "_call", call)
+    assert [item["n"] for item in kube.list_pages(kube.VLLMSERVICES, "default", limit=2)] == [1, 2, 3]
+    assert asked == [[("limit", 2)], [("limit", 2), ("continue", "p2")]]

@@ -240,6 +240,18 @@ def list_objects(resource: Resource, namespace: str | None = None, label_selecto
     return items
 
 
+def list_pages(resource: Resource, namespace: str | None = None, limit: int = 250) -> Iterator[dict[str, Any]]:
+    """The objects, `limit` per request (the API server's `continue` token): one page in memory at a time."""
+    token: str | None = None
+    while True:
+        query: list[tuple[str, Any]] = [("limit", limit)] + ([("continue", token)] if token else [])
+        result = _call("GET", resource.path(namespace), query=query) or {}
+        yield from result.get("items") or []
+        token = (result.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def served_resources(group: str, version: str) -> set[str]:
     """The resources (plurals) the API serves in group/version: empty when the group is not installed (404)."""
     try:

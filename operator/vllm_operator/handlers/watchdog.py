@@ -56,22 +56,24 @@ class Watched:
     uid: str
     generation: int
     spec: dict[str, Any]
-    status: dict[str, Any]
+    #: the status holds a permanent failure of this generation: it waits for a spec change, not for the watchdog
+    failed: bool
 
 
 def list_services(namespaces: tuple[str, ...]) -> list[tuple[tuple[str, str], Watched]]:
-    """The VLLMServices of the watched namespaces (all when empty), in a stable order: one list per round."""
+    """The VLLMServices of the watched namespaces (all when empty), in a stable order: one list per round, read in
+    pages, of which only what a round needs is kept (not the statuses)."""
     found = []
     with kube.api_errors("list VLLMServices"):
-        items = [item for namespace in namespaces or (None,)
-                 for item in kube.list_objects(kube.VLLMSERVICES, namespace)]
-    for item in items:
-        meta = item.get("metadata") or {}
-        if meta.get("deletionTimestamp") or not meta.get("name"):
-            continue
-        found.append(((str(meta.get("namespace") or ""), str(meta["name"])), Watched(
-            uid=str(meta.get("uid") or ""), generation=int(meta.get("generation") or 1),
-            spec=dict(item.get("spec") or {}), status=dict(item.get("status") or {}))))
+        for namespace in namespaces or (None,):
+            for item in kube.list_pages(kube.VLLMSERVICES, namespace):
+                meta = item.get("metadata") or {}
+                if meta.get("deletionTimestamp") or not meta.get("name"):
+                    continue
+                generation = int(meta.get("generation") or 1)
+                found.append(((str(meta.get("namespace") or ""), str(meta["name"])), Watched(
+                    uid=str(meta.get("uid") or ""), generation=generation, spec=dict(item.get("spec") or {}),
+                    failed=answered_failure(item.get("status") or {}, generation))))
     return sorted(found, key=lambda entry: entry[0])
 
 
@@ -160,7 +162,7 @@ def replica_active(peering: Peering) -> bool:
 def watch_service(namespace: str, name: str, watched: Watched, logger: logging.Logger | kopf.Logger = log) -> None:
     """Look at one service: a missed pod failure (a ladder step), a due step up, or drift (a reconcile that
     writes only what changed). A permanent failure waits for a spec change, not for the watchdog."""
-    if answered_failure(watched.status, watched.generation):
+    if watched.failed:
         return
     allow_step_up = bool((watched.spec.get("remediation") or {}).get("allowStepUp"))
     with kube.shared_reads():  # the service and its Deployment are read once for the three looks (until a write)
