@@ -94,6 +94,7 @@ def test_replica_active_on_real_peering_objects(tmp_path: Path) -> None:
 def fast(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cluster]:
     """An operator whose watchdog starts at once and goes round every second."""
     monkeypatch.setattr(watchdog, "WATCHDOG_INITIAL_DELAY", 0.0)
+    monkeypatch.setattr(watchdog, "WATCHDOG_MIN_AGE", 0.0)
     monkeypatch.setattr(watchdog, "WATCHDOG_INTERVAL", 1.0)
     monkeypatch.setattr(watchdog, "PEERING_RECHECK", 0.0)
     cluster = Cluster(tmp_path)
@@ -150,6 +151,19 @@ def test_a_paused_replica_sweeps_nothing(fast: Cluster, monkeypatch: pytest.Monk
     h.wait_for(lambda: len(asked) >= seen + 4, message="the watchdog asked peering several times")
     assert h.deployment("llama") is None  # nothing repaired
     assert _sweeps(h) == lists  # not even listed
+
+
+def test_a_young_service_is_left_to_its_creation_handler(fast: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = fast
+    monkeypatch.setattr(watchdog, "WATCHDOG_MIN_AGE", 3600.0)
+    h.start_operator()
+    h.create("llama", {"model": {"name": QWEN_7B}})
+    h.wait_deployment("llama")
+    _handled(h, "llama")
+    h.server.delete_object("deployments", "llama", "default")
+    lists = _sweeps(h)
+    h.wait_for(lambda: _sweeps(h) >= lists + 3, message="three rounds")
+    assert h.deployment("llama") is None  # listed, but too young to be looked at
 
 
 def test_the_watchdog_never_renders_an_older_spec(fast: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:

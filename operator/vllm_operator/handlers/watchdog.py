@@ -7,7 +7,9 @@ Why not `@kopf.timer`: kopf puts a finalizer on every object that has a timer (o
 cycle, per new service) and keeps one asyncio task per object; a kopf index instead would cost a handler call on
 every event of every service. Here one task lists the services once per round and walks the list, spreading them
 over `WATCHDOG_INTERVAL` so the API sees a steady trickle, not a burst. A service whose spec changed since the list
-(its generation moved) is left to its update handler: the watchdog never renders an older spec.
+(its generation moved) is left to its update handler: the watchdog never renders an older spec. A service younger
+than `WATCHDOG_MIN_AGE` is left to its creation handler (as the timer's initial delay did): a burst of creations is
+not swept while it is being created.
 
 Peering: kopf pauses a replica when its peering object names a live peer of the same or a higher priority; it
 stops the timers of a paused replica, but it does not expose the pause. The sweep applies kopf's own rule to the
@@ -40,6 +42,8 @@ log = logging.getLogger("vllm_operator.watchdog")
 WATCHDOG_INTERVAL = 120.0
 #: The first round starts this long after the operator (seconds): the creations and resumes go first.
 WATCHDOG_INITIAL_DELAY = 60.0
+#: A service younger than this (seconds) is left to its creation handler (a burst of creations is not swept).
+WATCHDOG_MIN_AGE = 60.0
 #: How old a list of the GPU nodes the watchdog's re-plan may use (seconds): one list serves many services.
 WATCHDOG_NODE_MAX_AGE = 60.0
 #: How long a reading of the peering object holds during a round (seconds).
@@ -58,6 +62,16 @@ class Watched:
     spec: dict[str, Any]
     #: the status holds a permanent failure of this generation: it waits for a spec change, not for the watchdog
     failed: bool
+    #: metadata.creationTimestamp (None: unreadable)
+    created: datetime | None = None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def list_services(namespaces: tuple[str, ...]) -> list[tuple[tuple[str, str], Watched]]:
@@ -73,7 +87,8 @@ def list_services(namespaces: tuple[str, ...]) -> list[tuple[tuple[str, str], Wa
                 generation = int(meta.get("generation") or 1)
                 found.append(((str(meta.get("namespace") or ""), str(meta["name"])), Watched(
                     uid=str(meta.get("uid") or ""), generation=generation, spec=dict(item.get("spec") or {}),
-                    failed=answered_failure(item.get("status") or {}, generation))))
+                    failed=answered_failure(item.get("status") or {}, generation),
+                    created=_timestamp(meta.get("creationTimestamp")))))
     return sorted(found, key=lambda entry: entry[0])
 
 
@@ -203,6 +218,9 @@ class Sweeper:
         except Exception as exc:  # the API is down or refuses: nothing to walk this round
             log.warning("watchdog: cannot list the VLLMServices (%s); next round", exc)
             return
+        now = datetime.now(UTC)
+        services = [(key, watched) for key, watched in services
+                    if watched.created is None or (now - watched.created).total_seconds() >= WATCHDOG_MIN_AGE]
         step = interval * 0.9 / max(len(services), 1)
         for (namespace, name), watched in services:
             turn = time.monotonic() + step
