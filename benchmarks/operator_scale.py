@@ -14,7 +14,7 @@ burst against a bare kopf operator (benchmarks/bare_kopf_operator.py: one fixed 
 prints the operator's throughput as a fraction of that framework floor (`--no-baseline` skips it).
 
 Usage: python benchmarks/operator_scale.py [--count N] [--threads T] [--timeout S] [--json OUT] [--keep-log FILE]
-                                         [--idle-seconds S] [--operator-command CMD] [--no-baseline]
+                                         [--idle-seconds S] [--operator-command CMD] [--pairs N] [--no-baseline]
 """
 
 from __future__ import annotations
@@ -277,13 +277,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="afterwards, measure the operator's CPU and API traffic at rest for this long")
     parser.add_argument("--operator-command", help="run this instead of vllm-operator (e.g. a profiling wrapper); "
                                                    "`run -A --standalone ...` is appended")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="run the operator and the bare-kopf baseline this many times, one after the other, and "
+                             "print each pair's ratio and the median (the machine's load moves single ratios)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the bare-kopf baseline (benchmarks/bare_kopf_operator.py: one fixed Deployment "
                              "per VLLMService, the framework floor) run after the operator")
     args = parser.parse_args(argv)
-    result = run(args.count, args.threads, args.timeout, args.keep_log, args.operator_command, args.idle_seconds)
-    if not args.no_baseline:
-        result["bare_kopf"] = run(args.count, args.threads, args.timeout, None, BARE_KOPF, settle=False)
+    ratios: list[float] = []
+    for _ in range(max(1, args.pairs)):
+        result = run(args.count, args.threads, args.timeout, args.keep_log, args.operator_command, args.idle_seconds)
+        if not args.no_baseline:
+            result["bare_kopf"] = run(args.count, args.threads, args.timeout, None, BARE_KOPF, settle=False)
+            ratios.append(result["throughput_per_s"] / max(result["bare_kopf"]["throughput_per_s"], 1e-9))
+            if args.pairs > 1:
+                print(f"pair {len(ratios)}: operator {result['throughput_per_s']}/s, bare kopf "
+                      f"{result['bare_kopf']['throughput_per_s']}/s: {ratios[-1]:.2f}", flush=True)
+    result["ratios"] = [round(r, 3) for r in ratios]
     lat = result["latency_s"]
     print(f"VLLMServices created:        {result['count']} in {result['create_seconds']} s "
           f"({result['create_rate_per_s']}/s, {result['threads']} client threads)")
@@ -318,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
               "(the emulated API server runs in this process)")
         print(f"operator / bare kopf:        {result['throughput_per_s'] / max(base['throughput_per_s'], 1e-9):.2f} "
               "of the framework floor's throughput")
+        if len(ratios) > 1:
+            print(f"over {len(ratios)} pairs:              median {statistics.median(ratios):.2f}, "
+                  f"min {min(ratios):.2f}, max {max(ratios):.2f} (" + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["complete"] else 1
