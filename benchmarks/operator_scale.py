@@ -14,7 +14,7 @@ burst against a bare kopf operator (benchmarks/bare_kopf_operator.py: one fixed 
 prints the operator's throughput as a fraction of that framework floor (`--no-baseline` skips it).
 
 Usage: python benchmarks/operator_scale.py [--count N] [--threads T] [--timeout S] [--json OUT] [--keep-log FILE]
-                                         [--idle-seconds S] [--operator-command CMD] [--no-baseline]
+                                         [--idle-seconds S] [--operator-command CMD] [--pairs N] [--no-baseline]
 """
 
 from __future__ import annotations
@@ -194,6 +194,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
                 created[namespace, name] = time.monotonic()
 
         start = time.monotonic()
+        server_cpu_start = time.process_time()  # this process: the emulated API server and the creating clients
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(create, range(count)))
         created_all = time.monotonic()
@@ -203,6 +204,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
 
         settled = _wait_settled(server, count, deadline=start + timeout) if settle else None
         cpu = (_cpu_seconds(process.pid) or 0.0) - cpu_idle
+        server_cpu = time.process_time() - server_cpu_start
         settled_seconds = round(settled - start, 3) if settled else None
         steady: dict[str, Any] = {}
         if idle_seconds > 0 and settled:  # nothing changes now: what does the operator cost at rest with `count` services?
@@ -240,6 +242,7 @@ def run(count: int, threads: int, timeout: float, keep_log: Path | None,
                 "mean": round(statistics.fmean(latencies), 3) if latencies else None,
             },
             "operator_cpu_seconds": round(cpu, 2),
+            "api_server_and_clients_cpu_seconds": round(server_cpu, 2),
             "operator_rss_idle_mib": round(rss_idle / 2**20, 1) if rss_idle else None,
             "operator_peak_rss_mib": round(peak_rss / 2**20, 1) if peak_rss else None,
             "api_requests": len(server.emulator.access_log),
@@ -274,13 +277,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="afterwards, measure the operator's CPU and API traffic at rest for this long")
     parser.add_argument("--operator-command", help="run this instead of vllm-operator (e.g. a profiling wrapper); "
                                                    "`run -A --standalone ...` is appended")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="run the operator and the bare-kopf baseline this many times, one after the other, and "
+                             "print each pair's ratio and the median (the machine's load moves single ratios)")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip the bare-kopf baseline (benchmarks/bare_kopf_operator.py: one fixed Deployment "
                              "per VLLMService, the framework floor) run after the operator")
     args = parser.parse_args(argv)
-    result = run(args.count, args.threads, args.timeout, args.keep_log, args.operator_command, args.idle_seconds)
-    if not args.no_baseline:
-        result["bare_kopf"] = run(args.count, args.threads, args.timeout, None, BARE_KOPF, settle=False)
+    ratios: list[float] = []
+    for _ in range(max(1, args.pairs)):
+        result = run(args.count, args.threads, args.timeout, args.keep_log, args.operator_command, args.idle_seconds)
+        if not args.no_baseline:
+            result["bare_kopf"] = run(args.count, args.threads, args.timeout, None, BARE_KOPF, settle=False)
+            ratios.append(result["throughput_per_s"] / max(result["bare_kopf"]["throughput_per_s"], 1e-9))
+            if args.pairs > 1:
+                print(f"pair {len(ratios)}: operator {result['throughput_per_s']}/s, bare kopf "
+                      f"{result['bare_kopf']['throughput_per_s']}/s: {ratios[-1]:.2f}", flush=True)
+    result["ratios"] = [round(r, 3) for r in ratios]
     lat = result["latency_s"]
     print(f"VLLMServices created:        {result['count']} in {result['create_seconds']} s "
           f"({result['create_rate_per_s']}/s, {result['threads']} client threads)")
@@ -309,8 +322,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{base_per_service:.1f} API requests per service "
               f"(operator: {result['operator_cpu_seconds'] / max(result['count'], 1) * 1000:.1f} ms, "
               f"{per_service:.1f})")
+        print(f"API server + clients CPU:    {base['api_server_and_clients_cpu_seconds'] / max(base['count'], 1) * 1000:.1f}"
+              f" ms per service with bare kopf, "
+              f"{result['api_server_and_clients_cpu_seconds'] / max(result['count'], 1) * 1000:.1f} ms with the operator "
+              "(the emulated API server runs in this process)")
         print(f"operator / bare kopf:        {result['throughput_per_s'] / max(base['throughput_per_s'], 1e-9):.2f} "
               "of the framework floor's throughput")
+        if len(ratios) > 1:
+            print(f"over {len(ratios)} pairs:              median {statistics.median(ratios):.2f}, "
+                  f"min {min(ratios):.2f}, max {max(ratios):.2f} (" + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result["complete"] else 1

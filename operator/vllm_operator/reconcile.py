@@ -8,6 +8,8 @@ calls. The kopf handlers (vllm_operator.handlers) only gather `Observed` and app
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -271,6 +273,35 @@ def discover_pools(nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog) -> l
     return [(group[0], len(group), _product_label(nodes, group[0], catalog)) for group in pools.values()]
 
 
+#: Plans of recent requests (the planner is a pure function of its frozen request): a burst of services with the same
+#: model, GPUs and flags, or the watchdog's re-plan of an unchanged service, asks the same question again.
+PLAN_CACHE_SIZE = 512
+_plan_cache: OrderedDict[str, Plan] = OrderedDict()
+_plan_cache_lock = threading.Lock()
+
+
+def _plan_key(request: PlanRequest) -> str:
+    """Every field of the request (the JSON dump, plus the speculation's draft architecture, which it leaves out)."""
+    draft = request.speculation.draft_arch if request.speculation is not None else None
+    return request.model_dump_json() + ("" if draft is None else "\x00" + draft.model_dump_json())
+
+
+def cached_plan(request: PlanRequest) -> Plan:
+    """`planner.plan(request)`, remembered for the last PLAN_CACHE_SIZE requests; each caller gets its own copy."""
+    key = _plan_key(request)
+    with _plan_cache_lock:
+        hit = _plan_cache.get(key)
+        if hit is not None:
+            _plan_cache.move_to_end(key)
+    if hit is None:
+        hit = plan(request)
+        with _plan_cache_lock:
+            _plan_cache[key] = hit
+            while len(_plan_cache) > PLAN_CACHE_SIZE:
+                _plan_cache.popitem(last=False)
+    return hit.model_copy(deep=True)
+
+
 def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Mapping[str, str]], catalog: GPUCatalog,
                      constraints: Constraints, resolved: tuple[GPUSpec, str, str | None, int | None],
                      ) -> tuple[GPUSpec, str, str | None, int | None, Plan]:
@@ -287,12 +318,12 @@ def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Map
     if spec.gpu.product and node_count is None and same:
         node_count = max(same)  # the product's nodes have this many GPUs: plan within them
         how += f"; its nodes have up to {node_count} GPU(s) each"
-    result = plan(plan_request(spec, arch, gpu, constraints, node_count))
+    result = cached_plan(plan_request(spec, arch, gpu, constraints, node_count))
     planned: list[_Pool] = []
     for node_gpu, count, pool_label in pools:
         if spec.gpu.product:
             continue
-        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         planned.append(_Pool(node_gpu, count, pool_label, res))
     if len(planned) > 1:
         ranked = sorted(planned, key=_pool_rank)
@@ -325,7 +356,7 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
     for node_gpu, _count, _label in pools:
         if node_gpu.spec.name == gpu.name:
             continue
-        res = plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         if res.fits and (res.usable or not result.fits):
             options.append(Option(
                 summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",

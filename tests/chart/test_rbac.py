@@ -123,8 +123,13 @@ class Run:
         return deployment["spec"]["template"]["spec"]["containers"][0]["args"] if deployment else None
 
     def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        """The condition as written for the service's current generation. (`create_service` stores through the
+        emulator's direct path, which skips the CRD's defaults: the operator's first patch adds them and moves the
+        generation once, which a real API server, defaulting at create, never does.)"""
         service = self.get("vllmservices", name, namespace) or {}
-        return next((c for c in (service.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+        generation = (service.get("metadata") or {}).get("generation")
+        return next((c for c in (service.get("status") or {}).get("conditions") or []
+                     if c["type"] == type_ and c.get("observedGeneration") == generation), None)
 
     def create_service(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
         self.server.create_object("vllmservices", {

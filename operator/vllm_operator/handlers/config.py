@@ -26,6 +26,8 @@ class OperatorConfig:
     reconcile_timeout_seconds: float = 60.0
     #: the model cache of services without spec.modelCache (render/cache.py)
     model_cache: CacheSettings = field(default_factory=CacheSettings)
+    #: this replica's identity in kopf's peering object (the watchdog reads the object with it)
+    peering_identity: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

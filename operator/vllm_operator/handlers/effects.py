@@ -170,7 +170,7 @@ def patch_status(namespace: str, name: str, service: Mapping[str, Any], new: VLL
     if version:
         body["metadata"] = {"resourceVersion": version}
     try:
-        kube.patch(kube.VLLMSERVICES, namespace, name, body, subresource="status")
+        kube.patch(kube.VLLMSERVICES, namespace, name, body, subresource="status", discard=True)
     except ApiException as exc:
         if exc.status == 409:
             return None

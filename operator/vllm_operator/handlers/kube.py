@@ -7,6 +7,7 @@ Errors are mapped to kopf's in one place (`api_errors`): 409 → retry soon, 5xx
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -151,7 +152,11 @@ def api_errors(what: str) -> Iterator[None]:
 
 
 def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]] | None = None,
-          content_type: str = "application/json", raw: bool = False) -> Any:
+          content_type: str = "application/json", raw: bool = False, discard: bool = False) -> Any:
+    """One request; its answer parsed (JSON), as text (`raw`), or not at all (`discard`: a write whose caller does
+    not need the object back — parsing a Deployment the operator just sent costs more than sending it)."""
+    if method != "GET":
+        _forget_reads()  # a write (even one that fails) may change what was read
     api = client()
     method_, url, headers, payload, post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
@@ -163,19 +168,50 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
         error = ApiException(status=response.status, reason=response.reason)
         error.body = data.decode(errors="replace") if isinstance(data, bytes) else data
         raise error
+    if discard:
+        return None
     if raw:
         return data.decode(errors="replace") if isinstance(data, bytes) else data
     return json.loads(data) if data else None
 
 
-def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+_reads = threading.local()
+
+
+@contextlib.contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within this block (on this thread) a second `get` of an object returns the first one's answer, until any
+    write through this module: the watchdog's look at one service reads the service and its Deployment once for
+    the ladder and the drift check together."""
+    outer = getattr(_reads, "cache", None)
+    _reads.cache = {} if outer is None else outer
     try:
-        result: dict[str, Any] = _call("GET", resource.path(namespace, name))
-        return result
+        yield
+    finally:
+        _reads.cache = outer
+
+
+def _forget_reads() -> None:
+    cache = getattr(_reads, "cache", None)
+    if cache:
+        cache.clear()
+
+
+def get(resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+    path = resource.path(namespace, name)
+    cache: dict[str, Any] | None = getattr(_reads, "cache", None)
+    if cache is not None and path in cache:
+        cached: dict[str, Any] | None = copy.deepcopy(cache[path])
+        return cached
+    try:
+        result: dict[str, Any] | None = _call("GET", path)
     except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+        if exc.status != 404:
+            raise
+        result = None
+    if cache is not None:
+        cache[path] = copy.deepcopy(result)
+    return result
 
 
 def get_service(namespace: str, name: str) -> tuple[dict[str, Any], Any] | None:
@@ -204,6 +240,18 @@ def list_objects(resource: Resource, namespace: str | None = None, label_selecto
     return items
 
 
+def list_pages(resource: Resource, namespace: str | None = None, limit: int = 250) -> Iterator[dict[str, Any]]:
+    """The objects, `limit` per request (the API server's `continue` token): one page in memory at a time."""
+    token: str | None = None
+    while True:
+        query: list[tuple[str, Any]] = [("limit", limit)] + ([("continue", token)] if token else [])
+        result = _call("GET", resource.path(namespace), query=query) or {}
+        yield from result.get("items") or []
+        token = (result.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def served_resources(group: str, version: str) -> set[str]:
     """The resources (plurals) the API serves in group/version: empty when the group is not installed (404)."""
     try:
@@ -215,16 +263,18 @@ def served_resources(group: str, version: str) -> set[str]:
     return {str(r.get("name")) for r in (result or {}).get("resources") or []}
 
 
-def create(resource: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = _call("POST", resource.path(namespace), body=body)
-    return result
+def create(resource: Resource, namespace: str | None, body: dict[str, Any], discard: bool = False) -> dict[str, Any]:
+    """Create `body`; the object as stored, or {} with `discard` (the answer is not read)."""
+    result: dict[str, Any] | None = _call("POST", resource.path(namespace), body=body, discard=discard)
+    return result or {}
 
 
 def patch(resource: Resource, namespace: str | None, name: str, body: dict[str, Any],
-          subresource: str | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = _call("PATCH", resource.path(namespace, name, subresource), body=body,
-                                   content_type="application/merge-patch+json")
-    return result
+          subresource: str | None = None, discard: bool = False) -> dict[str, Any]:
+    """Merge-patch; the object as stored, or {} with `discard` (the answer is not read)."""
+    result: dict[str, Any] | None = _call("PATCH", resource.path(namespace, name, subresource), body=body,
+                                          content_type="application/merge-patch+json", discard=discard)
+    return result or {}
 
 
 def delete(resource: Resource, namespace: str | None, name: str) -> None:
@@ -270,4 +320,4 @@ def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str
         "lastTimestamp": now,
         "count": 1,
     }
-    create(EVENTS, namespace, body)
+    create(EVENTS, namespace, body, discard=True)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import getpass
 import os
+import secrets
+import socket
 import zlib
 
 import kopf
@@ -12,6 +16,7 @@ from . import (
     config,
     kube,
     metrics_watch,  # noqa: F401  (registers the metrics daemon on the registry)
+    watchdog,  # noqa: F401  (registers the watchdog's index and sweep on the registry)
 )
 from .service import registry
 
@@ -22,6 +27,20 @@ def peering_priority(explicit: int | None) -> int:
         return explicit
     pod = os.environ.get("POD_ID") or os.environ.get("HOSTNAME") or ""
     return zlib.crc32(pod.encode()) % 2**31 if pod else 0
+
+
+def peering_identity() -> str:
+    """This replica's name in kopf's peering object, chosen here (as kopf would: the pod, else user@host, start time
+    and a random suffix) so that the watchdog knows which entry is its own."""
+    pod = os.environ.get("POD_ID")
+    if pod:
+        return pod
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    started = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    return f"{user}@{socket.gethostname()}/{started}/{secrets.token_hex(2)}"
 
 
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
@@ -37,7 +56,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
                      default_image=default_image or None, metrics_interval_seconds=metrics_interval,
                      prometheus_selector=prometheus_selector or None,
                      namespaces=() if all_namespaces else tuple(namespaces),
-                     model_cache=model_cache or CacheSettings())
+                     model_cache=model_cache or CacheSettings(), peering_identity=peering_identity())
     if metrics_port:
         from ..metrics import start_metrics_server
 
@@ -50,6 +69,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
         liveness_endpoint=liveness or None,
         standalone=peering is None,
         priority=peering_priority(priority),
+        identity=config.CONFIG.peering_identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
         peering_name=peering,  # kopf makes peering mandatory when a name is given: the chart installs its CRDs
     )
     return 0

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -31,19 +31,41 @@ from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, downloads, effects, kube, lws, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
-from .remediation import remediate_service, step_up_service
+from .remediation import remediate_service
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
+class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's annotation diff base with the same essence, built without deep-copying the status and the system
+    metadata it drops at once (kopf copies the whole body first: on every event of every VLLMService)."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        if extra_fields:  # fields kopf tracks beyond the essence (none today): kopf's own way
+            return super().build(body=body, extra_fields=extra_fields)
+        meta = body.get("metadata") or {}
+        lean: dict[str, Any] = {key: value for key, value in body.items() if key not in ("metadata", "status")}
+        # what the essence keeps (labels, annotations) and what kopf reads to name its own annotation (owners)
+        lean["metadata"] = {key: meta[key] for key in ("labels", "annotations", "ownerReferences") if key in meta}
+        return super().build(body=kopf.Body(cast(kopf.RawBody, lean)), extra_fields=extra_fields)
+
+
+#: How long kopf waits for the watch to show its own last patch (seconds; see operator_startup).
+CONSISTENCY_TIMEOUT = 30.0
+
+
 @kopf.on.startup(registry=registry)
 def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="vllm-operator.dev", key="last-handled-configuration")
     settings.persistence.finalizer = "vllm-operator.dev/finalizer"
+    # after its own patch kopf waits this long for the watch to bring the patched version before it handles an older
+    # one (which lacks the last-handled annotation, so the creation would run again); a burst of creations delays
+    # the watch by more than kopf's default 5 s
+    settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
@@ -98,6 +120,21 @@ def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec
                                  stored=stored)
 
 
+def reconcile_current(name: str, namespace: str, generation: int, logger: logging.Logger | kopf.Logger,
+                      node_max_age: float = 0.0) -> bool:
+    """The watchdog's reconcile: on the service as stored now, only while it is still at `generation` (a newer
+    spec is its update handler's to apply, never an older one the watchdog listed). False when it moved or is gone."""
+    with kube.service_lock(namespace, name):
+        with kube.api_errors(f"read {name}"):
+            fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+        meta = (fresh or {}).get("metadata") or {}
+        if fresh is None or meta.get("deletionTimestamp") or int(meta.get("generation") or 1) != generation:
+            return False
+        _reconcile_locked(name, namespace, str(meta.get("uid") or ""), generation, dict(fresh.get("spec") or {}),
+                          dict(fresh.get("status") or {}), logger, node_max_age=node_max_age, stored=fresh)
+    return True
+
+
 #: How long a list of GPU nodes serves the creation of other services (a burst of creations lists the nodes once a
 #: second, not once per service; updates, resumes and the watchdog always list them afresh).
 NODE_CACHE_SECONDS = 1.0
@@ -125,7 +162,7 @@ def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]
     written, rest = [], []
     for index, child in enumerate(children):
         try:
-            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child)
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
         except ApiException as exc:
             if exc.status in (400, 422):  # refused: the same object would be refused again
                 with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
@@ -221,7 +258,7 @@ def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[
 
 
 #: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
-_RECONCILE_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="reconcile")
+RECONCILE_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="reconcile")
 #: The longest pause between retries of a transient failure (seconds).
 MAX_RETRY_DELAY = 600.0
 
@@ -247,7 +284,7 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
     loop = asyncio.get_running_loop()
     timeout = config.CONFIG.reconcile_timeout_seconds
     try:
-        desired = await asyncio.wait_for(loop.run_in_executor(_RECONCILE_POOL, call), timeout=timeout)
+        desired = await asyncio.wait_for(loop.run_in_executor(RECONCILE_POOL, call), timeout=timeout)
     except kube.Rejected as exc:
         await _answer(namespace, name, uid, generation, cond.CHILD_REJECTED,
                       f"{exc}; change the spec so that what the operator renders from it is valid", logger)
@@ -287,7 +324,7 @@ async def _answer(namespace: str, name: str, uid: str, generation: int, reason: 
     """Say what went wrong: Degraded=True (and Ready/Progressing False) with `reason`, and one Event."""
     loop = asyncio.get_running_loop()
     try:
-        await loop.run_in_executor(_RECONCILE_POOL, functools.partial(
+        await loop.run_in_executor(RECONCILE_POOL, functools.partial(
             record_failure, namespace, name, uid, generation, reason, message))
     except Exception as exc:  # the answer could not be written: let kopf retry the whole reconcile
         metrics.RECONCILES.labels(outcome="retry").inc()
@@ -356,7 +393,7 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
         return
     try:
         remediate_service(meta["namespace"], owner, logger)
-    except kopf.TemporaryError as exc:  # event handlers are not retried: the watchdog timer looks again
+    except kopf.TemporaryError as exc:  # event handlers are not retried: the watchdog (handlers/watchdog.py) looks again
         logger.warning("remediation deferred: %s", exc)
 
 
@@ -370,29 +407,9 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-#: The watchdog's period (seconds): a safety net behind the event handlers, so a few requests per service per
-#: period (benchmarks/operator_scale.py --idle-seconds measures the cost at rest).
-WATCHDOG_INTERVAL = 120.0
-#: How old a list of the GPU nodes the watchdog's re-plan may use (seconds): one list serves many services.
-WATCHDOG_NODE_MAX_AGE = 60.0
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=WATCHDOG_INTERVAL, initial_delay=60, idle=30, registry=registry)
-def vllmservice_watchdog(name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
-                         status: kopf.Status, logger: kopf.Logger, **_: Any) -> None:
-    """Periodically: catch pod failures whose events were missed (restarts, deferred steps) and re-apply the plan
-    if anything drifted. Writes nothing when nothing changed."""
-    assert namespace is not None
-    if answered_failure(status, int(meta.get("generation") or 1)):
-        return  # a permanent failure waits for a spec change, not for a timer
-    allow_step_up = bool((spec.get("remediation") or {}).get("allowStepUp"))
-    if remediate_service(namespace, name, logger) is None and not (
-            allow_step_up and step_up_service(namespace, name, logger)):
-        reconcile_service(name, namespace, uid, int(meta.get("generation") or 1), spec, status, logger,
-                          node_max_age=WATCHDOG_NODE_MAX_AGE)
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)
+# `field`/`value`: kopf skips a Deployment the controller has not looked at yet (no status: the reconcile's status
+# stands) without building the handler's arguments — every new service's Deployment, in a burst of creations.
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, field="status", value=kopf.PRESENT, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
     """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":
