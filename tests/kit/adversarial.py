@@ -36,6 +36,7 @@ from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import INT32_MAX, VLLMServiceSpec, _model_class
 from vllm_operator.modelfiles import ModelFiles, find_in_catalog, list_catalog
+from vllm_operator.render import cache
 
 K8S_VERSION = "1.33"
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -199,6 +200,8 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("imagePullPolicy",): st.sampled_from(_lit(("imagePullPolicy",))),
     ("flags", "tensorParallelSize"): st.sampled_from([1, 2, 4, 8]),
     ("flags", "pipelineParallelSize"): st.sampled_from([1, 2]),
+    ("flags", "dataParallelSize"): st.sampled_from([1, 2, 4]),
+    ("flags", "enableExpertParallel"): st.booleans(),
     ("flags", "gpuMemoryUtilization"): st.floats(0.5, 0.95) | st.sampled_from([1e-9, 1.0]),
     ("flags", "maxModelLen"): st.integers(16, 32768),
     ("flags", "maxNumSeqs"): st.integers(1, 256),
@@ -280,6 +283,11 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("remediation", "minIntervalSeconds"): st.sampled_from([0, 60, 7 * 86400]),
     ("remediation", "allowStepUp"): st.booleans(),
     ("remediation", "stableWindowSeconds"): st.sampled_from([0, 3600, 30 * 86400]),
+    ("remediation", "maxGroupRecreations"): st.sampled_from([0, 5, 100]),
+    ("network", "rdmaResources", 0, "name"): st.sampled_from(["rdma/rdma_shared_device_a", "rdma/ib",
+                                                              "nvidia.com/hostdev", "a.b-c/" + "X" * 63]),
+    ("network", "rdmaResources", 0, "count"): st.sampled_from([1, 8, 64]),
+    ("network", "ipcLock"): st.booleans(),
     ("service", "type"): st.sampled_from(_lit(("service", "type"))),
     ("service", "port"): st.sampled_from([1, 8000, 9000, 65535]),
     ("prometheus", "enabled"): st.booleans(),
@@ -315,8 +323,9 @@ def _repair(doc: dict[str, Any]) -> dict[str, Any]:
     """Make a drawn spec obey the cross-field rules (the CEL rules and their Python mirrors), so the valid family
     reaches the planner and the renderer."""
     flags, gpu = doc.get("flags") or {}, doc.get("gpu") or {}
-    if "tensorParallelSize" in flags or "pipelineParallelSize" in flags:
+    if {"tensorParallelSize", "pipelineParallelSize", "dataParallelSize"} & flags.keys():
         world = flags.get("tensorParallelSize", 1) * flags.get("pipelineParallelSize", 1)
+        world *= flags.get("dataParallelSize", 1)
         doc["gpu"] = gpu = {**gpu, "count": world}
     if "count" in gpu:
         gpu["maxCount"] = max(gpu.get("maxCount", 8), gpu["count"])
@@ -335,7 +344,16 @@ def _repair(doc: dict[str, Any]) -> dict[str, Any]:
     _repair_speculative(flags.get("speculativeConfig"))
     _repair_cache(doc)
     _repair_scaling(doc)
+    _repair_network(doc)
     return doc
+
+
+def _repair_network(doc: dict[str, Any]) -> None:
+    network = doc.get("network") or {}
+    if network.get("ipcLock") and (doc.get("security") or {}).get("profile") == "restricted":
+        network["ipcLock"] = False  # ipc-lock-needs-baseline
+    for index, resource in enumerate(network.get("rdmaResources") or []):
+        resource["name"] = f"{resource['name'][:240]}{index}"  # unique
 
 
 def _repair_lora(lora: dict[str, Any] | None) -> None:
@@ -427,7 +445,8 @@ def _spanning(draw: st.DrawFn) -> dict[str, Any]:
     doc = draw(valid_spec)
     doc["model"] = {"name": draw(st.sampled_from(BIG_MODELS))}
     doc["gpu"] = {"maxNodes": draw(st.sampled_from([2, 4]))}
-    for pinned in ("tensorParallelSize", "pipelineParallelSize", "maxModelLen", "kvCacheMemoryBytes"):
+    for pinned in ("tensorParallelSize", "pipelineParallelSize", "dataParallelSize", "maxModelLen",
+                   "kvCacheMemoryBytes"):
         (doc.get("flags") or {}).pop(pinned, None)
     return _repair(doc)
 
@@ -463,6 +482,13 @@ HOSTILE: dict[Path, list[Any]] = {
     ("replicas",): [INT32_MAX, INT32_MAX + 1, -1],
     ("security",): [{"profile": "restricted", "runAsUser": 0}, {"profile": "privileged"},
                     {"runAsUser": -1}, {"profile": "restricted", "runAsUser": INT32_MAX + 1}],
+    ("network",): [{"ipcLock": True}, {"rdmaResources": [{"name": "rdma/ib", "count": 1}] * 5},
+                   {"rdmaResources": [{"name": "rdma/ib", "count": 1}] * 2}],
+    ("network", "rdmaResources", 0, "name"): ["nvidia.com/gpu", "nvidia.com/gpu.shared", "kubernetes.io/x",
+                                              "cpu", "memory", "rdma", "rdma/", "/ib", "rdma/ib\nx", "RDMA/ib",
+                                              "a" * 254 + "/b", "rdma/a b", "requests.nvidia.com/gpu"],
+    ("flags",): [{"dataParallelSize": 64, "tensorParallelSize": 8}, {"dataParallelSize": 2, "enableExpertParallel": True},
+                 {"enableExpertParallel": True}, {"pipelineParallelSize": 64}],
 }
 # Paths beyond the models' own: unknown fields, a second list item, a map key.
 EXTRA_PATHS: list[Path] = [("unknownField",), ("flags", "unknownFlag"), ("nodeSelector", "pool"), ("extraArgs", 0),
@@ -580,7 +606,7 @@ def _reference_paths() -> dict[str, set[str]]:
     """Every key path the renderer can produce, from renderings with every feature on."""
     from vllm_operator.api.v1alpha1 import AutoscalingSpec, InferencePoolSpec
     from vllm_operator.render import autoscaling, routing
-    from vllm_operator.render.lws import build_multinode_children
+    from vllm_operator.render.lws import GroupOptions, build_multinode_children
     from vllm_operator.render.manifests import OwnerRef, RenderInput, build_children, selector_for
 
     full = RenderInput(
@@ -591,7 +617,8 @@ def _reference_paths() -> dict[str, set[str]]:
                       "tolerationSeconds": 1},),
         affinity={"nodeAffinity": {}}, env=({"name": "A", "value": "1"}, {"name": "B", "valueFrom": {}}),
         hf_token_secret="hf", cache_claim="c", cache_create=True, cache_storage_class="s",
-        security_profile="restricted")
+        security_profile="restricted", download_init=True)
+    group = GroupOptions(layer_partition="1,1", rdma_resources=(("rdma/ib", 1),), ipc_lock=True)
     owner, labels = full.owner.to_k8s(), {"a": "b"}
     keda = AutoscalingSpec(engine="KEDA", min_replicas=0, max_replicas=2, prometheus_address="http://p:9090",
                            activation_query="up", metrics=[{"type": "KVCacheUsage", "target": 0.8}])
@@ -607,7 +634,7 @@ def _reference_paths() -> dict[str, set[str]]:
     for extra in extras:
         extra["metadata"]["annotations"]["a"] = "b"
     paths: dict[str, set[str]] = {}
-    for child in [*build_children(full), *build_multinode_children(full, 2), *extras]:
+    for child in [*build_children(full), *build_multinode_children(full, 2, group), *extras]:
         paths.setdefault(child["kind"], set()).update(key_paths(child))
     return paths
 
@@ -738,14 +765,44 @@ def check_pod(pod: dict[str, Any], spec: Any) -> None:
     assert len(names) == len(set(names)), names
     (container,) = pod["containers"]
     assert container["command"] in COMMANDS, container["command"]
+    added = ["IPC_LOCK"] if _get_in(spec, ("network", "ipcLock")) is True else []
+    _check_container(container, names, added)
+    for init in pod.get("initContainers") or []:
+        _check_download_container(init, names)
+
+
+def _get_in(doc: Any, path: Path) -> Any:
+    for part in path:
+        if not isinstance(doc, Mapping):
+            return None
+        doc = doc.get(part)
+    return doc
+
+
+def _check_container(container: dict[str, Any], volumes: list[str], added: list[str]) -> None:
+    """No privilege beyond `added` (IPC_LOCK when spec.network asks for it), mounts the API server accepts, one
+    source per env var."""
     security = container["securityContext"]
     assert security["allowPrivilegeEscalation"] is False and security["privileged"] is False
-    assert security["capabilities"] == {"drop": ["ALL"]}
+    capabilities = security["capabilities"]
+    assert capabilities.get("drop") == ["ALL"] and capabilities.get("add", []) in ([], added), capabilities
+    assert set(capabilities) <= {"drop", "add"}, capabilities
     mounts = [m["mountPath"] for m in container["volumeMounts"]]
     assert len(mounts) == len(set(mounts)), f"two volumes on one mount path (the API server refuses it): {mounts}"
-    assert {m["name"] for m in container["volumeMounts"]} <= set(names)
-    for var in container["env"]:
+    assert {m["name"] for m in container["volumeMounts"]} <= set(volumes)
+    for var in container.get("env") or []:
         assert len(var.get("valueFrom") or {"value": 1}) == 1, f"env {var['name']}: not one source (a 422): {var}"
+
+
+def _check_download_container(init: dict[str, Any], volumes: list[str]) -> None:
+    """The model-download init container runs `python3 -c` with the FIXED script of render/cache.py (no shell, and
+    no user string inside the program text: the model id and revision are argv data), with no capability at all."""
+    assert init["name"] == cache.DOWNLOAD_CONTAINER, init["name"]
+    assert init["command"] == ["python3", "-c", cache.DOWNLOAD_SCRIPT], init["command"][:2]
+    model, revision, message = init["args"]
+    assert isinstance(model, str) and isinstance(revision, str) and message == cache.TERMINATION_LOG, init["args"]
+    _check_container(init, volumes, [])
+    assert "resources" in init and not set(init["resources"].get("limits") or {}) - {"memory", "cpu"}, init
 
 
 def observe(spec: Any, name: str, cluster: ClusterView | tuple[Mapping[str, str], ...]) -> reconcile.Observed:

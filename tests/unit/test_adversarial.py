@@ -355,3 +355,36 @@ def test_vllm_version_takes_ascii_digits_as_the_api_server_does(version: str) ->
     spec the API server would not have stored."""
     assert "spec.vllmVersion" in _refused({"model": SMALL, "vllmVersion": version})
     assert validate_spec({"model": SMALL, "vllmVersion": "0.11.1+cu128"}) == []
+
+
+def test_the_download_init_container_gets_no_capability_the_group_s_vllm_container_gets() -> None:
+    """Was: the init container's securityContext shared the vLLM container's dicts, so a LeaderWorkerSet's IPC_LOCK
+    (spec.network.ipcLock) was added to the model-download container too."""
+    spec = {"model": {"name": "meta-llama/Llama-3.1-405B-Instruct"}, "gpu": {"maxNodes": 4},
+            "modelCache": {"size": "1Ti"}, "network": {"ipcLock": True, "rdmaResources": [{"name": "rdma/ib",
+                                                                                         "count": 1}]}}
+    children = _deployed(spec, cluster=adversarial.ClusterView((adversarial.H100_NODE,) * 4, lws=True))
+    lws = next(c for c in children if c["kind"] == "LeaderWorkerSet")
+    for template in adversarial.pod_templates(lws):
+        (init,) = template["spec"]["initContainers"]
+        (container,) = template["spec"]["containers"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert "rdma/ib" not in init["resources"]["limits"] and container["resources"]["limits"]["rdma/ib"] == "1"
+
+
+@pytest.mark.parametrize("model", ["org/m\nimport os; os.system('id')", "o/m'); import os; x=('"])
+def test_the_download_script_is_fixed_and_the_model_is_argv_data(model: str) -> None:
+    """`python3 -c` with the FIXED script of render/cache.py runs no shell; the invariant fails a pod whose script
+    text differs from it (a user string pasted into the program), and the model id reaches it only as argv."""
+    from vllm_operator.render import cache
+
+    deployment = next(c for c in _deployed({"model": SMALL, "modelCache": {"size": "100Gi"}})
+                      if c["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["python3", "-c", cache.DOWNLOAD_SCRIPT] and init["args"][0] == SMALL["name"]
+    adversarial.check_pod(pod, {"model": SMALL})
+    init["command"] = ["python3", "-c", cache.DOWNLOAD_SCRIPT.replace("def main(repo", f"# {model}\ndef main(repo")]
+    with pytest.raises(AssertionError):
+        adversarial.check_pod(pod, {"model": SMALL})

@@ -593,3 +593,11 @@ def test_readmes_lora_commands_print_what_it_says(capsys: pytest.CaptureFixture[
     assert quoted == "# … " + out.rstrip().splitlines()[-1]
     code, out, err = run(capsys, *shlex.split(check_line.split("#", 1)[0])[1:])
     assert code == 1 and "does not support LoRA yet." in out, err
+
+
+def test_more_pipeline_stages_than_layers_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: a ZeroDivisionError traceback from planner/memory.py."""
+    code, out, err = run(capsys, "plan", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--gpu", "H100-80GB", "-pp", "32",
+                         "--gpu-count", "32")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("vllm-operator: error: --pipeline-parallel-size 32 for the 24 "), err

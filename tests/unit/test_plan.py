@@ -678,3 +678,17 @@ def test_replayed_failures_predict_their_class(
     assert result.failure is not None
     assert result.failure.kind is kind, result.failure.message
 
+
+
+def test_more_pipeline_stages_than_layers_is_refused_by_the_planner(make: Make) -> None:
+    """Was: ZeroDivisionError in predict_startup (a stage without layers has no KV block size)."""
+    from vllm_operator.planner.plan import InvalidParallelism
+
+    request = make("Qwen/Qwen2.5-0.5B-Instruct", "H100-80GB", gpu_count=32,
+                   pinned=PinnedFlags(pipeline_parallel_size=32))
+    with pytest.raises(InvalidParallelism, match=r"32 for the 24 decoder layers .* leave 8 stages without a layer.*"
+                                                 r"at most 24"):
+        plan(request)
+    request = make("Qwen/Qwen2.5-0.5B-Instruct", "H100-80GB", gpu_count=24,
+                   pinned=PinnedFlags(pipeline_parallel_size=24))
+    assert plan(request).gpu_count == 24

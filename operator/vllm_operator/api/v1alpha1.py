@@ -2213,6 +2213,8 @@ _PATTERN_WORDS = {
     MODEL_SOURCE_PATTERN: "must be a Hugging Face repository id such as org/model, or an absolute path in the "
                           "container without '.' or '..' segments",
     PROMETHEUS_URL_PATTERN: "must be an http(s) URL such as http://prometheus.monitoring:9090",
+    EXTENDED_RESOURCE_PATTERN: "must be a device plugin's resource name <domain>/<name>, such as rdma/ib or "
+                               "nvidia.com/hostdev",
 }
 
 

@@ -123,6 +123,23 @@ class PlanRequest(BaseModel):
                                                  "holds on the GPU (vLLM 0.32+ takes them out of its budget)")
 
 
+class InvalidParallelism(ValueError):
+    """A pinned parallel layout vLLM cannot run; the message says why and what to pin instead."""
+
+
+def check_parallelism(arch: ModelArch, pipeline_parallel_size: int | None) -> None:
+    """Refuse more pipeline stages than decoder layers. vLLM has no check of its own: get_pp_indices
+    (vllm/distributed/utils.py) gives each stage layers // pp = 0 layers and the remainder one each to the stages
+    before the last, so the others hold no layer and no KV cache, and no plan can size them."""
+    pp = pipeline_parallel_size or 1
+    if pp > arch.num_layers:
+        empty = pp_layer_counts(arch.num_layers, pp).count(0)
+        raise InvalidParallelism(
+            f"--pipeline-parallel-size {pp} for the {arch.num_layers} decoder layers of {arch.model_id}: vLLM's "
+            f"get_pp_indices would leave {empty} stages without a layer; each stage needs at least one, so use at "
+            f"most {arch.num_layers}")
+
+
 def request_speculation(request: PlanRequest) -> Speculation | None:
     """The request's speculative decoding as the planner reads it: `request.speculation` when the caller built it
     (reconcile and the CLI, with the draft's config.json when they could read it), else the pinned
@@ -692,9 +709,11 @@ def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, 
 
 
 def plan(request: PlanRequest) -> Plan:
-    """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons."""
+    """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons. Raises
+    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers)."""
     profile = profile_for_model(profile_for(request.vllm_version), request.arch)
     request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
+    check_parallelism(request.arch, request.pinned.pipeline_parallel_size)
     result, fits, tried = _choose(request, profile)
     reasons = _reasons(request, profile, result, fits, tried)
     flags = _explicit_flags(request, result.flags, profile)

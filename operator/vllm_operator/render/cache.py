@@ -28,6 +28,7 @@ not download them again.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -289,12 +290,13 @@ def build_download_container(*, image: str, image_pull_policy: str, model: str, 
         "imagePullPolicy": image_pull_policy,
         "command": ["python3", "-c", DOWNLOAD_SCRIPT],
         "args": [model, revision or "", TERMINATION_LOG],
-        "env": [dict(e) for e in env],
+        "env": copy.deepcopy(env),
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": dict(security_context),
-        "volumeMounts": [dict(m) for m in mounts],
+        # copies, not shared dicts: what a LeaderWorkerSet adds to the vLLM container (IPC_LOCK) stays off this one
+        "securityContext": copy.deepcopy(security_context),
+        "volumeMounts": copy.deepcopy(mounts),
     }
 
 
