@@ -233,6 +233,20 @@ def test_quantization_enum_has_the_common_methods() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+_TERMS = ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+          ".matchExpressions[0]")
+_POD_TERM = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+
+
+def _node_terms(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": list(expressions)}]}}}
+
+
+def _pod_term(**term: Any) -> dict[str, Any]:
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 def test_unknown_field_is_rejected_with_its_path_and_a_suggestion() -> None:
     errors = validate_spec(spec(flags={"maxModelLength": 4096}))
     assert errors == [
@@ -292,20 +306,6 @@ def test_parse_spec_raises_with_the_errors() -> None:
     assert "spec.gpu.count" in str(info.value)
 
 
-_TERMS = ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
-          ".matchExpressions[0]")
-_POD_TERM = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
-
-
-def _node_terms(*expressions: dict[str, Any]) -> dict[str, Any]:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": list(expressions)}]}}}
-
-
-def _pod_term(**term: Any) -> dict[str, Any]:
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-
-
 @pytest.mark.parametrize(("affinity", "field", "words"), [
     # the corpus's two failed checks while affinity was free-form: the Deployment's schema refused them
     ({"nodeAffinity": {"a": 1}}, "spec.affinity.nodeAffinity.a", "unknown field 'a'"),
@@ -325,9 +325,9 @@ def _pod_term(**term: Any) -> dict[str, Any]:
     ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101, "preference": {}}]}},
      "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "100"),
     (_pod_term(), f"{_POD_TERM}.topologyKey", "is required"),
-    (_pod_term(topologyKey="zone", matchLabelKeys=["app"]), f"{_POD_TERM}.matchLabelKeys", "needs a labelSelector"),
+    (_pod_term(topologyKey="zone", matchLabelKeys=["app"]), f"{_POD_TERM}.labelSelector", "needs a labelSelector"),
     (_pod_term(topologyKey="zone", labelSelector={"matchLabels": {"app": "a"}}, matchLabelKeys=["app"]),
-     f"{_POD_TERM}.labelSelector", "keep it in one"),
+     f"{_POD_TERM}.matchLabelKeys", "keep it in one"),
     (_pod_term(topologyKey="zone", labelSelector={}, matchLabelKeys=["t"], mismatchLabelKeys=["t"]),
      f"{_POD_TERM}.mismatchLabelKeys", "in both"),
     (_pod_term(topologyKey="zone", labelSelector={"matchLabels": {"a b": "x"}}),
@@ -516,6 +516,27 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     (spec(autoscaling={"engine": "KEDA", "maxReplicas": 2, "minReplicas": 0, "activationQuery": "up",
                        "prometheusAddress": "http://p:9090"}), None, None),
     (FULL_SPEC, None, None),
+    # spec.affinity: the Pod API's own cross-field refusals
+    (spec(affinity=_node_terms({"key": "zone", "operator": "In"})), "node-selector-values-fit-operator",
+     f"{_TERMS}.values"),
+    (spec(affinity=_node_terms({"key": "n", "operator": "Lt", "values": ["1", "2"]})),
+     "node-selector-values-fit-operator", f"{_TERMS}.values"),
+    (spec(affinity=_node_terms({"key": "n", "operator": "Gt", "values": ["3"]},
+                               {"key": "z", "operator": "Exists", "values": []})), None, None),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchExpressions": [
+        {"key": "app", "operator": "Exists", "values": ["a"]}]})), "label-selector-values-fit-operator",
+     f"{_POD_TERM}.labelSelector.matchExpressions[0].values"),
+    (spec(affinity=_pod_term(topologyKey="z", namespaceSelector={"matchLabels": {"a b": "x"}})),
+     "match-labels-are-label-keys", f"{_POD_TERM}.namespaceSelector.matchLabels"),
+    (spec(affinity=_pod_term(topologyKey="z", mismatchLabelKeys=["t"])), "label-keys-need-selector",
+     f"{_POD_TERM}.labelSelector"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={}, matchLabelKeys=["t"], mismatchLabelKeys=["t"])),
+     "label-keys-disjoint", f"{_POD_TERM}.mismatchLabelKeys"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchExpressions": [
+        {"key": "t", "operator": "Exists"}]}, mismatchLabelKeys=["t"])), "label-keys-not-in-selector",
+     f"{_POD_TERM}.matchLabelKeys"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchLabels": {"app": "a"}},
+                             matchLabelKeys=["rev"], mismatchLabelKeys=["tenant"])), None, None),
 ]
 
 

@@ -271,7 +271,8 @@ def test_every_cel_rule_is_in_the_crd(schema: dict[str, Any]) -> None:
     def key(rule: dict[str, str]) -> tuple[str, str]:
         return rule["rule"], rule["message"]
 
-    assert sorted(in_crd, key=key) == sorted(expected, key=key)
+    # a model used in several places (a LabelSelector in every pod affinity term) carries its rules in each
+    assert sorted({key(r) for r in in_crd}) == sorted(key(r) for r in expected)
     for rule in in_crd:
         assert "\n" not in rule["message"]
         assert rule.get("fieldPath", ".").startswith(".")

@@ -1031,14 +1031,30 @@ def _operator_values_problem(operator: str, values: list[str] | None) -> str | N
     return None
 
 
-def _check_operator_values(operator: str, values: list[str] | None) -> None:
+#: The CEL mirrors of `_operator_values_problem`: a label selector's operators, then a node selector's (Gt, Lt).
+_LABEL_VALUES_CEL = ("self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
+                     "!has(self.values) || size(self.values) == 0")
+_NODE_VALUES_CEL = (
+    "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
+    "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 : "
+    "has(self.values) && size(self.values) == 1 && self.values[0].matches('^-?[0-9]{1,18}$')"
+)
+_OPERATOR_VALUES_MESSAGE = "values must fit the operator: In and NotIn take one or more, Exists and DoesNotExist none"
+
+
+def _check_operator_values(rule: str, operator: str, values: list[str] | None) -> None:
     problem = _operator_values_problem(operator, values)
     if problem:
-        _raise_violations([RuleViolation("affinity-values-match-operator", "values", problem)])
+        _raise_violations([RuleViolation(rule, "values", problem)])
 
 
 class NodeSelectorRequirement(_Model):
     """A node label requirement, as in the Pod API."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="node-selector-values-fit-operator", rule=_NODE_VALUES_CEL,
+                message=_OPERATOR_VALUES_MESSAGE + ", Gt and Lt exactly one integer", field_path=".values"),
+    )
 
     key: LabelKey = Field(description="Node label key.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
@@ -1048,7 +1064,7 @@ class NodeSelectorRequirement(_Model):
 
     @model_validator(mode="after")
     def _check_values(self) -> NodeSelectorRequirement:
-        _check_operator_values(self.operator, self.values)
+        _check_operator_values("node-selector-values-fit-operator", self.operator, self.values)
         return self
 
 
@@ -1096,6 +1112,11 @@ class NodeAffinity(_Model):
 class LabelSelectorRequirement(_Model):
     """A label requirement of a label selector, as in the Kubernetes API."""
 
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(id="label-selector-values-fit-operator", rule=_LABEL_VALUES_CEL, message=_OPERATOR_VALUES_MESSAGE,
+                field_path=".values"),
+    )
+
     key: LabelKey = Field(description="Label key.")
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
         description="`In`/`NotIn` (one or more values) or `Exists`/`DoesNotExist` (no values).")
@@ -1103,12 +1124,24 @@ class LabelSelectorRequirement(_Model):
 
     @model_validator(mode="after")
     def _check_values(self) -> LabelSelectorRequirement:
-        _check_operator_values(self.operator, self.values)
+        _check_operator_values("label-selector-values-fit-operator", self.operator, self.values)
         return self
 
 
 class LabelSelector(_Model):
     """A label selector, as in the Kubernetes API."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="match-labels-are-label-keys",
+            rule=(
+                "!has(self.matchLabels) || self.matchLabels.all(k, size(k) <= 317 && k.matches('"
+                + LABEL_KEY_PATTERN.replace("\\", "\\\\") + "'))"
+            ),
+            message="matchLabels keys must be label keys such as app.kubernetes.io/name",
+            field_path=".matchLabels",
+        ),
+    )
 
     match_labels: dict[str, LabelValue] | None = Field(
         default=None, max_length=MAX_AFFINITY_ITEMS, description="Labels that must be equal; keys are label keys.")
@@ -1119,7 +1152,7 @@ class LabelSelector(_Model):
     def _check_keys(self) -> LabelSelector:
         bad = [k for k in self.match_labels or {} if len(k) > 317 or not _LABEL_KEY.fullmatch(k)]
         if bad:
-            _raise_violations([RuleViolation("affinity-match-labels-are-label-keys", "matchLabels",
+            _raise_violations([RuleViolation("match-labels-are-label-keys", "matchLabels",
                                              f"keys must be label keys such as app.kubernetes.io/name "
                                              f"(got {_short(bad[0])})")])
         return self
@@ -1131,6 +1164,33 @@ class LabelSelector(_Model):
 
 class PodAffinityTerm(_Model):
     """Pods to run near (or away from), as in the Pod API."""
+
+    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="label-keys-need-selector",
+            rule="has(self.labelSelector) || ((!has(self.matchLabelKeys) || size(self.matchLabelKeys) == 0) "
+            "&& (!has(self.mismatchLabelKeys) || size(self.mismatchLabelKeys) == 0))",
+            message="matchLabelKeys and mismatchLabelKeys need a labelSelector; add one or remove them",
+            field_path=".labelSelector",
+        ),
+        CelRule(
+            id="label-keys-disjoint",
+            rule="!has(self.matchLabelKeys) || !has(self.mismatchLabelKeys) "
+            "|| !self.matchLabelKeys.exists(k, k in self.mismatchLabelKeys)",
+            message="a key cannot be in both matchLabelKeys and mismatchLabelKeys; keep it in one",
+            field_path=".mismatchLabelKeys",
+        ),
+        CelRule(
+            id="label-keys-not-in-selector",
+            rule="!has(self.labelSelector) || ((has(self.matchLabelKeys) ? self.matchLabelKeys : []) "
+            "+ (has(self.mismatchLabelKeys) ? self.mismatchLabelKeys : [])).all(k, "
+            "!(has(self.labelSelector.matchLabels) && k in self.labelSelector.matchLabels) "
+            "&& !(has(self.labelSelector.matchExpressions) && self.labelSelector.matchExpressions.exists(r, "
+            "r.key == k)))",
+            message="a key of matchLabelKeys or mismatchLabelKeys cannot also be in labelSelector; keep it in one",
+            field_path=".matchLabelKeys",
+        ),
+    )
 
     label_selector: LabelSelector | None = Field(default=None, description="The pods, by label.")
     namespace_selector: LabelSelector | None = Field(default=None, description="Their namespaces, by label.")
@@ -1149,22 +1209,21 @@ class PodAffinityTerm(_Model):
 
     def _violations(self) -> list[RuleViolation]:
         match, mismatch = set(self.match_label_keys or []), set(self.mismatch_label_keys or [])
-        if not (match or mismatch):
-            return []
-        if self.label_selector is None:
+        out: list[RuleViolation] = []
+        if (match or mismatch) and self.label_selector is None:
             field = "matchLabelKeys" if match else "mismatchLabelKeys"
-            return [RuleViolation("affinity-label-keys-need-selector", field,
-                                  f"{field} needs a labelSelector; add one or remove {field}")]
+            out.append(RuleViolation("label-keys-need-selector", "labelSelector",
+                                     f"{field} needs a labelSelector; add one or remove {field}"))
         if match & mismatch:
-            return [RuleViolation("affinity-label-keys-disjoint", "mismatchLabelKeys",
-                                  f"key {_short(sorted(match & mismatch)[0])} is in both matchLabelKeys and "
-                                  "mismatchLabelKeys; keep it in one")]
-        both = (match | mismatch) & self.label_selector.label_keys()
+            out.append(RuleViolation("label-keys-disjoint", "mismatchLabelKeys",
+                                     f"key {_short(sorted(match & mismatch)[0])} is in both matchLabelKeys and "
+                                     "mismatchLabelKeys; keep it in one"))
+        both = (match | mismatch) & (self.label_selector.label_keys() if self.label_selector else set())
         if both:
-            return [RuleViolation("affinity-label-keys-not-in-selector", "labelSelector",
-                                  f"key {_short(sorted(both)[0])} is in labelSelector and in "
-                                  "matchLabelKeys/mismatchLabelKeys; keep it in one")]
-        return []
+            out.append(RuleViolation("label-keys-not-in-selector", "matchLabelKeys",
+                                     f"key {_short(sorted(both)[0])} is in labelSelector and in "
+                                     "matchLabelKeys/mismatchLabelKeys; keep it in one"))
+        return out
 
 
 class WeightedPodAffinityTerm(_Model):
