@@ -653,7 +653,8 @@ def resolver(spec: Mapping[str, Any]) -> reconcile.ModelResolver:
 CALLS: list[Mapping[str, Any]] = []
 
 # Key paths of the rendered children; dict keys that are data (labels, annotations, selectors) become '*', and
-# the free-form blocks the spec passes through (affinity, env valueFrom) are not descended into.
+# the blocks the spec passes through as given (affinity, env valueFrom) are not descended into: their inside is
+# the spec's, typed by the API models and checked against Kubernetes' schema with the rest of the child.
 _DATA_KEYS = {"labels", "annotations", "matchLabels", "selector", "nodeSelector", "requests", "limits"}
 _PASSED_THROUGH = {"affinity", "valueFrom"}
 
