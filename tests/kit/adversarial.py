@@ -173,8 +173,6 @@ def bounds(path: Path) -> list[Any]:
 _lit = _literal
 _k8s_name = st.sampled_from(["models", "a", "models.fast", "x" * 63, "hf-token", "a-b.c-d"])
 _label_value = st.sampled_from(["gpu", "a100_80gb", "x" * 63, "A.b-c_d", ""])
-_free_form = st.sampled_from([{}, {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}])
 _env_source = st.sampled_from([{"name": "hf", "key": "token"}, {"name": "cm", "key": "k", "optional": True}])
 
 #: A pool of valid values for every leaf of the spec (`test_every_spec_field_has_a_valid_generator` keeps it whole).
@@ -242,9 +240,6 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("tolerations", 0, "value"): _label_value,
     ("tolerations", 0, "effect"): st.sampled_from(_lit(("tolerations", 0, "effect"))),
     ("tolerations", 0, "tolerationSeconds"): st.sampled_from([0, 300, -(2**63), 2**63 - 1]),
-    ("affinity", "nodeAffinity"): _free_form,
-    ("affinity", "podAffinity"): st.just({}),
-    ("affinity", "podAntiAffinity"): st.just({}),
     ("env", 0, "name"): st.sampled_from(["A", "HF_TOKEN", "API_KEY", "HF_HOME", "LD_PRELOAD", "a.b-c"]),
     ("env", 0, "value"): st.sampled_from(["1", "hf_" + "a" * 34, "debug", "x\nprivileged: true", "$(rm -rf /)"]),
     ("env", 0, "valueFrom", "secretKeyRef"): _env_source,
@@ -296,6 +291,33 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
 }
 
 
+#: spec.affinity (the Pod API's blocks, typed): its leaves' pools by leaf name, wherever they sit in it; the operator
+#: and values of one requirement are drawn apart and made to agree by `_repair_affinity`.
+_label_key = st.sampled_from(["zone", "topology.kubernetes.io/zone", "kubernetes.io/hostname", "app", "a" * 63,
+                              "example.com/" + "a" * 63, "A.b-c_d"])
+_AFFINITY_LEAVES: dict[str, st.SearchStrategy[Any]] = {
+    "key": _label_key,
+    "topologyKey": _label_key,
+    "values": st.lists(_label_value, min_size=1, max_size=3),
+    "weight": st.sampled_from([1, 50, 100]),
+    "matchLabels": st.dictionaries(_label_key, _label_value, max_size=3),
+    "namespaces": st.lists(st.sampled_from(["default", "a", "x" * 63, "team-1"]), max_size=3),
+    "matchLabelKeys": st.lists(st.sampled_from(["pod-template-hash", "example.com/rev"]), max_size=2, unique=True),
+    "mismatchLabelKeys": st.lists(st.sampled_from(["tenant", "example.com/team"]), max_size=2, unique=True),
+}
+
+
+def _affinity_pool(path: Path) -> st.SearchStrategy[Any]:
+    if path[-1] == "operator":
+        return st.sampled_from(_lit(path))
+    if path[-3:-1] == ("matchFields", 0):  # the one node field: metadata.name, In/NotIn, one node name
+        return st.sampled_from(_lit(path)) if path[-1] != "values" else st.lists(_k8s_name, min_size=1, max_size=1)
+    return _AFFINITY_LEAVES[str(path[-1])]
+
+
+VALID.update({p: _affinity_pool(p) for p in LEAVES if p[0] == "affinity"})
+
+
 def _direct(prefix: Path) -> list[SpecField]:
     """The fields of the object at `prefix` (a list's items: prefix ends in 0)."""
     return [f for p, f in FIELDS.items() if len(p) == len(prefix) + 1 and p[:len(prefix)] == prefix]
@@ -345,7 +367,33 @@ def _repair(doc: dict[str, Any]) -> dict[str, Any]:
     _repair_cache(doc)
     _repair_scaling(doc)
     _repair_network(doc)
+    _repair_affinity(doc.get("affinity"))
     return doc
+
+
+def _repair_affinity(node: Any) -> None:
+    """Make every requirement's values agree with its operator and every pod term's label keys with its selector,
+    as the Pod API requires (walks the whole block)."""
+    if isinstance(node, list):
+        for item in node:
+            _repair_affinity(item)
+        return
+    if not isinstance(node, dict):
+        return
+    operator = node.get("operator")
+    if operator in ("Exists", "DoesNotExist"):
+        node.pop("values", None)
+    elif operator in ("Gt", "Lt"):
+        node["values"] = ["4"]
+    elif operator in ("In", "NotIn"):
+        node.setdefault("values", ["a"])
+    if "topologyKey" in node and (node.get("matchLabelKeys") or node.get("mismatchLabelKeys")):
+        selector = node.setdefault("labelSelector", {})
+        taken = set(selector.get("matchLabels") or {}) | {r["key"] for r in selector.get("matchExpressions") or []}
+        node["matchLabelKeys"] = [k for k in node.get("matchLabelKeys") or [] if k not in taken]
+        node["mismatchLabelKeys"] = [k for k in node.get("mismatchLabelKeys") or [] if k not in taken]
+    for value in node.values():
+        _repair_affinity(value)
 
 
 def _repair_network(doc: dict[str, Any]) -> None:
@@ -489,6 +537,29 @@ HOSTILE: dict[Path, list[Any]] = {
                                               "a" * 254 + "/b", "rdma/a b", "requests.nvidia.com/gpu"],
     ("flags",): [{"dataParallelSize": 64, "tensorParallelSize": 8}, {"dataParallelSize": 2, "enableExpertParallel": True},
                  {"enableExpertParallel": True}, {"pipelineParallelSize": 64}],
+    # the Pod API's own refusals inside spec.affinity (the first two: the corpus's failed checks before it was typed)
+    ("affinity", "nodeAffinity"): [{"a": 1}, _inline_config(32), {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": []}}, {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]}],
+    ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"): [
+        [{"matchExpressions": [{"key": "zone", "operator": "In"}]}],
+        [{"matchExpressions": [{"key": "zone", "operator": "Exists", "values": ["a"]}]}],
+        [{"matchExpressions": [{"key": "gpus", "operator": "Gt", "values": ["four"]}]}],
+        [{"matchExpressions": [{"key": "gpus", "operator": "Lt", "values": ["1", "2"]}]}],
+        [{"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["a"]}]}],
+        [{"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}], [{"matchExpressions": [{"key": "bad key",
+                                                                           "operator": "Exists"}]}]],
+    ("affinity", "podAntiAffinity"): [{"requiredDuringSchedulingIgnoredDuringExecution": [{}]},
+                                      {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ""}]},
+                                      {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101}]},
+                                      {"requiredDuringSchedulingIgnoredDuringExecution": [
+                                          {"topologyKey": "zone", "matchLabelKeys": ["app"]}]},
+                                      {"requiredDuringSchedulingIgnoredDuringExecution": [
+                                          {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "a"}},
+                                           "matchLabelKeys": ["app"], "mismatchLabelKeys": ["app"]}]},
+                                      {"requiredDuringSchedulingIgnoredDuringExecution": [
+                                          {"topologyKey": "zone", "labelSelector": {"matchLabels": {"a b": "x"}}}]},
+                                      {"requiredDuringSchedulingIgnoredDuringExecution": [
+                                          {"topologyKey": "zone", "namespaces": ["UPPER"]}]}],
 }
 # Paths beyond the models' own: unknown fields, a second list item, a map key.
 EXTRA_PATHS: list[Path] = [("unknownField",), ("flags", "unknownFlag"), ("nodeSelector", "pool"), ("extraArgs", 0),
@@ -582,7 +653,8 @@ def resolver(spec: Mapping[str, Any]) -> reconcile.ModelResolver:
 CALLS: list[Mapping[str, Any]] = []
 
 # Key paths of the rendered children; dict keys that are data (labels, annotations, selectors) become '*', and
-# the free-form blocks the spec passes through (affinity, env valueFrom) are not descended into.
+# the blocks the spec passes through as given (affinity, env valueFrom) are not descended into: their inside is
+# the spec's, typed by the API models and checked against Kubernetes' schema with the rest of the child.
 _DATA_KEYS = {"labels", "annotations", "matchLabels", "selector", "nodeSelector", "requests", "limits"}
 _PASSED_THROUGH = {"affinity", "valueFrom"}
 

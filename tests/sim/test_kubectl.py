@@ -139,6 +139,45 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+
+def _affinity_cases() -> dict[str, tuple[str, dict[str, Any]]]:
+    """BREAKS_RULE cases for the rules of spec.affinity, one per place its typed blocks carry them."""
+    node = ".spec.affinity.nodeAffinity"
+    bad_node = {"matchExpressions": [{"key": "zone", "operator": "In"}]}
+    cases = {
+        f"{node}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values": (
+            "Gt and Lt exactly one integer", {"affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [bad_node]}}}}),
+        f"{node}.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].values": (
+            "Gt and Lt exactly one integer", {"affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": bad_node}]}}}),
+    }
+    bad_terms: dict[str, tuple[str, dict[str, Any]]] = {
+        ".labelSelector": ("need a labelSelector", {"matchLabelKeys": ["rev"]}),
+        ".mismatchLabelKeys": ("in both matchLabelKeys and mismatchLabelKeys",
+                               {"labelSelector": {}, "matchLabelKeys": ["t"], "mismatchLabelKeys": ["t"]}),
+        ".matchLabelKeys": ("cannot also be in labelSelector",
+                            {"labelSelector": {"matchLabels": {"t": "a"}}, "matchLabelKeys": ["t"]}),
+    }
+    for selector in ("labelSelector", "namespaceSelector"):
+        bad_terms[f".{selector}.matchLabels"] = ("matchLabels keys must be label keys",
+                                                 {selector: {"matchLabels": {"a b": "x"}}})
+        bad_terms[f".{selector}.matchExpressions[0].values"] = ("Exists and DoesNotExist none", {selector: {
+            "matchExpressions": [{"key": "app", "operator": "Exists", "values": ["a"]}]}})
+    for kind in ("podAffinity", "podAntiAffinity"):
+        for where, bad in bad_terms.items():
+            message, term = bad
+            term = {**term, "topologyKey": "zone"}
+            cases[f".spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[0]{where}"] = (
+                message, {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+            cases[f".spec.affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm{where}"] = (
+                message, {"affinity": {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": term}]}}})
+    return cases
+
+
+BREAKS_RULE.update(_affinity_cases())
+
 def test_every_cel_rule_of_the_crd_has_a_case() -> None:
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     fields = [field for field, _ in _rules(schema)]

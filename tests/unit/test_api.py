@@ -136,7 +136,8 @@ FULL_SPEC: dict[str, Any] = {
     "nodeSelector": {"pool": "gpu"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     "affinity": {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}
     },
     "env": [
         {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
@@ -232,6 +233,20 @@ def test_quantization_enum_has_the_common_methods() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+_TERMS = ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+          ".matchExpressions[0]")
+_POD_TERM = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+
+
+def _node_terms(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": list(expressions)}]}}}
+
+
+def _pod_term(**term: Any) -> dict[str, Any]:
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 def test_unknown_field_is_rejected_with_its_path_and_a_suggestion() -> None:
     errors = validate_spec(spec(flags={"maxModelLength": 4096}))
     assert errors == [
@@ -289,6 +304,65 @@ def test_parse_spec_raises_with_the_errors() -> None:
         parse_spec(spec(gpu={"count": 0}))
     assert fields(info.value.errors) == ["spec.gpu.count"]
     assert "spec.gpu.count" in str(info.value)
+
+
+@pytest.mark.parametrize(("affinity", "field", "words"), [
+    # the corpus's two failed checks while affinity was free-form: the Deployment's schema refused them
+    ({"nodeAffinity": {"a": 1}}, "spec.affinity.nodeAffinity.a", "unknown field 'a'"),
+    ({"nodeAffinity": {"hidden_size": 4096}}, "spec.affinity.nodeAffinity.hidden_size",
+     "unknown field 'hidden_size'"),
+    ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", "at least 1"),
+    (_node_terms({"key": "zone", "operator": "In"}), f"{_TERMS}.values", "needs at least one value"),
+    (_node_terms({"key": "zone", "operator": "Exists", "values": ["a"]}), f"{_TERMS}.values", "takes no values"),
+    (_node_terms({"key": "gpus", "operator": "Gt", "values": ["four"]}), f"{_TERMS}.values", "an integer"),
+    (_node_terms({"key": "zone", "operator": "Near", "values": ["a"]}), f"{_TERMS}.operator", "'DoesNotExist'"),
+    (_node_terms({"key": "bad key", "operator": "Exists"}), f"{_TERMS}.key", "label key"),
+    ({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["n"]}]}]}}},
+     "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+     ".matchFields[0].key", "'metadata.name'"),
+    ({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101, "preference": {}}]}},
+     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "100"),
+    (_pod_term(), f"{_POD_TERM}.topologyKey", "is required"),
+    (_pod_term(topologyKey="zone", matchLabelKeys=["app"]), f"{_POD_TERM}.labelSelector", "needs a labelSelector"),
+    (_pod_term(topologyKey="zone", labelSelector={"matchLabels": {"app": "a"}}, matchLabelKeys=["app"]),
+     f"{_POD_TERM}.matchLabelKeys", "keep it in one"),
+    (_pod_term(topologyKey="zone", labelSelector={}, matchLabelKeys=["t"], mismatchLabelKeys=["t"]),
+     f"{_POD_TERM}.mismatchLabelKeys", "in both"),
+    (_pod_term(topologyKey="zone", labelSelector={"matchLabels": {"a b": "x"}}),
+     f"{_POD_TERM}.labelSelector.matchLabels", "label keys"),
+    (_pod_term(topologyKey="zone", labelSelector={"matchExpressions": [{"key": "app", "operator": "DoesNotExist",
+                                                                        "values": ["a"]}]}),
+     f"{_POD_TERM}.labelSelector.matchExpressions[0].values", "takes no values"),
+    (_pod_term(topologyKey="zone", namespaces=["UPPER"]), f"{_POD_TERM}.namespaces[0]", "namespace name"),
+])
+def test_affinity_is_checked_as_the_pod_api_does(affinity: dict[str, Any], field: str, words: str) -> None:
+    errors = validate_spec(spec(affinity=affinity))
+    assert fields(errors) == [field], errors
+    assert words in errors[0].message, errors[0].message
+
+
+def test_affinity_as_the_pod_api_writes_it_is_kept_as_is() -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
+                                      {"key": "gpus", "operator": "Gt", "values": ["4"]},
+                                      {"key": "spot", "operator": "DoesNotExist"}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}}]},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": "cache"}}, "namespaces": ["default"],
+            "namespaceSelector": {}, "topologyKey": "topology.kubernetes.io/zone"}}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]},
+            "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"],
+            "mismatchLabelKeys": ["tenant"]}]},
+    }
+    assert validate_spec(spec(affinity=affinity)) == []
+    assert parse_spec(spec(affinity=affinity)).affinity.to_dict() == affinity  # type: ignore[union-attr]
 
 
 def test_valid_spec_has_no_errors() -> None:
@@ -442,6 +516,27 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     (spec(autoscaling={"engine": "KEDA", "maxReplicas": 2, "minReplicas": 0, "activationQuery": "up",
                        "prometheusAddress": "http://p:9090"}), None, None),
     (FULL_SPEC, None, None),
+    # spec.affinity: the Pod API's own cross-field refusals
+    (spec(affinity=_node_terms({"key": "zone", "operator": "In"})), "node-selector-values-fit-operator",
+     f"{_TERMS}.values"),
+    (spec(affinity=_node_terms({"key": "n", "operator": "Lt", "values": ["1", "2"]})),
+     "node-selector-values-fit-operator", f"{_TERMS}.values"),
+    (spec(affinity=_node_terms({"key": "n", "operator": "Gt", "values": ["3"]},
+                               {"key": "z", "operator": "Exists", "values": []})), None, None),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchExpressions": [
+        {"key": "app", "operator": "Exists", "values": ["a"]}]})), "label-selector-values-fit-operator",
+     f"{_POD_TERM}.labelSelector.matchExpressions[0].values"),
+    (spec(affinity=_pod_term(topologyKey="z", namespaceSelector={"matchLabels": {"a b": "x"}})),
+     "match-labels-are-label-keys", f"{_POD_TERM}.namespaceSelector.matchLabels"),
+    (spec(affinity=_pod_term(topologyKey="z", mismatchLabelKeys=["t"])), "label-keys-need-selector",
+     f"{_POD_TERM}.labelSelector"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={}, matchLabelKeys=["t"], mismatchLabelKeys=["t"])),
+     "label-keys-disjoint", f"{_POD_TERM}.mismatchLabelKeys"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchExpressions": [
+        {"key": "t", "operator": "Exists"}]}, mismatchLabelKeys=["t"])), "label-keys-not-in-selector",
+     f"{_POD_TERM}.matchLabelKeys"),
+    (spec(affinity=_pod_term(topologyKey="z", labelSelector={"matchLabels": {"app": "a"}},
+                             matchLabelKeys=["rev"], mismatchLabelKeys=["tenant"])), None, None),
 ]
 
 

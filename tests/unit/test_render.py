@@ -77,6 +77,22 @@ SPECS = {
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
     },
+    "every-affinity-block": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
+                                      {"key": "gpus", "operator": "Gt", "values": ["4"]},
+                                      {"key": "spot", "operator": "DoesNotExist"}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}}]},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {"app": "cache"}}, "namespaces": ["default"],
+            "namespaceSelector": {}, "topologyKey": "topology.kubernetes.io/zone"}}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]},
+            "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"],
+            "mismatchLabelKeys": ["tenant"]}]}}},
 }
 
 
@@ -89,6 +105,12 @@ def test_rendered_children_validate_against_kubernetes_schemas(case: str) -> Non
     assert "Deployment" in kinds and "Service" in kinds
     for child in children:
         kubernetes_validate.validate(child, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("case", ["existing-claim-old-image", "every-affinity-block"])
+def test_affinity_renders_exactly_as_given(case: str) -> None:
+    deployment = next(c for c in _children(SPECS[case]) if c["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["affinity"] == SPECS[case]["affinity"]
 
 
 def test_tp2_deployment_asks_for_two_gpus_and_more_shm() -> None:
