@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from kit.specs import condition as _condition
+from kit.specs import vllmservice as _service
 from vllm_operator_sim.cluster import NodePool, SimulatedCluster
 
 pytestmark = pytest.mark.e2e
@@ -20,13 +22,6 @@ pytestmark = pytest.mark.e2e
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
-def _service(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
-            "metadata": {"name": "chat", "namespace": "default"}, "spec": spec}
-
-
-def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
 def _arg(args: list[str], flag: str) -> str | None:

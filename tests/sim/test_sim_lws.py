@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kit.specs import condition as _condition
 from vllm_operator_sim.cluster import NodePool, SimulatedCluster
 from vllm_operator_sim.lws import GROUP_INDEX, NAME, WORKER_INDEX, LWSController
 
@@ -21,8 +22,6 @@ def _service(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": "default"}, "spec": spec}
 
 
-def _condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
 
 
 def test_405b_on_two_h100_nodes_is_ready(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from kit.specs import FULL_AFFINITY
 from vllm_operator.api import conditions as c
 from vllm_operator.api.v1alpha1 import (
     API_VERSION,
@@ -344,23 +345,7 @@ def test_affinity_is_checked_as_the_pod_api_does(affinity: dict[str, Any], field
 
 
 def test_affinity_as_the_pod_api_writes_it_is_kept_as_is() -> None:
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
-                                      {"key": "gpus", "operator": "Gt", "values": ["4"]},
-                                      {"key": "spot", "operator": "DoesNotExist"}]},
-                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}]},
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}}]},
-        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-            "labelSelector": {"matchLabels": {"app": "cache"}}, "namespaces": ["default"],
-            "namespaceSelector": {}, "topologyKey": "topology.kubernetes.io/zone"}}]},
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]},
-            "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"],
-            "mismatchLabelKeys": ["tenant"]}]},
-    }
+    affinity = FULL_AFFINITY
     assert validate_spec(spec(affinity=affinity)) == []
     assert parse_spec(spec(affinity=affinity)).affinity.to_dict() == affinity  # type: ignore[union-attr]
 

@@ -11,6 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from kit.specs import FULL_AFFINITY
 from vllm_operator import reconcile
 from vllm_operator.render import manifests, names
 from vllm_operator.render.manifests import (
@@ -77,22 +78,7 @@ SPECS = {
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
     },
-    "every-affinity-block": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "affinity": {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]},
-                                      {"key": "gpus", "operator": "Gt", "values": ["4"]},
-                                      {"key": "spot", "operator": "DoesNotExist"}]},
-                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}]},
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}}]},
-        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-            "labelSelector": {"matchLabels": {"app": "cache"}}, "namespaces": ["default"],
-            "namespaceSelector": {}, "topologyKey": "topology.kubernetes.io/zone"}}]},
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["llm"]}]},
-            "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"],
-            "mismatchLabelKeys": ["tenant"]}]}}},
+    "every-affinity-block": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "affinity": FULL_AFFINITY},
 }
 
 
