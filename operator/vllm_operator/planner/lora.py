@@ -46,10 +46,10 @@ slots above size the LM head as 0.33 does (`EMBEDDING_AND_HEAD`); the per-releas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -292,13 +292,25 @@ class LoRASupport(BaseModel):
     refusal: Refusal | None = Field(None, description="what that release prints, when it refuses")
 
 
-def _answer_at(runs: tuple[tuple[str, ...], ...], checked: Version) -> tuple[bool, str] | None:
+Runs = tuple[tuple[str, ...], ...]
+_T = TypeVar("_T")
+_E = TypeVar("_E", Refusal, VocabLimit)
+
+
+def _run_at(runs: Runs, checked: Version) -> tuple[str, ...] | None:
+    """The run [answer, first, last, …] covering a checked release; None when the architecture was not there."""
+    return next((run for run in runs if parse_version(run[1]) <= checked <= parse_version(run[2])), None)
+
+
+def _answer_at(runs: Runs, checked: Version) -> tuple[bool, str] | None:
     """(supported, class) of the run covering a checked release; None when the architecture was not registered."""
-    for run in runs:
-        ok, first, last = run[0], parse_version(run[1]), parse_version(run[2])
-        if first <= checked <= last:
-            return ok == "yes", (run[3] if len(run) > 3 else "")
-    return None
+    run = _run_at(runs, checked)
+    return None if run is None else (run[0] == "yes", run[3] if len(run) > 3 else "")
+
+
+def _head_at(runs: Runs, checked: Version) -> str | None:
+    run = _run_at(runs, checked)
+    return None if run is None else run[0]
 
 
 def _neighbours(version: Version, checked: Sequence[str]) -> tuple[str | None, str | None]:
@@ -307,36 +319,53 @@ def _neighbours(version: Version, checked: Sequence[str]) -> tuple[str | None, s
     return (below[-1] if below else None), (above[0] if above else None)
 
 
+def _across_wheels(by_arch: Mapping[str, Runs], architectures: Sequence[str], version: str,
+                   answer_at: Callable[[Runs, Version], _T | None],
+                   same: Callable[[_T, _T], bool]) -> tuple[str, _T | None, str] | None:
+    """(architecture, answer, basis) for the first of `architectures` the table knows near `version`: the answer of
+    the checked wheels at or around it when they agree (None when they differ); None when none is in the table."""
+    below, above = _neighbours(parse_version(version), support_table().checked)
+    for arch in architectures:
+        runs = by_arch.get(arch)
+        if runs is None:
+            continue
+        lo = answer_at(runs, parse_version(below)) if below else None
+        hi = answer_at(runs, parse_version(above)) if above else None
+        if lo is None and hi is None:
+            continue
+        if below == above or (lo is not None and hi is not None and same(lo, hi)):
+            basis = (f"the vLLM {below} wheel" if below == above
+                     else f"the vLLM {below} and {above} wheels, which agree")
+            return arch, lo if lo is not None else hi, basis
+        return arch, None, f"vLLM {version} lies between checked wheels that differ ({below}, {above})"
+    return None
+
+
+def _era(eras: Sequence[_E], version: str) -> _E | None:
+    """The last of `eras` (ordered by `since`) that has begun by `version`; None before the first."""
+    v = parse_version(version)
+    begun = [e for e in eras if parse_version(e.since) <= v]
+    return begun[-1] if begun else None
+
+
 def refusal_for(version: str) -> Refusal | None:
     """The refusal text era of that release (None before the oldest era)."""
-    v = parse_version(version)
-    eras = [r for r in support_table().refusals if parse_version(r.since) <= v]
-    return eras[-1] if eras else None
+    return _era(support_table().refusals, version)
 
 
 def lora_support(architectures: Sequence[str], version: str) -> LoRASupport:
     """Read the table for the model's architectures (vLLM uses the first one its registry knows)."""
-    table = support_table()
-    v = parse_version(version)
-    below, above = _neighbours(v, table.checked)
-    for arch in architectures:
-        runs = table.architectures.get(arch)
-        if runs is None:
-            continue
-        lo = _answer_at(runs, parse_version(below)) if below else None
-        hi = _answer_at(runs, parse_version(above)) if above else None
-        if lo is None and hi is None:
-            continue
-        if below == above or (lo is not None and hi is not None and lo[0] == hi[0]):
-            ok, cls = lo or hi  # type: ignore[misc]  # one of them is set
-            basis = (f"the vLLM {below} wheel" if below == above
-                     else f"the vLLM {below} and {above} wheels, which agree")
-            return LoRASupport(supported=ok, architecture=arch, model_class=cls or arch, basis=basis,
-                               refusal=None if ok else refusal_for(version))
-        return LoRASupport(supported=None, architecture=arch,
-                           basis=f"vLLM {version} lies between checked wheels that differ ({below}, {above})")
-    names = ", ".join(architectures) or "no architectures in config.json"
-    return LoRASupport(supported=None, basis=f"{names}: not in the LoRA table near vLLM {version}")
+    found = _across_wheels(support_table().architectures, architectures, version, _answer_at,
+                           lambda lo, hi: lo[0] == hi[0])
+    if found is None:
+        names = ", ".join(architectures) or "no architectures in config.json"
+        return LoRASupport(supported=None, basis=f"{names}: not in the LoRA table near vLLM {version}")
+    arch, answer, basis = found
+    if answer is None:
+        return LoRASupport(supported=None, architecture=arch, basis=basis)
+    ok, cls = answer
+    return LoRASupport(supported=ok, architecture=arch, model_class=cls or arch, basis=basis,
+                       refusal=None if ok else refusal_for(version))
 
 
 def refusal_message(support: LoRASupport, model_id: str) -> str:
@@ -368,38 +397,18 @@ class VocabCheck(BaseModel):
 
 def vocab_limit(version: str) -> VocabLimit | None:
     """The limit of that release (None before the oldest checked one)."""
-    v = parse_version(version)
-    eras = [e for e in support_table().vocab_limits if parse_version(e.since) <= v]
-    return eras[-1] if eras else None
-
-
-def _head_at(runs: tuple[tuple[str, ...], ...], checked: Version) -> str | None:
-    for run in runs:
-        if parse_version(run[1]) <= checked <= parse_version(run[2]):
-            return run[0]
-    return None
+    return _era(support_table().vocab_limits, version)
 
 
 def lm_head_target(architectures: Sequence[str], version: str) -> tuple[str | None, str, str]:
     """("no" | "yes" | "extra" | None, architecture, basis): whether vLLM `version` makes the LM head a LoRA target
     (extra: and widens its vocabulary by lora_extra_vocab_size); None when the table cannot say."""
-    table = support_table()
-    below, above = _neighbours(parse_version(version), table.checked)
-    for arch in architectures:
-        runs = table.lm_head.get(arch)
-        if runs is None:
-            continue
-        lo = _head_at(runs, parse_version(below)) if below else None
-        hi = _head_at(runs, parse_version(above)) if above else None
-        if lo is None and hi is None:
-            continue
-        if below == above or lo == hi:
-            basis = (f"the vLLM {below} wheel" if below == above
-                     else f"the vLLM {below} and {above} wheels, which agree")
-            return lo or hi, arch, basis
-        return None, arch, f"vLLM {version} lies between checked wheels that differ ({below}, {above})"
-    names = ", ".join(architectures) or "no architectures in config.json"
-    return None, "", f"{names}: not a text-generation architecture of the LoRA table near vLLM {version}"
+    found = _across_wheels(support_table().lm_head, architectures, version, _head_at, lambda lo, hi: lo == hi)
+    if found is None:
+        names = ", ".join(architectures) or "no architectures in config.json"
+        return None, "", f"{names}: not a text-generation architecture of the LoRA table near vLLM {version}"
+    arch, head, basis = found
+    return head, arch, basis
 
 
 def vocab_check(architectures: Sequence[str], vocab_size: int, version: str) -> VocabCheck | None:
