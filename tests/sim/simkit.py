@@ -52,13 +52,17 @@ def serve_args(model_id: str, **flags: Any) -> list[str]:
 
 def deployment(name: str, model_id: str, flags: Mapping[str, Any], *, product: str = "NVIDIA-L4", gpus: int = 1,
                image: str = IMAGE_026, replicas: int = 1, memory: str | None = None,
-               vllm_version: str | None = None) -> dict[str, Any]:
-    """A Deployment exactly as the operator renders it (labels, nodeSelector, tolerations, resources, args)."""
+               vllm_version: str | None = None, cached: bool = False,
+               hf_token_secret: str | None = None) -> dict[str, Any]:
+    """A Deployment exactly as the operator renders it (labels, nodeSelector, tolerations, resources, args);
+    `cached`: the model cache on a claim (`<name>-model-cache`) filled by the model-download init container."""
     files = model(model_id)
+    cache: dict[str, Any] = {"cache_volume": {"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}},
+                             "download_init": True} if cached else {}
     inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=model_id,
                       image=image, vllm_version=vllm_version or image.rsplit(":v", 1)[-1], flags=dict(flags), gpu_count=gpus,
                       gpu_product_label=product, weights_gib_total=(files.total_size or 0) / 2**30,
-                      replicas=replicas, memory=memory)
+                      replicas=replicas, memory=memory, hf_token_secret=hf_token_secret, **cache)
     deploy = build_deployment(inp)
     deploy["metadata"].pop("ownerReferences", None)  # no VLLMService owner in these tests
     return deploy

@@ -9,11 +9,10 @@ import json
 import urllib.request
 from typing import Any
 
-from simkit import SimHarness, model
+from simkit import SimHarness, deployment
 
 from vllm_operator.api import rollout
 from vllm_operator.render.cache import DOWNLOAD_CONTAINER, download_failure
-from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
 
 GATED = "meta-llama/Meta-Llama-3-8B-Instruct"
 FLAGS = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 13}
@@ -21,15 +20,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 
 def _deployment(name: str, *, token_secret: str | None = None) -> dict[str, Any]:
-    files = model(GATED)
-    inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=GATED,
-                      image="vllm/vllm-openai:v0.26.0", vllm_version="0.26.0", flags=dict(FLAGS),
-                      gpu_product_label="NVIDIA-L4", weights_gib_total=(files.total_size or 0) / 2**30,
-                      cache_volume={"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}}, download_init=True,
-                      hf_token_secret=token_secret)
-    deploy = build_deployment(inp)
-    deploy["metadata"].pop("ownerReferences", None)
-    return deploy
+    return deployment(name, GATED, FLAGS, cached=True, hf_token_secret=token_secret)
 
 
 def _pod(sim: SimHarness, service: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from typing import Any
 from simkit import SimHarness, deployment, model
 
 from vllm_operator.render.cache import measured_download
-from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
 
 LLAMA3_8B = "meta-llama/Meta-Llama-3-8B-Instruct"
 FLAGS = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 13}
@@ -17,14 +16,7 @@ FLAGS = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_le
 
 def _cached_deployment(name: str) -> dict[str, Any]:
     """The operator's Deployment with a claim for the cache and the model-download init container."""
-    files = model(LLAMA3_8B)
-    inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=LLAMA3_8B,
-                      image="vllm/vllm-openai:v0.26.0", vllm_version="0.26.0", flags=dict(FLAGS),
-                      gpu_product_label="NVIDIA-L4", weights_gib_total=(files.total_size or 0) / 2**30,
-                      cache_volume={"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}}, download_init=True)
-    deploy = build_deployment(inp)
-    deploy["metadata"].pop("ownerReferences", None)
-    return deploy
+    return deployment(name, LLAMA3_8B, FLAGS, cached=True)
 
 
 def _pod(sim: SimHarness, service: str) -> dict[str, Any]:
