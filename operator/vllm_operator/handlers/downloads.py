@@ -41,13 +41,18 @@ _SEEN_LIMIT = 4096
 LOG_LINES = 2000
 
 
-def _seen(uid: str) -> bool:
-    if uid in _SEEN:
+def _remember(memo: dict[Any, None], key: Any) -> bool:
+    """Whether `key` was in `memo` already; it is now, the oldest keys dropped past _SEEN_LIMIT."""
+    if key in memo:
         return True
-    _SEEN[uid] = None
-    while len(_SEEN) > _SEEN_LIMIT:
-        del _SEEN[next(iter(_SEEN))]
+    memo[key] = None
+    while len(memo) > _SEEN_LIMIT:
+        del memo[next(iter(memo))]
     return False
+
+
+def _seen(uid: str) -> bool:
+    return _remember(_SEEN, uid)
 
 
 def _has_download_init(pod: Mapping[str, Any]) -> bool:
@@ -99,9 +104,7 @@ def _record_failure(namespace: str, service: str, pod: str, why: str | None) -> 
 
     if effects.update_status(namespace, service, build) and why:
         log.warning("%s/%s: the model download of pod %s fails: %s", namespace, service, pod, why)
-    _CLEARED[pod, why] = None
-    while len(_CLEARED) > _SEEN_LIMIT:
-        del _CLEARED[next(iter(_CLEARED))]
+    _remember(_CLEARED, (pod, why))
 
 
 def _write(namespace: str, service: str, measure_for: Any) -> bool:
