@@ -572,7 +572,7 @@ def test_granite_4_h_shared_expert_is_read_from_shared_intermediate_size(load_ar
     granitemoeshared.py GraniteMoeSharedMLP: input_linear 4096 → 2 × 768, output_linear 768 → 4096)."""
     arch = load_arch("ibm-granite/granite-4.0-h-small")
     h = 4096
-    assert arch.shared_expert_size == arch.shared_expert_intermediate_size == 768
+    assert arch.shared_expert_size == 768
     assert not arch.shared_expert_gate  # Qwen2-MoE's sigmoid gate only
     # the shared expert's gate/up + down in every one of the 40 MoE layers: 40 × 3 × 4096 × 768 parameters
     config = {k: v for k, v in _catalog_config("ibm-granite/granite-4.0-h-small").items()

@@ -153,7 +153,7 @@ def test_dense_and_shared_expert_widths_stay_split_over_tp(load_arch: LoadArch) 
     assert dense_mlp_sizes(load_arch("Qwen/Qwen1.5-MoE-A2.7B")) == (5632,)
     assert dense_mlp_sizes(load_arch(LLAMA_8B)) == (14336,)
     maverick = load_arch("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
-    bad = shard_failure(maverick.model_copy(update={"shared_expert_intermediate_size": 8196}), 8)
+    bad = shard_failure(maverick.model_copy(update={"shared_expert_size": 8196}), 8)
     assert bad is not None and "8196 is not divisible by 8" in bad.message
     assert shard_failure(maverick, 8) is None
 

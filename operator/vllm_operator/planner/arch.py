@@ -97,8 +97,10 @@ class ModelArch(BaseModel):
     v_head_dim: int = 0
     # MoE layers besides the routed experts (LoRA wraps their linear layers too)
     first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense MLP (first_k_dense_replace)")
-    shared_expert_size: int = Field(0, ge=0, description="intermediate size of the shared-expert MLP of a MoE layer "
-                                    "(n_shared_experts x moe_intermediate_size, or shared_expert_intermediate_size)")
+    shared_expert_size: int = Field(0, ge=0, description="intermediate width of a MoE layer's shared expert(s), split "
+                                    "over TP like a dense MLP (DeepSeek: n_shared_experts x moe_intermediate_size; "
+                                    "Qwen2-MoE: shared_expert_intermediate_size; Llama-4: the experts' size); 0 "
+                                    "without them")
     shared_expert_gate: bool = Field(False, description="Qwen2-MoE: a hidden -> 1 gate on the shared expert")
     multimodal: bool = False
     # linear-attention / mamba layers: elements of one layer's per-sequence state (conv + recurrent), before TP
@@ -116,10 +118,6 @@ class ModelArch(BaseModel):
                                                         "(the others have a dense MLP)")
     routed_expert_params: int = Field(0, ge=0, description="parameters of ONE routed expert of one layer "
                                                            "(gate/up/down): what expert parallelism distributes")
-    shared_expert_intermediate_size: int = Field(
-        0, ge=0, description="intermediate width of a MoE layer's shared expert(s), split over TP like a dense MLP "
-                             "(DeepSeek: n_shared_experts × moe_intermediate_size; Qwen2-MoE: "
-                             "shared_expert_intermediate_size; Llama-4: the experts' size); 0 without them")
     attention_chunk_size: int | None = Field(
         None, description="chunked local attention (Llama-4): tokens per chunk on the local layers")
     chunked_local_layers: tuple[int, ...] = Field(
@@ -450,7 +448,7 @@ def arch_from_config(
         qk_nope_head_dim=counts["qk_nope_head_dim"] if is_mla else 0,
         v_head_dim=counts["v_head_dim"] if is_mla else 0,
         first_dense_layers=min(first_dense, layers) if num_experts else 0,
-        shared_expert_size=(shared_experts * moe_inter or shared_size) if num_experts else 0,
+        shared_expert_size=_shared_width(counts) if num_experts else 0,
         shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
@@ -463,7 +461,6 @@ def arch_from_config(
         mtp_layers=_mtp_layers(cfg),
         moe_layers=moe_layers,
         routed_expert_params=(3 if gated else 2) * hidden * moe_inter if num_experts else 0,
-        shared_expert_intermediate_size=_shared_width(counts) if num_experts else 0,
         attention_chunk_size=chunk,
         chunked_local_layers=chunked,
         vision_params=counts["vision_params"],

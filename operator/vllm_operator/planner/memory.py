@@ -587,7 +587,7 @@ def dense_mlp_sizes(arch: ModelArch) -> tuple[int, ...]:
     if not arch.is_moe:
         return (arch.intermediate_size,)
     dense = (arch.intermediate_size,) if len(arch.moe_layers) < arch.num_layers else ()
-    shared = (arch.shared_expert_intermediate_size,) if arch.shared_expert_intermediate_size else ()
+    shared = (arch.shared_expert_size,) if arch.shared_expert_size else ()
     return dense + shared
 
 
