@@ -102,7 +102,7 @@ def _mlp(arch: ModelArch, tp: int, dense: bool, experts: bool) -> list[Wrapped]:
 def wrapped_layer_modules(arch: ModelArch, tp: int, layer: int, experts: bool = True) -> list[Wrapped]:
     """The modules of decoder layer `layer` that get adapter slots, on one TP rank (`experts`: the release wraps
     the fused MoE experts)."""
-    return _attention(arch, tp) + _mlp(arch, tp, dense=layer < arch.first_dense_layers, experts=experts)
+    return _attention(arch, tp) + _mlp(arch, tp, dense=arch.dense_mlp_layer(layer), experts=experts)
 
 
 def wraps_experts(version: str) -> bool:

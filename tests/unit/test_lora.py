@@ -645,3 +645,30 @@ def test_wheel_reader_finds_the_lm_head_targets(tmp_path: Path) -> None:
         "AliasForCausalLM": "no", "LlamaForCausalLM": "extra", "PhiForCausalLM": "extra",
         "MistralForCausalLM": "yes",  # inherits the list with lm_head; its own __init__ adds no extra vocabulary
         "OldForCausalLM": "no"}
+
+
+def test_interleaved_moe_layers_get_dense_slots_between_the_moe_ones() -> None:
+    """Llama-4 Maverick: routed experts on every second layer (interleave_moe_layer_step 2), a dense MLP of
+    intermediate_size_mlp on the others; the dense layers' slots are those of the dense MLP, not of a MoE layer's
+    router, experts and shared expert (was: every layer past first_k_dense_replace = 0 counted as MoE)."""
+    from kit.catalog import catalog_arch
+    from vllm_operator.planner.lora import (
+        LoRASlots,
+        adapter_bytes_per_stage,
+        embedding_elements,
+        layer_elements,
+    )
+
+    arch = catalog_arch("meta-llama/Llama-4-Maverick-17B-128E-Instruct")
+    assert [arch.dense_mlp_layer(i) for i in range(4)] == [True, False, True, False]
+    rank, tp = 16, 8
+    dense, moe = layer_elements(arch, rank, tp, 0), layer_elements(arch, rank, tp, 1)
+    assert dense < moe
+    embed, head = embedding_elements(arch, rank)
+    slots = LoRASlots(max_loras=2, max_rank=rank)
+    by_layer = sum(layer_elements(arch, rank, tp, i) for i in range(arch.num_layers))
+    assert by_layer == 24 * dense + 24 * moe
+    [one] = adapter_bytes_per_stage(arch, slots, tp, [arch.num_layers]).per_stage
+    assert one == (by_layer + embed + head) * 2 * 2
+    two = adapter_bytes_per_stage(arch, slots, tp, [24, 24]).per_stage
+    assert two == ((12 * dense + 12 * moe + embed) * 4, (12 * dense + 12 * moe + head) * 4)

@@ -96,7 +96,6 @@ class ModelArch(BaseModel):
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     # MoE layers besides the routed experts (LoRA wraps their linear layers too)
-    first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense MLP (first_k_dense_replace)")
     shared_expert_size: int = Field(0, ge=0, description="intermediate width of a MoE layer's shared expert(s), split "
                                     "over TP like a dense MLP (DeepSeek: n_shared_experts x moe_intermediate_size; "
                                     "Qwen2-MoE: shared_expert_intermediate_size; Llama-4: the experts' size); 0 "
@@ -128,6 +127,11 @@ class ModelArch(BaseModel):
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    def dense_mlp_layer(self, index: int) -> bool:
+        """Whether decoder layer `index` has a dense MLP: every layer of a dense model; of a MoE model those
+        without routed experts (DeepSeek's first_k_dense_replace, Llama-4's layers between its MoE layers)."""
+        return not self.is_moe or index not in self.moe_layers
 
     @property
     def is_moe(self) -> bool:
@@ -410,12 +414,11 @@ def arch_from_config(
     tie = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
     shared_experts = _shared_experts(cfg, model_type)
     shared_size = _shared_expert_width(cfg)
-    first_dense = int(cfg.get("first_k_dense_replace") or 0)
     counts = {
         "hidden_size": hidden, "num_layers": layers, "vocab_size": vocab, "num_heads": heads,
         "num_kv_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
         "num_experts": num_experts, "moe_intermediate_size": moe_inter, "gated": gated, "tie": tie,
-        "shared_experts": shared_experts, "shared_expert_size": shared_size, "first_dense": first_dense,
+        "shared_experts": shared_experts, "shared_expert_size": shared_size,
         "moe_layers": moe_layers, "vision_params": _vision_params(config),
         "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
         "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
@@ -447,7 +450,6 @@ def arch_from_config(
         q_lora_rank=_q_lora_rank(cfg) if is_mla else None,
         qk_nope_head_dim=counts["qk_nope_head_dim"] if is_mla else 0,
         v_head_dim=counts["v_head_dim"] if is_mla else 0,
-        first_dense_layers=min(first_dense, layers) if num_experts else 0,
         shared_expert_size=_shared_width(counts) if num_experts else 0,
         shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),

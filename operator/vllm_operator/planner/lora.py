@@ -160,8 +160,8 @@ def mlp_elements(arch: ModelArch, rank: int, tp: int, dense: bool = False, exper
 
 
 def layer_elements(arch: ModelArch, rank: int, tp: int, index: int = -1, experts_wrapped: bool = True) -> int:
-    """Elements of one slot for decoder layer `index` on one TP rank (-1: a layer past the dense ones)."""
-    dense = 0 <= index < arch.first_dense_layers
+    """Elements of one slot for decoder layer `index` on one TP rank (-1: a layer with routed experts, if any)."""
+    dense = index >= 0 and arch.dense_mlp_layer(index)
     return attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=dense,
                                                              experts_wrapped=experts_wrapped)
 
@@ -191,10 +191,11 @@ def adapter_bytes_per_stage(arch: ModelArch, slots: LoRASlots, tp: int,
     out = []
     first = 0
     for i, layers in enumerate(stages):
-        dense = max(0, min(first + layers, arch.first_dense_layers) - first)  # the stage's leading dense layers
+        dense = sum(1 for index in range(first, first + layers) if arch.dense_mlp_layer(index))  # on this stage
         wrapped = slots.moe_experts
-        elements = (layer_elements(arch, rank, tp, 0, wrapped) * dense
-                    + layer_elements(arch, rank, tp, -1, wrapped) * (layers - dense))
+        dense_layer = attention_elements(arch, rank, tp) + mlp_elements(arch, rank, tp, dense=True,
+                                                                        experts_wrapped=wrapped)
+        elements = dense_layer * dense + layer_elements(arch, rank, tp, -1, wrapped) * (layers - dense)
         first += layers
         if i == 0:
             elements += embed
