@@ -18,6 +18,7 @@ from typing import Any
 from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
+    ColdStartStatus,
     GPUStatus,
     ModelCacheStatus,
     MultiNodeStatus,
@@ -53,6 +54,7 @@ from .remediation.redact import secret_findings
 from .render import multinode
 from .render.autoscaling import pod_matchers
 from .render.cache import (
+    ENGINE_START_SECONDS,
     MODEL_CACHE,
     CachePlan,
     CacheSettings,
@@ -61,6 +63,7 @@ from .render.cache import (
     plan_cache,
     startup_failure_threshold,
 )
+from .render.coldstart import engine_seconds_budget
 from .render.ecosystem import ecosystem_children
 from .render.manifests import (
     OwnerRef,
@@ -808,6 +811,25 @@ def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Downl
                      checkpoint_bytes=checkpoint_bytes(planned.arch))
 
 
+def _engine_budget(observed: Observed, planned: _Planned) -> float:
+    """Seconds the startup probe allows for vLLM's engine start: from the measured starts (status.coldStart) when
+    vLLM's arguments change anyway, else what the current template was budgeted with (no rollout for a
+    measurement alone)."""
+    stored = observed.status.get("coldStart") or {}
+    if planned.changed:
+        return engine_seconds_budget(stored, ENGINE_START_SECONDS)
+    kept = stored.get("budgetEngineSeconds")
+    return float(kept) if isinstance(kept, (int, float)) and not isinstance(kept, bool) else ENGINE_START_SECONDS
+
+
+def _cold_start_status(observed: Observed, engine_seconds: float) -> ColdStartStatus | None:
+    stored = observed.status.get("coldStart")
+    if not stored and engine_seconds == ENGINE_START_SECONDS:
+        return None
+    current = ColdStartStatus.model_validate(stored or {})
+    return current.model_copy(update={"budget_engine_seconds": engine_seconds})
+
+
 def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, download: _Download) -> RenderInput:
     """What the renderer needs of the spec, the plan and the model cache."""
     spec, result, constraints = planned.spec, planned.result, planned.constraints
@@ -825,9 +847,11 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
         cache_volume=cache.volume, roll_without_surge=cache.exclusive, download_init=download.init,
+        compile_cache=cache.persistent,
         startup_failure_threshold=startup_failure_threshold(
             checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s,
-            measured_mib_per_s=download.rate_mib_per_s, download=not download.init),
+            measured_mib_per_s=download.rate_mib_per_s, download=not download.init,
+            engine_seconds=_engine_budget(observed, planned)),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -849,6 +873,7 @@ class _Rendered:
     updates: list[cond.ConditionUpdate]
     stale: list[tuple[str, str]]
     model_cache: ModelCacheStatus
+    cold_start: ColdStartStatus | None
 
 
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
@@ -868,7 +893,7 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
         owner=render.owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
         prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
-        persistent_cache=cache.persistent)
+        persistent_cache=cache.persistent, cold_start=observed.status.get("coldStart"))
     message = f"{cache.message}; {download.why}" if download.why else cache.message
     failing = (observed.status.get("modelCache") or {}).get("downloadError") if download.init else None
     if failing:
@@ -877,7 +902,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
-                     model_cache=download.status(observed))
+                     model_cache=download.status(observed),
+                     cold_start=_cold_start_status(observed, _engine_budget(observed, planned)))
 
 
 def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendered) -> Desired:
@@ -918,7 +944,7 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
-                     model_cache=rendered.model_cache)
+                     model_cache=rendered.model_cache, cold_start=rendered.cold_start)
     return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 
 

@@ -2304,6 +2304,35 @@ class ModelCacheStatus(_StatusModel):
     )
 
 
+def _phase(description: str) -> Any:
+    return Field(default=None, ge=0, description=description)
+
+
+class ColdStartStatus(_StatusModel):
+    """How long the service's last measured pod start took, phase by phase (render/coldstart.py)."""
+
+    pod_start_seconds: float | None = _phase("Scheduled to the first container started: image pull, volume attach.")
+    download_seconds: float | None = _phase("The weight download (init container, or vLLM's own line).")
+    load_seconds: float | None = _phase("vLLM loading the weights into GPU memory.")
+    compile_seconds: float | None = _phase("torch.compile (or loading its cached result).")
+    graph_capture_seconds: float | None = _phase("CUDA-graph capture.")
+    engine_init_seconds: float | None = _phase("vLLM's engine start: profiling, KV cache, compile, graphs.")
+    ready_seconds: float | None = _phase("Scheduled to the vLLM container Ready: the whole start.")
+    slowest_engine_init_seconds: float | None = _phase(
+        "The slowest engine start measured for this service: what the startup probe budgets (times 2).")
+    budget_engine_seconds: float | None = _phase(
+        "What the current startup probe allows for the engine start: 2 × the slowest measured, taken at the next "
+        "change of vLLM's arguments (a measurement alone never rolls the pods out); unset: the assumed 600 s.")
+    starts: int | None = Field(default=None, ge=0, description="Pod starts measured so far.")
+    compile_cache: str | None = Field(
+        default=None, description="Where vLLM's compile and CUDA-graph caches were: persistent (the model cache "
+                                  "claim, per vLLM release and GPU) or ephemeral (compiled again on every start).")
+    measured_pod: str | None = Field(default=None, description="The pod whose start was measured last.")
+    measured_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When that pod became Ready."
+    )
+
+
 class VLLMServiceStatus(_StatusModel):
     """Observed state of a VLLMService. Written by the operator only."""
 
@@ -2340,6 +2369,9 @@ class VLLMServiceStatus(_StatusModel):
     metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
     model_cache: ModelCacheStatus | None = Field(
         default=None, description="How the weights reach the model cache, and the download last measured."
+    )
+    cold_start: ColdStartStatus | None = Field(
+        default=None, description="How long a pod start takes, phase by phase, as last measured."
     )
     kopf: FreeForm | None = Field(
         default=None, description="Bookkeeping of the kopf framework (handler progress)."

@@ -383,6 +383,10 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
+        try:  # once its vLLM is Ready: the start, phase by phase → status.coldStart (and vLLM's own download)
+            downloads.record_ready(meta["namespace"], owner, body)
+        except kopf.TemporaryError as exc:
+            logger.warning("measured start not recorded: %s", exc)
     if owner and (rollout.unschedulable_message(body) or rollout.in_init(body)):  # scheduler / model download
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)

@@ -181,14 +181,15 @@ def default_size(checkpoint_gib: float) -> str:
 
 
 def startup_failure_threshold(checkpoint_gib: float, *, download_mib_per_s: float,
-                              measured_mib_per_s: float | None = None, download: bool = True) -> int:
+                              measured_mib_per_s: float | None = None, download: bool = True,
+                              engine_seconds: float = ENGINE_START_SECONDS) -> int:
     """Startup probe periods (10 s): engine start + loading + the download. A persistent cache is empty on the
     first start too, so the download is budgeted (a probe that kills the first download would make the cache
     useless) unless the `model-download` init container made it (`download=False`); the measured rate, when known,
-    replaces the assumed one."""
+    replaces the assumed one, and the measured engine start (render/coldstart.py) the assumed 600 s."""
     rate = measured_mib_per_s if measured_mib_per_s and measured_mib_per_s > 0 else download_mib_per_s
     download_s = checkpoint_gib * 1024 / rate if download else 0.0
-    seconds = ENGINE_START_SECONDS + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download_s
+    seconds = engine_seconds + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download_s
     return max(int(math.ceil(seconds / PROBE_PERIOD_SECONDS)), 60)
 
 

@@ -43,8 +43,10 @@ def _had(conditions: Sequence[Mapping[str, Any]], type_: str) -> bool:
 def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLMServiceSpec, owner: dict[str, Any],
                        labels: dict[str, str], pod_selector: dict[str, str], prometheus_selector: str,
                        served: frozenset[str] | None, conditions: Sequence[Mapping[str, Any]],
-                       checkpoint_gib: float, persistent_cache: bool) -> Extras:
-    """`served`: the optional kinds the cluster serves (None: unknown, assumed served)."""
+                       checkpoint_gib: float, persistent_cache: bool,
+                       cold_start: Mapping[str, Any] | None = None) -> Extras:
+    """`served`: the optional kinds the cluster serves (None: unknown, assumed served); `cold_start`: the measured
+    start (status.coldStart), which the scale-from-zero figure then states instead of the assumed one."""
     out = Extras()
 
     def serves(kind: str) -> bool:
@@ -75,7 +77,8 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
                        + "; the operator follows spec.replicas and only recommends")
             if scaling.min_replicas == 0:
                 message += "; " + autoscaling.cold_start_message(checkpoint_gib, LOAD_SECONDS_PER_GIB,
-                                                                 ENGINE_START_SECONDS, persistent_cache)
+                                                                 ENGINE_START_SECONDS, persistent_cache,
+                                                                 measured=cold_start)
             out.updates.append(cond.ConditionUpdate(
                 autoscaling.AUTOSCALING, cond.TRUE,
                 autoscaling.KEDA_READY if kind == "ScaledObject" else autoscaling.HPA_READY, message))

@@ -23,6 +23,7 @@ from ..api.labels import LABEL_SERVICE as LABEL_SERVICE
 from ..api.labels import MANAGED_BY as MANAGED_BY
 from ..planner.versions import version_from_image
 from .cache import build_download_container
+from .coldstart import compile_cache_root
 from .flags import flag_table
 from .names import DNS1123_LABEL, dns1035_label, dns1123_subdomain, label_value
 
@@ -84,6 +85,8 @@ class RenderInput(BaseModel):
     cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
     roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
     download_init: bool = Field(False, description="fill the cache with the model-download init container first")
+    compile_cache: bool = Field(False, description="keep vLLM's compile and CUDA-graph caches on the persistent "
+                                                   "model cache (per vLLM release and GPU)")
     startup_failure_threshold: int | None = Field(None, description="startup probe periods (render/cache.py)")
     memory: str | None = Field(None, description="host memory override (request = limit)")
     cpu: str | None = None
@@ -254,6 +257,14 @@ def _pod_parts(inp: RenderInput) -> dict[str, Any]:
     if inp.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": inp.hf_token_secret, "key": inp.hf_token_key, "optional": False}}})
+    if inp.compile_cache:
+        # on the claim, per release and GPU: a restart (a remediation step too) loads the compiled graphs instead
+        # of compiling again; these replace the restricted profile's emptyDir paths
+        root = compile_cache_root(mount, inp.vllm_version, inp.gpu_product_label)
+        cache_env = {"VLLM_CACHE_ROOT": root, "TORCHINDUCTOR_CACHE_DIR": f"{root}/torchinductor",
+                     "TRITON_CACHE_DIR": f"{root}/triton"}
+        env = [e for e in env if e["name"] not in cache_env]
+        env.extend({"name": k, "value": v} for k, v in cache_env.items())
     env.extend(dict(e) for e in inp.env)
     memory = inp.memory or f"{host_memory_gib(inp.weights_gib_total, inp.gpu_count)}Gi"
     cpu = inp.cpu or str(2 + 2 * inp.gpu_count)
