@@ -143,6 +143,7 @@ class Observed:
     lws_installed: Callable[[], bool] | None = None  # the shell's LeaderWorkerSet API check (multi-node plans only)
     cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
     default_storage_class: str | None = None        # the cluster's default StorageClass, if any
+    shared_storage_class: str | None = None         # a StorageClass whose claims can be ReadWriteMany, if any
     served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
 
 
@@ -779,9 +780,10 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
                       default_storage_class=observed.default_storage_class,
                       checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
-                      max_pods=max_pods(spec) * planned.nodes_per_replica,  # a multi-node replica is several pods
+                      max_pods=cache_pods(spec, observed.status) * planned.nodes_per_replica,  # a group: several
                       labels=labels_for(observed.name),
-                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s())
+                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s(),
+                      shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1)
 
 
 @dataclass(frozen=True)
@@ -792,6 +794,7 @@ class _Download:
     why: str
     rate_mib_per_s: float | None
     checkpoint_bytes: int
+    shape_pods: int | None   # the pods a persistent cache was shaped for (None: not persistent, nothing to keep)
 
     def status(self, observed: Observed) -> ModelCacheStatus:
         """status.modelCache: the measurement as recorded (pod hook), the init choice, the checkpoint's size and
@@ -799,7 +802,7 @@ class _Download:
         budget = int(self.rate_mib_per_s * 2**20) if self.rate_mib_per_s else None
         current = ModelCacheStatus.model_validate(observed.status.get("modelCache") or {})
         return current.model_copy(update={"download_init": self.init, "budget_bytes_per_second": budget,
-                                          "checkpoint_bytes": self.checkpoint_bytes})
+                                          "checkpoint_bytes": self.checkpoint_bytes, "shape_pods": self.shape_pods})
 
 
 def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Download:
@@ -808,7 +811,8 @@ def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Downl
                                      spec.extra_args)
     return _Download(init=init, why=why, rate_mib_per_s=budget_rate(observed.status.get("modelCache"),
                                                                     args_changed=planned.changed),
-                     checkpoint_bytes=checkpoint_bytes(planned.arch))
+                     checkpoint_bytes=checkpoint_bytes(planned.arch),
+                     shape_pods=cache_pods(spec, observed.status) if cache.persistent else None)
 
 
 def _engine_budget(observed: Observed, planned: _Planned) -> float:
@@ -846,8 +850,8 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_volume=cache.volume, roll_without_surge=cache.exclusive, download_init=download.init,
-        compile_cache=cache.persistent,
+        cache_volume=cache.volume, cache_claim_template=cache.claim_template, roll_without_surge=cache.exclusive,
+        download_init=download.init, compile_cache=cache.persistent,
         startup_failure_threshold=startup_failure_threshold(
             checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s,
             measured_mib_per_s=download.rate_mib_per_s, download=not download.init,
@@ -997,6 +1001,14 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
     if spec.max_replicas is None or not isinstance(scaled, int) or not (spec.prometheus and spec.prometheus.enabled):
         return spec.replicas
     return max(spec.replicas, min(scaled, spec.max_replicas))
+
+
+def cache_pods(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
+    """The pods the model cache is shaped for: what the service may become (max_pods), and never fewer than it was
+    shaped for before (status.modelCache.shapePods) — a scale back to one pod keeps the shared cache, so no scale
+    changes the pod template twice."""
+    before = (status.get("modelCache") or {}).get("shapePods")
+    return max(max_pods(spec), before if isinstance(before, int) and not isinstance(before, bool) else 0)
 
 
 def max_pods(spec: VLLMServiceSpec) -> int:

@@ -2297,6 +2297,11 @@ class ModelCacheStatus(_StatusModel):
         default=None, description="Why the model-download init container fails (its last log lines), while it does."
     )
     download_error_pod: str | None = Field(default=None, description="The pod whose download fails.")
+    shape_pods: int | None = Field(
+        default=None, ge=0,
+        description="The most pods the persistent cache was shaped for (its bounds, and any replica count it had): a "
+                    "scale back below it keeps the cache's shape, so scaling never switches the pod template back.",
+    )
     budget_bytes_per_second: int | None = Field(
         default=None, ge=0,
         description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "

@@ -1,16 +1,21 @@
-"""The status hook for a measured download: record in `status.modelCache`, once per pod, through the one status
-writer, how many bytes a pod downloaded in how long (render/cache.py holds the pure parts).
+"""The status hooks for what a pod's start tells, recorded through the one status writer, once per pod
+(render/cache.py and render/coldstart.py hold the pure parts):
 
-A failing download is recorded too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a
-pod waiting in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained.
+* the measured download in `status.modelCache`: how many bytes a pod downloaded in how long;
+* a failing download too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a pod waiting
+  in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained;
+* the start, phase by phase, in `status.coldStart` (`record_ready`): image pull and volume attach, download, load,
+  compile, CUDA graphs, engine start, scheduled → Ready.
 
-Two sources of measurements, both read without extra requests for pods that give none:
+Two sources of download measurements, both read without extra requests for pods that give none:
 
 * the `model-download` init container's termination message (in the pod status the event carries);
 * vLLM's own "Time spent downloading weights" line, for a pod without that init container (an emptyDir cache, or
-  the init container switched off): its log is read once, when its vLLM container is first seen Ready (a bounded
-  read: the line is among the first of the log). The bytes are the checkpoint's (`status.modelCache.checkpointBytes`,
-  written by the reconcile): vLLM downloading into an empty cache fetches all of it.
+  the init container switched off).
+
+A pod's vLLM log is read once, when its vLLM container is first seen Ready (a bounded read: the lines are among the
+first of the log). The bytes of vLLM's own download are the checkpoint's (`status.modelCache.checkpointBytes`,
+written by the reconcile): vLLM downloading into an empty cache fetches all of it.
 """
 
 from __future__ import annotations

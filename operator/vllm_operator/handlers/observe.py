@@ -19,6 +19,7 @@ from .. import reconcile
 from ..api.v1alpha1 import DEFAULT_IMAGE
 from ..hub import resolve_model_id
 from ..modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
+from ..render.cache import read_write_many_class
 from . import config, kube
 
 log = logging.getLogger("vllm_operator")
@@ -60,17 +61,17 @@ def list_gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
     return [dict((n.get("metadata") or {}).get("labels") or {}) for n in nodes]
 
 
-#: How long the cluster's default StorageClass is remembered (seconds): one list serves every reconcile meanwhile.
+#: How long the cluster's StorageClasses are remembered (seconds): one list serves every reconcile meanwhile.
 STORAGE_CLASS_MAX_AGE = 60.0
-_storage_class_cache: dict[int, tuple[float, str | None]] = {}
+_storage_class_cache: dict[int, tuple[float, tuple[str | None, str | None]]] = {}
 #: The annotation that marks a StorageClass as the cluster's default.
 DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
                              "storageclass.beta.kubernetes.io/is-default-class")
 
 
-def default_storage_class() -> str | None:
-    """The cluster's default StorageClass, or None (none marked default, or it cannot be listed: then the model
-    cache is ephemeral and the service's ModelCache condition says so)."""
+def _storage_classes() -> tuple[str | None, str | None]:
+    """(the default StorageClass, a class whose claims can be ReadWriteMany), each None when the cluster has none
+    or the classes cannot be listed (then the model cache is ephemeral and the ModelCache condition says so)."""
     key = id(kube.client())
     now = time.monotonic()
     hit = _storage_class_cache.get(key)
@@ -87,8 +88,19 @@ def default_storage_class() -> str | None:
         if any(str(annotations.get(a)).lower() == "true" for a in DEFAULT_CLASS_ANNOTATIONS):
             found = str((item.get("metadata") or {}).get("name") or "") or None
             break
-    _storage_class_cache[key] = (now, found)
-    return found
+    answer = (found, read_write_many_class(classes))
+    _storage_class_cache[key] = (now, answer)
+    return answer
+
+
+def default_storage_class() -> str | None:
+    """The cluster's default StorageClass, or None."""
+    return _storage_classes()[0]
+
+
+def shared_storage_class() -> str | None:
+    """A StorageClass whose claims can be ReadWriteMany (render/cache.py `read_write_many_class`), or None."""
+    return _storage_classes()[1]
 
 
 #: The optional kinds the core may render, and where the API serves them.
@@ -127,4 +139,4 @@ def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Obse
         list_nodes=list_gpu_nodes, resolve_model=lambda: load_model(spec, namespace), catalog=config.CONFIG.catalog,
         default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
         cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
-        served_kinds=served_kinds())
+        shared_storage_class=shared_storage_class(), served_kinds=served_kinds())

@@ -30,7 +30,7 @@ from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, downloads, effects, kube, lws, rollouts
 from .effects import apply_children
-from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
+from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
 
 log = logging.getLogger("vllm_operator")
@@ -189,7 +189,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   lws_installed=lws.api_served,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
                                   cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class(), served_kinds=served_kinds())
+                                  default_storage_class=default_storage_class(),
+                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included

@@ -152,6 +152,12 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
             },
         },
     }
+    if inp.cache_claim_template is not None:
+        # a claim per pod (`model-cache-<pod>`): a recreated group's pods find their weights and compiled graphs;
+        # kept when groups scale down (they come back warm), deleted with the LeaderWorkerSet (so with the service)
+        template = lws["spec"]["leaderWorkerTemplate"]
+        template["volumeClaimTemplates"] = [copy.deepcopy(inp.cache_claim_template)]
+        template["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
     lws["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(lws["spec"])
     return lws
 

@@ -83,6 +83,8 @@ class RenderInput(BaseModel):
     cache_storage_class: str | None = None
     cache_mount_path: str = "/root/.cache/huggingface"
     cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
+    cache_claim_template: dict[str, Any] | None = Field(
+        None, description="a model-cache claim per pod (LeaderWorkerSet volumeClaimTemplates; render/cache.py)")
     roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
     download_init: bool = Field(False, description="fill the cache with the model-download init container first")
     compile_cache: bool = Field(False, description="keep vLLM's compile and CUDA-graph caches on the persistent "
@@ -300,10 +302,12 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                                     {"name": "model-cache", "mountPath": parts["mount"]}]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi"}},
-        {"name": "model-cache", **(dict(inp.cache_volume) if inp.cache_volume is not None else
-                                   {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}}
-                                   if inp.cache_claim else {"emptyDir": {}})},
     ]
+    if inp.cache_claim_template is None:  # else each pod's claim comes from the LeaderWorkerSet's templates
+        volumes.append({"name": "model-cache", **(
+            dict(inp.cache_volume) if inp.cache_volume is not None else
+            {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}} if inp.cache_claim
+            else {"emptyDir": {}})})
     if inp.security_profile == "restricted":
         mounts += [{"name": "home", "mountPath": RESTRICTED_HOME}, {"name": "tmp", "mountPath": "/tmp"}]
         volumes += [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
