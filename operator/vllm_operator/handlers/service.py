@@ -28,7 +28,7 @@ from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
 from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, downloads, effects, kube, lws, rollouts
+from . import config, downloads, effects, kube, lws, placement, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
@@ -207,6 +207,12 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
+    desired = placement.guard(namespace, name, status, desired, observed.now)
+    if placement.announces(desired):
+        # record, then act: the interruption is in the status (and said) before the Deployment changes
+        write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+        stored = effects.read_service(namespace, name) or stored
+        placement.post_announcement(namespace, _involved(name, namespace, uid), desired)
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
