@@ -64,3 +64,30 @@ def test_a_placeable_rollout_says_it_interrupts_with_the_measured_start() -> Non
     assert "fits on l1" in said.message
     unmeasured = decide(old, new, ready=1, nodes=[_node("l1", 1)], pods=[], own_pods=[], start_seconds=None)
     assert "until the new pod is Ready" in unmeasured.message
+
+
+def test_without_cluster_wide_pod_rights_the_services_namespace_is_read(monkeypatch: Any) -> None:
+    """Watching some namespaces only, the operator may not list pods everywhere (403): it counts the pods of the
+    service's namespace instead of failing the reconcile."""
+    from kubernetes.client.exceptions import ApiException
+
+    from vllm_operator.handlers import kube, placement
+
+    calls: list[tuple[str | None, str | None]] = []
+
+    def list_objects(resource: Any, namespace: str | None = None, label_selector: str | None = None,
+                     field_selector: str | None = None) -> list[dict[str, Any]]:
+        calls.append((namespace, field_selector))
+        if resource is kube.NODES:
+            return [_node("h1", 1)]
+        if resource is kube.PODS and namespace is None:
+            raise ApiException(status=403, reason="Forbidden")
+        return [_pod("theirs", "h1", 1)] if field_selector else []
+
+    monkeypatch.setattr(kube, "list_objects", list_objects)
+    monkeypatch.setattr(kube, "get", lambda *_a, **_k: _deployment("L4"))
+    current, nodes, pods, own = placement._observe("team-a", "chat", {"metadata": {"name": "chat"}, **_deployment(
+        "H100", plan="p2")})
+    assert current is not None and [n["metadata"]["name"] for n in nodes] == ["h1"]
+    assert [p["metadata"]["name"] for p in pods] == ["theirs"] and own == []
+    assert (None, "spec.nodeName=h1") in calls and ("team-a", "spec.nodeName=h1") in calls
