@@ -1,8 +1,8 @@
 """Before a rollout that stops the serving pod first: can the new pod be placed? (api/placement.py decides.)
 
-Asked only when it matters — the service serves (readyReplicas > 0), its rendered Deployment cannot surge (a
-ReadWriteOnce model cache), and the spec or the plan changed since the status was written (or an earlier rollout was
-held) — so a steady service costs no request. Then: the Deployment as it is, the nodes the new pod may use, the
+Asked only when it matters — its rendered Deployment cannot surge (a ReadWriteOnce model cache), and the spec or the
+plan changed since the status was written (or an earlier rollout was held) — so a steady service costs no request;
+it matters only if the Deployment as it is has Ready pods. Then: that Deployment, the nodes the new pod may use, the
 pods on them (at most MAX_NODES nodes; in every namespace where the operator may list pods there, else in the
 service's namespace — GPUs held by pods it cannot see are not counted, and such a rollout may still wait) and the
 service's own pods.
@@ -88,11 +88,12 @@ def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired
     interruption said when it can."""
     children = desired.children
     deployment = _deployment(children) if children is not None else None
-    ready = int(status.get("readyReplicas") or 0)
-    if (children is None or deployment is None or ready <= 0 or _surges(deployment)
+    if (children is None or deployment is None or _surges(deployment)
             or not (_changed(status, desired) or _held_before(status))):
         return desired
     current, nodes, pods, own = _observe(namespace, name, deployment)
+    # the Deployment's own count: the status's readyReplicas may not have caught up with a pod that just got Ready
+    ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
     start = (status.get("coldStart") or {}).get("readySeconds")
     placement = decide(current, deployment, ready=ready, nodes=nodes, pods=pods, own_pods=own,
                        start_seconds=float(start) if isinstance(start, (int, float)) else None)
