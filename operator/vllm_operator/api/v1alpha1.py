@@ -2252,6 +2252,13 @@ class RemediationStatus(_StatusModel):
         default_factory=list,
         description="Failures (pod UID/restart count) already reported without a step, newest last (at most 20).",
     )
+    inputs_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Hash of the plan's inputs the profile was learned on (model, GPU request, image and vLLM "
+                    "release, pinned flags and extra args, workload, LoRA). The profile is reset when they change, "
+                    "and only then: replicas, labels, annotations, env and other plan-neutral edits keep it.",
+    )
 
 
 class MetricsStatus(_StatusModel):

@@ -25,7 +25,8 @@ from urllib3.exceptions import HTTPError
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
 from . import config, downloads, effects, kube, lws, rollouts
@@ -180,6 +181,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
                       new: bool = False, node_max_age: float = 0.0,
                       stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
+    status, stored = relearn(name, namespace, uid, spec, status, stored, logger)
     spec_dict = dict(spec)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(),
@@ -239,22 +241,42 @@ def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> b
     return after is not None and before.get("args") != after.args
 
 
-def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest
-    (through the one status writer, on the status stored now)."""
+def relearn(name: str, namespace: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+            stored: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger,
+            ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """The ladder belongs to the plan's inputs it was learned on (`ladder.for_inputs`): a profile learned on other
+    inputs is dropped — recorded first, through the one status writer, before anything is rendered without it — and
+    once: the write carries the new inputs' hash, so a retry, a 409 or the next event of the same change finds
+    nothing to reset. A status without the hash adopts it in the reconcile's own write. Returns the status to
+    reconcile and the service it was read from (the precondition of the reconcile's write)."""
+    inputs = ladder.spec_inputs_hash(spec, config.CONFIG.default_image or DEFAULT_IMAGE)
+    change = ladder.for_inputs(ladder.remediation_of(status), inputs)
+    if change is None:
+        return status, stored
+    if not change.reset:
+        return {**status, "remediation": change.remediation.model_dump(by_alias=True, exclude_none=True)}, stored
 
     def build(service: dict[str, Any]) -> Any:
-        stored = service.get("status") or {}
-        remediation = RemediationStatus.model_validate(stored.get("remediation") or {})
-        generation = stored.get("observedGeneration")
-        return cond.fold_status(stored, observed_generation=generation if isinstance(generation, int) else None,
-                                now=_now(), remediation=remediation.model_copy(
-                                    update={"profile": {}, "step": 0, "exhausted": False}))
+        current = service.get("status") or {}
+        again = ladder.for_inputs(ladder.remediation_of(current), inputs)
+        if again is None:
+            return None  # recorded already (an earlier write landed before its answer was lost)
+        generation = current.get("observedGeneration")
+        return cond.fold_status(current, observed_generation=generation if isinstance(generation, int) else None,
+                                now=_now(), remediation=again.remediation)
 
-    effects.update_status(namespace, name, build)
-    new = dict(status)
-    new["remediation"] = {**dict(status.get("remediation") or {}), "profile": {}, "step": 0, "exhausted": False}
-    return new
+    if effects.update_status(namespace, name, build):
+        logger.info("%s", change.message)
+        effects.post_event(namespace, _involved(name, namespace, uid), "Normal", PROFILE_RESET, change.message)
+    with kube.api_errors(f"read {name}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+    if fresh is None:
+        raise kopf.TemporaryError(f"{name} is gone", delay=1)
+    return dict(fresh.get("status") or {}), fresh
+
+
+#: The Event reason of a learned profile dropped because the plan's inputs changed.
+PROFILE_RESET = "ProfileReset"
 
 
 #: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
@@ -313,8 +335,6 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
 
 def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: dict[str, Any],
                    status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
-    if reason == "update" and (status.get("remediation") or {}).get("profile"):
-        status = _reset_ladder(namespace, name, status)
     return reconcile_service(name, namespace, uid, generation, spec, status, logger,
                              new=reason == "create" and not status)
 
