@@ -2261,6 +2261,25 @@ class RemediationStatus(_StatusModel):
     )
 
 
+class KVCacheStatus(_StatusModel):
+    """The KV cache vLLM measured at startup ("GPU KV cache size: N tokens") next to the plan's prediction."""
+
+    measured_tokens: int = Field(ge=0, description="Tokens of KV cache vLLM allocated (its own startup log line).")
+    predicted_tokens: int | None = Field(
+        default=None, ge=0, description="The plan's prediction for the same flags (status.plan.kvCacheTokens)."
+    )
+    difference_tokens: int | None = Field(default=None, description="measuredTokens - predictedTokens.")
+    difference_percent: float | None = Field(
+        default=None, description="The difference as a percentage of the prediction (negative: vLLM has less)."
+    )
+    pod: str = Field(max_length=253, description="The pod whose log said it (a Deployment pod or a group leader).")
+    template: str | None = Field(
+        default=None, max_length=64,
+        description="The pod's plan annotation (vllm-operator.dev/plan): the profile the measurement belongs to.",
+    )
+    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was read (RFC 3339).")
+
+
 class MetricsStatus(_StatusModel):
     """vLLM metrics observed through Prometheus."""
 
@@ -2345,6 +2364,10 @@ class VLLMServiceStatus(_StatusModel):
     )
     remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
     metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
+    kv_cache: KVCacheStatus | None = Field(
+        default=None,
+        description="What vLLM measured of its KV cache next to the plan's prediction, for the current profile's pods.",
+    )
     model_cache: ModelCacheStatus | None = Field(
         default=None, description="How the weights reach the model cache, and the download last measured."
     )

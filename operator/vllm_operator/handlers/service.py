@@ -29,7 +29,7 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, downloads, effects, kube, lws, rollouts
+from . import config, downloads, effects, kube, lws, measured, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
 from .remediation import remediate_service
@@ -403,6 +403,10 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
+        try:  # vLLM's "GPU KV cache size: N tokens" of a serving pod → status.kvCache, next to the prediction
+            measured.record_kv_cache(meta["namespace"], owner, body)
+        except kopf.TemporaryError as exc:
+            logger.warning("measured KV cache not recorded: %s", exc)
     if owner and (rollout.unschedulable_message(body) or rollout.in_init(body)):  # scheduler / model download
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)
