@@ -767,6 +767,19 @@ def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
     return Desired(status=status, children=None, events=events, plan=result)
 
 
+def previous_still_serves(status: VLLMServiceStatus, *, kind: str, name: str, ready: int, generation: int,
+                          now: datetime) -> VLLMServiceStatus:
+    """An infeasible plan renders nothing and deletes nothing: the workload of the last plan that fit (`kind`
+    `name`, `ready` pods ready, as observed now) still runs. Say so instead of "no Deployment"."""
+    pods = f"{ready} pod{'s' if ready != 1 else ''} ready"
+    serving = (f"the previous {kind} {name} still serves ({pods}); this spec's plan does not fit, so it is not "
+               "rolled out" if ready else
+               f"the previous {kind} {name} is kept ({pods}); this spec's plan does not fit, so it is not rolled out")
+    updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, serving),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, serving)]
+    return cond.fold_status(status, conditions=updates, observed_generation=generation, now=now, ready_replicas=ready)
+
+
 def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
     """Where the weights live: spec.modelCache, else the operator-wide default (a claim that survives restarts and
     remediation steps when the cluster can provide one, an emptyDir otherwise)."""

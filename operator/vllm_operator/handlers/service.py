@@ -27,8 +27,8 @@ from ..api import conditions as cond
 from ..api import rollout
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..remediation import ladder
-from ..render.lws import LWS_NAME_LABEL
-from ..render.manifests import LABEL_SERVICE, MANAGED_BY
+from ..render.lws import LWS_NAME_LABEL, lws_name
+from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
 from . import config, downloads, effects, kube, lws, measured, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
@@ -193,6 +193,12 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   cache_settings=config.CONFIG.model_cache,
                                   default_storage_class=default_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
+    if desired.children is None and desired.plan is not None and not desired.plan.fits:
+        previous = previous_workload(namespace, name)
+        if previous is not None:  # nothing is deleted for a plan that does not fit: say what still serves
+            desired.status = reconcile.previous_still_serves(desired.status, kind=previous[0], name=previous[1],
+                                                             ready=previous[2], generation=generation,
+                                                             now=observed.now)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included
         degraded = cond.find_condition(desired.status.conditions, cond.DEGRADED)
@@ -233,6 +239,27 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         with kube.api_errors("post an event"):
             kube.post_event(namespace, involved, event.type, event.reason, event.message)
     return desired
+
+
+def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:
+    """The workload of ours that an earlier plan rolled out, if one exists: (kind, name, ready pods or groups)."""
+    names = child_names(name)
+    with kube.api_errors("read the Deployment"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, names.deployment)
+    if deployment is not None and _ours(deployment, name):
+        return "Deployment", names.deployment, int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    if lws.api_served():
+        with kube.api_errors("read the LeaderWorkerSet"):
+            group = kube.get(kube.LEADERWORKERSETS, namespace, lws_name(name))
+        if group is not None and _ours(group, name):
+            return "LeaderWorkerSet", lws_name(name), int((group.get("status") or {}).get("readyReplicas") or 0)
+    return None
+
+
+def _ours(obj: Mapping[str, Any], service: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_SERVICE) == child_names(service).label and labels.get(
+        "app.kubernetes.io/managed-by") == MANAGED_BY
 
 
 def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> bool:
