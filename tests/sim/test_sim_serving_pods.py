@@ -87,3 +87,10 @@ def test_every_selector_and_query_selects_exactly_the_serving_pods(tmp_path: Pat
                 assert len(regexes) == 1 and 'namespace="default"' in query, query
                 pattern = regexes.pop().replace("\\\\", "\\")
                 assert {n for n in names if re.fullmatch(pattern, n)} == expected, (name, query)
+        # what vLLM measured of its KV cache comes from a serving pod (the leader, never the headless worker)
+        for name in SPECS:
+            def measured(name: str = name) -> dict[str, Any] | None:
+                status = (api.get_object("vllmservices", name, "default") or {}).get("status") or {}
+                return status.get("kvCache")
+            kv = cluster.wait_for(measured, timeout=30, message=f"status.kvCache of {name}")
+            assert kv["pod"] in _expected(name, pods) and kv["measuredTokens"] > 0, kv

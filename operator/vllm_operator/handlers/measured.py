@@ -56,9 +56,11 @@ def record_kv_cache(namespace: str, service: str, pod: Mapping[str, Any], *, now
     stored = effects.read_service(namespace, service)
     status = (stored or {}).get("status") or {}
     recorded = status.get("kvCache") if isinstance(status.get("kvCache"), Mapping) else None
-    if stored is None or (recorded is not None and template and recorded.get("template") == template):
+    if stored is None:
+        return False
+    _remember(uid)  # looked at: the pod's later events cost nothing
+    if recorded is not None and template and recorded.get("template") == template:
         return False  # measured already for this template (by this or an earlier operator process)
-    _remember(uid)
     with kube.api_errors(f"read the log of {name}"):
         text = kube.read_log(namespace, name, container="vllm", tail_lines=LOG_LINES, previous=False) or ""
     tokens = measured_tokens(text)
