@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus to read vLLM's metrics from (env VLLM_OPERATOR_PROMETHEUS_URL)")
     r.add_argument("--prometheus-selector", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_SELECTOR"),
                    help="PromQL label matcher template for a service's vLLM series, with {namespace}, {service}, "
-                        "{service_regex}, {model} (default: namespace and pod name)")
+                        "{service_regex}, {model}, {pods_regex} (default: namespace and the serving pods' names)")
     r.add_argument("--metrics-interval", type=_positive_int, default=60,
                    help="seconds between reads of vLLM's metrics from Prometheus (default 60)")
     r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),

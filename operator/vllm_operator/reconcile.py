@@ -52,7 +52,6 @@ from .planner.speculative import Speculation, parse_speculative_config, with_dra
 from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
-from .render.autoscaling import pod_matchers
 from .render.cache import (
     ENGINE_START_SECONDS,
     MODEL_CACHE,
@@ -71,10 +70,10 @@ from .render.manifests import (
     child_names,
     labels_for,
     render_args,
-    selector_for,
     spec_hash,
     unsupported_pinned,
 )
+from .render.pods import ServingPods, serving_pods
 
 log = logging.getLogger("vllm_operator.reconcile")
 
@@ -772,6 +771,19 @@ def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
     return Desired(status=status, children=None, events=events, plan=result)
 
 
+def previous_still_serves(status: VLLMServiceStatus, *, kind: str, name: str, ready: int, generation: int,
+                          now: datetime) -> VLLMServiceStatus:
+    """An infeasible plan renders nothing and deletes nothing: the workload of the last plan that fit (`kind`
+    `name`, `ready` pods ready, as observed now) still runs. Say so instead of "no Deployment"."""
+    pods = f"{ready} pod{'s' if ready != 1 else ''} ready"
+    serving = (f"the previous {kind} {name} still serves ({pods}); this spec's plan does not fit, so it is not "
+               "rolled out" if ready else
+               f"the previous {kind} {name} is kept ({pods}); this spec's plan does not fit, so it is not rolled out")
+    updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, serving),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, serving)]
+    return cond.fold_status(status, conditions=updates, observed_generation=generation, now=now, ready_replicas=ready)
+
+
 def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
     """Where the weights live: spec.modelCache, else the operator-wide default (a claim that survives restarts and
     remediation steps when the cluster can provide one, an emptyDir otherwise)."""
@@ -880,6 +892,11 @@ class _Rendered:
     cold_start: ColdStartStatus | None
 
 
+def _serving(observed: Observed, planned: _Planned) -> ServingPods:
+    """The pods that serve the service in this plan's shape (a Deployment's pods, or a LeaderWorkerSet's leaders)."""
+    return serving_pods(observed.name, observed.namespace, multinode=planned.nodes_per_replica > 1)
+
+
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     """Step 7, when the plan fits: the children rendered as data — the model cache claim, Service and Deployment
     (a LeaderWorkerSet when one replica spans nodes),
@@ -894,8 +911,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
         name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
-        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
-        prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, planned),
+        served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
         persistent_cache=cache.persistent, cold_start=observed.status.get("coldStart"))
     message = f"{cache.message}; {download.why}" if download.why else cache.message
@@ -945,7 +962,7 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     events.extend(planned.secret_events)
     updates.extend(planned.secret_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
-    selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
+    selector = _serving(observed, planned).label_selector()  # the /scale subresource's: the HPA's pods
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
                      model_cache=rendered.model_cache, cold_start=rendered.cold_start)

@@ -207,7 +207,8 @@ def test_fits_renders_children_status_and_one_event() -> None:
     assert found[cond.READY] == (cond.FALSE, cond.PODS_NOT_READY)
     assert desired.status.endpoint == "http://svc.ns.svc:8000/v1"
     assert desired.status.replicas == 1
-    assert desired.status.selector == "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc"
+    assert desired.status.selector == (
+        "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc,!leaderworkerset.sigs.k8s.io/name")
     assert [(e.type, e.reason) for e in desired.events] == [("Normal", "Planned")]
     assert " ".join(desired.status.plan.args) in desired.events[0].message  # type: ignore[union-attr]
 

@@ -2252,6 +2252,32 @@ class RemediationStatus(_StatusModel):
         default_factory=list,
         description="Failures (pod UID/restart count) already reported without a step, newest last (at most 20).",
     )
+    inputs_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Hash of the plan's inputs the profile was learned on (model, GPU request, image and vLLM "
+                    "release, pinned flags and extra args, workload, LoRA). The profile is reset when they change, "
+                    "and only then: replicas, labels, annotations, env and other plan-neutral edits keep it.",
+    )
+
+
+class KVCacheStatus(_StatusModel):
+    """The KV cache vLLM measured at startup ("GPU KV cache size: N tokens") next to the plan's prediction."""
+
+    measured_tokens: int = Field(ge=0, description="Tokens of KV cache vLLM allocated (its own startup log line).")
+    predicted_tokens: int | None = Field(
+        default=None, ge=0, description="The plan's prediction for the same flags (status.plan.kvCacheTokens)."
+    )
+    difference_tokens: int | None = Field(default=None, description="measuredTokens - predictedTokens.")
+    difference_percent: float | None = Field(
+        default=None, description="The difference as a percentage of the prediction (negative: vLLM has less)."
+    )
+    pod: str = Field(max_length=253, description="The pod whose log said it (a Deployment pod or a group leader).")
+    template: str | None = Field(
+        default=None, max_length=64,
+        description="The pod's plan annotation (vllm-operator.dev/plan): the profile the measurement belongs to.",
+    )
+    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was read (RFC 3339).")
 
 
 class MetricsStatus(_StatusModel):
@@ -2372,6 +2398,10 @@ class VLLMServiceStatus(_StatusModel):
     )
     remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
     metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
+    kv_cache: KVCacheStatus | None = Field(
+        default=None,
+        description="What vLLM measured of its KV cache next to the plan's prediction, for the current profile's pods.",
+    )
     model_cache: ModelCacheStatus | None = Field(
         default=None, description="How the weights reach the model cache, and the download last measured."
     )

@@ -137,16 +137,24 @@ def _read_log(namespace: str, name: str) -> str:
 _STARTS: dict[str, None] = {}
 
 
-def record_ready(namespace: str, service: str, pod: Mapping[str, Any]) -> bool:
-    """Once a pod's vLLM container is first Ready, read its log once and record what it tells: how long the start
-    took, phase by phase (status.coldStart), and — for a pod without the init container — vLLM's own download
-    (status.modelCache). Returns whether the status was written."""
+def ready_log(namespace: str, pod: Mapping[str, Any]) -> str | None:
+    """The vLLM container's log, read once per pod, when its vLLM container is first seen Ready (None: not Ready,
+    or read already). What a start tells is all in it: the phases, vLLM's own download, the KV cache's size."""
     meta = pod.get("metadata") or {}
     name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
-    if not _vllm_ready(pod) or uid in _STARTS:
-        return False
+    if not _vllm_ready(pod) or meta.get("deletionTimestamp") or uid in _STARTS:
+        return None
     text = _read_log(namespace, name)
     _remember(_STARTS, uid)
+    return text
+
+
+def record_ready(namespace: str, service: str, pod: Mapping[str, Any], text: str) -> bool:
+    """Record what a pod's start tells (its log `text`, from `ready_log`): how long the start took, phase by phase
+    (status.coldStart), and — for a pod without the init container — vLLM's own download (status.modelCache).
+    Returns whether the status was written."""
+    meta = pod.get("metadata") or {}
+    name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
     written = False
     if not _has_download_init(pod) and not _seen(uid):
         def from_log(status: Mapping[str, Any]) -> DownloadMeasure | None:
@@ -161,7 +169,7 @@ def record_ready(namespace: str, service: str, pod: Mapping[str, Any]) -> bool:
         folded = fold_cold_start(status.get("coldStart"), measured, compile_cache=kind)
         return None if folded is None else VLLMServiceStatus.model_validate({**status, "coldStart": folded})
 
-    if effects.update_status(namespace, service, build) and measured:
+    if measured and effects.update_status(namespace, service, build):
         written = True
         log.info("%s/%s: pod %s started in %s s (%s)", namespace, service, name, measured.get("readySeconds"),
                  ", ".join(f"{k} {v}" for k, v in measured.items() if k.endswith("Seconds")))

@@ -108,13 +108,15 @@ OPTIONAL_KINDS = {"ScaledObject": kube.SCALEDOBJECTS, "InferencePool": kube.INFE
 _served_cache: dict[int, tuple[float, frozenset[str]]] = {}
 
 
-def served_kinds() -> frozenset[str] | None:
+def served_kinds(max_age: float = STORAGE_CLASS_MAX_AGE) -> frozenset[str] | None:
     """The optional kinds (KEDA ScaledObject, InferencePool) whose CRDs the cluster serves; None when discovery
-    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute."""
+    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute; the
+    watchdog asks afresh (`max_age=0`) at the start of each round, so a CRD installed after the operator started is
+    picked up by the next round's reconciles."""
     key = id(kube.client())
     now = time.monotonic()
     hit = _served_cache.get(key)
-    if hit is not None and now - hit[0] < STORAGE_CLASS_MAX_AGE:
+    if hit is not None and now - hit[0] < max_age:
         return hit[1]
     found = set()
     try:

@@ -25,10 +25,11 @@ from urllib3.exceptions import HTTPError
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
-from ..render.lws import LWS_NAME_LABEL
-from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, downloads, effects, kube, lws, placement, rollouts
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..remediation import ladder
+from ..render.lws import LWS_NAME_LABEL, lws_name
+from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
+from . import config, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
@@ -180,6 +181,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
                       new: bool = False, node_max_age: float = 0.0,
                       stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
+    status, stored = relearn(name, namespace, uid, spec, status, stored, logger)
     spec_dict = dict(spec)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(),
@@ -192,6 +194,12 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   default_storage_class=default_storage_class(),
                                   shared_storage_class=shared_storage_class(), served_kinds=served_kinds())
     desired = reconcile.desired_state(observed)
+    if desired.children is None and desired.plan is not None and not desired.plan.fits:
+        previous = previous_workload(namespace, name)
+        if previous is not None:  # nothing is deleted for a plan that does not fit: say what still serves
+            desired.status = reconcile.previous_still_serves(desired.status, kind=previous[0], name=previous[1],
+                                                             ready=previous[2], generation=generation,
+                                                             now=observed.now)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included
         degraded = cond.find_condition(desired.status.conditions, cond.DEGRADED)
@@ -240,28 +248,69 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     return desired
 
 
+def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:
+    """The workload of ours that an earlier plan rolled out, if one exists: (kind, name, ready pods or groups)."""
+    names = child_names(name)
+    with kube.api_errors("read the Deployment"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, names.deployment)
+    if deployment is not None and _ours(deployment, name):
+        return "Deployment", names.deployment, int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    if lws.api_served():
+        with kube.api_errors("read the LeaderWorkerSet"):
+            group = kube.get(kube.LEADERWORKERSETS, namespace, lws_name(name))
+        if group is not None and _ours(group, name):
+            return "LeaderWorkerSet", lws_name(name), int((group.get("status") or {}).get("readyReplicas") or 0)
+    return None
+
+
+def _ours(obj: Mapping[str, Any], service: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_SERVICE) == child_names(service).label and labels.get(
+        "app.kubernetes.io/managed-by") == MANAGED_BY
+
+
 def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> bool:
     before = status.get("plan") or {}
     after = desired.status.plan
     return after is not None and before.get("args") != after.args
 
 
-def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest
-    (through the one status writer, on the status stored now)."""
+def relearn(name: str, namespace: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+            stored: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger,
+            ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """The ladder belongs to the plan's inputs it was learned on (`ladder.for_inputs`): a profile learned on other
+    inputs is dropped — recorded first, through the one status writer, before anything is rendered without it — and
+    once: the write carries the new inputs' hash, so a retry, a 409 or the next event of the same change finds
+    nothing to reset. A status without the hash adopts it in the reconcile's own write. Returns the status to
+    reconcile and the service it was read from (the precondition of the reconcile's write)."""
+    inputs = ladder.spec_inputs_hash(spec, config.CONFIG.default_image or DEFAULT_IMAGE)
+    change = ladder.for_inputs(ladder.remediation_of(status), inputs)
+    if change is None:
+        return status, stored
+    if not change.reset:
+        return {**status, "remediation": change.remediation.model_dump(by_alias=True, exclude_none=True)}, stored
 
     def build(service: dict[str, Any]) -> Any:
-        stored = service.get("status") or {}
-        remediation = RemediationStatus.model_validate(stored.get("remediation") or {})
-        generation = stored.get("observedGeneration")
-        return cond.fold_status(stored, observed_generation=generation if isinstance(generation, int) else None,
-                                now=_now(), remediation=remediation.model_copy(
-                                    update={"profile": {}, "step": 0, "exhausted": False}))
+        current = service.get("status") or {}
+        again = ladder.for_inputs(ladder.remediation_of(current), inputs)
+        if again is None:
+            return None  # recorded already (an earlier write landed before its answer was lost)
+        generation = current.get("observedGeneration")
+        return cond.fold_status(current, observed_generation=generation if isinstance(generation, int) else None,
+                                now=_now(), remediation=again.remediation)
 
-    effects.update_status(namespace, name, build)
-    new = dict(status)
-    new["remediation"] = {**dict(status.get("remediation") or {}), "profile": {}, "step": 0, "exhausted": False}
-    return new
+    if effects.update_status(namespace, name, build):
+        logger.info("%s", change.message)
+        effects.post_event(namespace, _involved(name, namespace, uid), "Normal", PROFILE_RESET, change.message)
+    with kube.api_errors(f"read {name}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+    if fresh is None:
+        raise kopf.TemporaryError(f"{name} is gone", delay=1)
+    return dict(fresh.get("status") or {}), fresh
+
+
+#: The Event reason of a learned profile dropped because the plan's inputs changed.
+PROFILE_RESET = "ProfileReset"
 
 
 #: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
@@ -320,8 +369,6 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
 
 def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: dict[str, Any],
                    status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
-    if reason == "update" and (status.get("remediation") or {}).get("profile"):
-        status = _reset_ladder(namespace, name, status)
     return reconcile_service(name, namespace, uid, generation, spec, status, logger,
                              new=reason == "create" and not status)
 
@@ -390,10 +437,14 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
-        try:  # once its vLLM is Ready: the start, phase by phase → status.coldStart (and vLLM's own download)
-            downloads.record_ready(meta["namespace"], owner, body)
+        try:  # once its vLLM is Ready, one read of its log: the start, phase by phase → status.coldStart, vLLM's
+            # own download, and vLLM's "GPU KV cache size: N tokens" → status.kvCache next to the prediction
+            text = downloads.ready_log(meta["namespace"], body)
+            if text is not None:
+                downloads.record_ready(meta["namespace"], owner, body, text)
+                measured.record_kv_cache(meta["namespace"], owner, body, text)
         except kopf.TemporaryError as exc:
-            logger.warning("measured start not recorded: %s", exc)
+            logger.warning("what the pod's start measured is not recorded: %s", exc)
     if owner and (rollout.unschedulable_message(body) or rollout.in_init(body)):  # scheduler / model download
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)

@@ -33,14 +33,10 @@ ADAPTER_METRIC = {"WaitingRequests": "vllm_num_requests_waiting", "RunningReques
 WAKE_ONLY_THRESHOLD = "1000000000"
 
 
-def pod_matchers(namespace: str, deployment: str) -> str:
-    """PromQL label matchers for the Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`), the operator's
-    default Prometheus selector (metrics/observe.py DEFAULT_SELECTOR) for names that are DNS labels."""
-    return f'namespace="{namespace}",pod=~"{deployment.replace(".", "[.]")}-[a-z0-9]+-[a-z0-9]+"'
-
-
 def prometheus_query(metric: AutoscalingMetric, selector: str) -> str:
-    """The PromQL sum over the service's pods (`selector`: its label matchers) for one metric."""
+    """The PromQL sum over the service's serving pods (`selector`: `render.pods.ServingPods.promql()`, the same
+    matchers the operator's metrics watch uses) for one metric. vLLM labels each series `engine` and `model_name`;
+    the sum is over every engine of every serving pod."""
     if metric.type == "WaitingRequests":
         return f"sum(vllm:num_requests_waiting{{{selector}}}) or vector(0)"
     if metric.type == "RunningRequests":

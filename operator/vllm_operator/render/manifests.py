@@ -25,7 +25,8 @@ from ..planner.versions import version_from_image
 from .cache import build_download_container
 from .coldstart import compile_cache_root
 from .flags import flag_table
-from .names import DNS1123_LABEL, dns1035_label, dns1123_subdomain, label_value
+from .names import dns1035_label, dns1123_subdomain, label_value
+from .pods import deployment_name, instance_selector, serving_pods
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
@@ -115,8 +116,7 @@ def child_names(name: str) -> ChildNames:
     """Deployment: the service's own name when it is a valid DNS-1123 label (the pods' names derive from it);
     Service: a DNS-1035 label; labels: a label value. Each is the name itself when valid, else shortened with a
     stable hash (see `dns1035_label`)."""
-    deployment = name if len(name) <= 63 and DNS1123_LABEL.fullmatch(name) else dns1035_label(name)
-    return ChildNames(deployment=deployment, service=dns1035_label(name), label=label_value(name))
+    return ChildNames(deployment=deployment_name(name), service=dns1035_label(name), label=label_value(name))
 
 
 def labels_for(name: str) -> dict[str, str]:
@@ -131,8 +131,9 @@ def labels_for(name: str) -> dict[str, str]:
 
 
 def selector_for(name: str) -> dict[str, str]:
-    value = label_value(name)
-    return {"app.kubernetes.io/instance": value, LABEL_SERVICE: value}
+    """Every pod of the service, of any workload (`render.pods.instance_selector`); the serving pods are
+    `render.pods.serving_pods`."""
+    return instance_selector(name)
 
 
 def spec_hash(obj: Any) -> str:
@@ -379,7 +380,7 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
                      "ownerReferences": [inp.owner.to_k8s()]},
         "spec": {
             "type": inp.service_type,
-            "selector": selector_for(inp.name),
+            "selector": dict(serving_pods(inp.name, inp.namespace, multinode=False).match_labels),
             "ports": [{"name": "http", "port": _clamp(inp.service_port, 1, 65535), "targetPort": "http",
                        "protocol": "TCP"}],
         },
