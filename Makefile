@@ -53,9 +53,11 @@ crds: $(STAMP)
 	$(BIN)/python -m vllm_operator.api.crd --write crds/
 	cp crds/vllmservices.vllm-operator.dev.yaml charts/vllm-operator/crds/
 
-# docs/install.md is generated from README.md's "Install on a cluster" section.
-docs:
-	$(PY) scripts/install_doc.py
+# docs/install.md is generated from README.md's "Install on a cluster" section; the console samples in README.md and
+# docs/ are re-run and rewritten (scripts/doc_samples.py; tests/e2e/test_doc_samples.py fails when one is stale).
+docs: $(STAMP)
+	$(BIN)/python scripts/doc_samples.py
+	$(BIN)/python scripts/install_doc.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/planner_accuracy.py
