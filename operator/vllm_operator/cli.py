@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, get_args
 import yaml
 from pydantic.alias_generators import to_camel
 
+from . import __version__
 from .api.v1alpha1 import (
     API_VERSION,
     DEFAULT_GPU_MAX_COUNT,
@@ -146,6 +147,7 @@ BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="vllm-operator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("plan", help="plan vLLM flags for a model on a GPU and say whether it fits",
@@ -239,7 +241,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--examples", default=None, help="directory of VLLMService manifests (default: examples/)")
     d.add_argument("--speed", type=float, default=None, help="simulated seconds per real second")
     d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("completion", help="print a shell completion script (bash: eval \"$(vllm-operator "
+                       "completion bash)\"; zsh: vllm-operator completion zsh > ~/.zfunc/_vllm-operator)")
+    s.add_argument("shell", choices=("bash", "zsh"))
+    s.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """The completion script for every subcommand, option and choice, generated from this parser (shtab)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def _add_vllm_flags(p: argparse.ArgumentParser) -> None:

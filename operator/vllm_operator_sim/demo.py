@@ -11,7 +11,8 @@ ended as expected, 1 otherwise.
 Examples come from ``--examples DIR`` (or a single file), else ``./examples`` or the repository's ``examples/``,
 else the built-in scenario manifests (so an installed package can run the demo too).
 
-Environment: ``VLLM_OPERATOR_DEMO_TIMEOUT`` (real seconds to wait for every service, default 100) and
+Environment: ``VLLM_OPERATOR_DEMO_TIMEOUT`` (real seconds to wait for every service, default 600: a safety net, the
+limit that matters is two simulated hours) and
 ``VLLM_OPERATOR_DEMO_REPORT`` (write the results as JSON to this path).
 """
 
@@ -41,7 +42,11 @@ from .scenarios import Scenario, ScenarioSet, load_scenarios
 
 __all__ = ["ServiceResult", "find_manifests", "format_flags", "run_demo", "run_services", "service_outcome"]
 
-DEFAULT_TIMEOUT_S = 100.0
+#: Real seconds to wait for every service: a safety net — the paced clock stands still while the operator works, so
+#: a busy machine takes longer in real time, and the limit that matters is DEFAULT_SIM_TIMEOUT_S.
+DEFAULT_TIMEOUT_S = 600.0
+#: Simulated seconds after which a service that reached no terminal state counts as timed out.
+DEFAULT_SIM_TIMEOUT_S = 7200.0
 STABLE_AFTER_TRAFFIC_S = 60.0
 _OPERATOR_COMPONENT = "vllm-operator"
 _SKIP_OPERATOR_REASONS = ("Planned", "PlanInfeasible")
@@ -233,15 +238,16 @@ class _Session:
 
     # --- watching ------------------------------------------------------------------------------------------
 
-    def watch(self, timeout_s: float) -> None:
+    def watch(self, timeout_s: float, sim_timeout_s: float = DEFAULT_SIM_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
+        sim_deadline = self.view.t0 + sim_timeout_s
         while True:
             self._drain_events()
             self._poll_services()
             if all(t.outcome is not None for t in self.tracked.values()):
                 return
-            if time.monotonic() > deadline or (self.cluster.operator is not None
-                                               and self.cluster.operator.poll() is not None):
+            if time.monotonic() > deadline or self.cluster.clock.now() > sim_deadline or (
+                    self.cluster.operator is not None and self.cluster.operator.poll() is not None):
                 break
             with contextlib.suppress(TimeoutError):
                 self.cluster.api.wait_for(lambda: False, timeout=0.1, interval=0.1)
@@ -410,12 +416,14 @@ class _Session:
 
 def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioSet | None = None,
                  speed: float = DEFAULT_SPEED, pools: Iterable[NodePool | Sequence[Any]] = DEFAULT_POOLS,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, out: TextIO | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, sim_timeout_s: float = DEFAULT_SIM_TIMEOUT_S,
+                 out: TextIO | None = None,
                  on_results: Callable[[SimulatedCluster, list[ServiceResult]], None] | None = None
                  ) -> list[ServiceResult]:
     """Apply ``manifests`` to a fresh simulated cluster running the real operator; wait; return the results.
 
-    ``out`` receives the live view (None: quiet). ``on_results``, if given, is called with the cluster still
+    A service that reached no terminal state after ``sim_timeout_s`` simulated seconds (or, as a safety net,
+    ``timeout_s`` real ones) ends as ``Timeout``. ``out`` receives the live view (None: quiet). ``on_results``, if given, is called with the cluster still
     running once the results are known (the demo prints its summary there, and waits with --keep-running).
     """
     scenarios = scenarios if scenarios is not None else load_scenarios()
@@ -431,7 +439,7 @@ def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioS
         view.say("")
         session = _Session(cluster, manifests, scenarios, view, events)
         session.apply_all()
-        session.watch(timeout_s)
+        session.watch(timeout_s, sim_timeout_s)
         results = session.results()
         if cluster.operator is not None and cluster.operator.poll() is not None:
             view.say(f"the operator exited with code {cluster.operator.returncode}; its log:\n"
@@ -499,7 +507,7 @@ def run_demo(keep_running: bool = False, examples: str | None = None, speed: flo
         return 1
     timeout_s = float(os.environ.get("VLLM_OPERATOR_DEMO_TIMEOUT") or DEFAULT_TIMEOUT_S)
     out.write(f"vllm-operator demo: the operator in a simulated GPU cluster (no GPU needed); simulated time runs "
-              f"{speed:g}x real time.\n")
+              f"up to {speed:g}x real time and stands still while the operator works.\n")
     out.write(f"examples  {len(manifests)} VLLMService(s) from {source}\n")
     out.flush()
 

@@ -31,8 +31,9 @@ through the emulator's thread-safe direct API:
 * **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
   batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
 
-Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds) or call :meth:`tick`
-yourself with a manual :class:`~vllm_operator_sim.clock.SimClock` (tests).
+Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds on a compressed clock), with a
+:class:`~vllm_operator_sim.pacer.Pacer` (the clock moves only while the operator is idle, and stops at every
+:meth:`next_due`), or call :meth:`tick` yourself with a manual :class:`~vllm_operator_sim.clock.SimClock` (tests).
 """
 
 from __future__ import annotations
@@ -362,6 +363,13 @@ class Kubelet:
                 if (pod.namespace, pod.name) == (namespace, name):
                     return pod.outcome
         return None
+
+    def next_due(self) -> float:
+        """The simulated time of the next pod transition (image pulled, container started, vLLM Ready or dead,
+        back-off over, …); inf when nothing is scheduled. A pacer stops the clock there, so that one tick never
+        makes two transitions of a pod that an observer should see one at a time."""
+        with self._lock:
+            return min((pod.due for pod in self._pods.values()), default=float("inf"))
 
     # --- one pass ------------------------------------------------------------------------------------------
 

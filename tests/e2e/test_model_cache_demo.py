@@ -43,7 +43,8 @@ def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
                                 if e.service == name and e.kind in ("download", "cache-hit")]
         seen["downloaded"] = [e.details for e in cluster.kubelet.events if e.service == name and e.kind == "download"]
 
-    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], timeout_s=60, on_results=inspect)
+    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], sim_timeout_s=3600,
+                            on_results=inspect)
     SEEN[name] = seen
     return result, seen["events"], seen["condition"]
 

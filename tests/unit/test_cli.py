@@ -581,10 +581,10 @@ def test_an_lm_head_above_the_releases_lora_vocabulary_limit_does_not_fit(capsys
 
 
 def test_readmes_lora_commands_print_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    """README's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
+    """docs/ecosystem.md's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md").read_text()
     block = readme.split('"Will it fit with 4 adapters of rank 64?"', 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = block.splitlines()
     plan_line, quoted, check_line = lines[0], lines[1], lines[2]
