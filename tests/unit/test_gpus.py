@@ -124,7 +124,8 @@ def test_nvidia_smi_totals(catalog: GPUCatalog, product: str, memory_mib: int) -
 
 
 def test_estimation_rule_errs_low_on_every_measured_card(catalog: GPUCatalog) -> None:
-    measured = [spec for spec in catalog if spec.source.startswith("measured:")]
+    # the rule is about a dedicated framebuffer; on unified memory (GB10) CUDA's total is what the host OS leaves
+    measured = [spec for spec in catalog if spec.source.startswith("measured:") and not spec.uma]
     assert len(measured) >= 5
     for spec in measured:
         assert estimate_reported_gib(spec.memory_mib) <= spec.reported_gib, spec.name

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.v1alpha1 import MemoryBreakdown
 from . import messages
-from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
+from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib, lm_head_bytes_per_param
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
 from .speculative import DraftMemory, Speculation, attention_layer_kinds, draft_memory
@@ -193,6 +193,22 @@ def v2_sampler_state_bytes(arch: ModelArch, flags: EngineFlags, profile: Version
     return int(_V2_SAMPLER_STATE_BYTES * flags.max_num_seqs * arch.vocab_size)
 
 
+def v2_sampler_entry_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> float:
+    """Bytes per sampled row and vocabulary entry at the peak of Model Runner V2's profile-run sampler pass
+    (gpu/model_runner.py::_dummy_sampler_run, read in the 0.26.0-0.33.0 wheels).
+
+    The logits come out of compute_logits in the model dtype: each TP rank's [rows x vocab/TP] shard is gathered
+    into [rows x vocab] (model_executor/layers/logits_processor.py::_get_logits), both alive during the gather. The
+    dummy requests keep the sampler's default states (temperature 0, top-k = vocab, top-p 1: SamplingStates), so
+    apply_sampling_params makes no fp32 copy and the Triton gumbel kernel's per-block buffers are
+    rows x ceil(vocab/1024) entries: nothing else of vocab size. From 0.33 a second pass runs with
+    SamplingParams.for_sampler_warmup() (top-k 50, top-p 0.9, min-p, penalties, logprobs 5): the fp32 copy of the
+    logits and what the top-k/top-p sampler allocates, `profile.sampler_bytes` (resolved from v2_sampler_bytes).
+    """
+    logits = _model_dtype_bytes(arch, flags) * (1 + 1 / flags.tensor_parallel_size)
+    return logits + profile.sampler_bytes
+
+
 def state_page_bytes(arch: ModelArch, flags: EngineFlags) -> int:
     """One linear-attention/mamba layer's per-sequence state on one TP rank, in the model dtype."""
     return ceil_div(arch.state_elements, flags.tensor_parallel_size) * _model_dtype_bytes(arch, flags)
@@ -347,7 +363,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
         embed, head = embed_params * embed_b, head_params * embed_b
     else:
         scale = 1.064 if q.method == "mxfp4" else 1.0  # MXFP4 kernels pad/swizzle expert weights
-        embed, head = embed_params * 2.0, head_params * 2.0
+        embed, head = embed_params * 2.0, head_params * lm_head_bytes_per_param(arch)
         body = max(ckpt * scale - embed - head, ckpt * 0.5)
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     layer_params = arch.layer_param_counts or (1,) * arch.num_layers
@@ -407,7 +423,10 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
     forward = tokens * (_FWD_INTER_BYTES * arch.intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
     if arch.is_moe and arch.moe_intermediate_size:
         forward = tokens * (_FWD_INTER_BYTES * arch.moe_intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
-    sampler = profile.sampler_bytes * rows * arch.vocab_size if last_stage else 0.0
+    per_entry = profile.sampler_bytes
+    if profile.runner == "V2":
+        per_entry = v2_sampler_entry_bytes(arch, flags, profile)
+    sampler = per_entry * rows * arch.vocab_size if last_stage else 0.0
     sampler += _HIDDEN_KEPT_BYTES * tokens * arch.hidden_size
     peak = _ACT_BASE_GIB * GiB + max(forward, sampler)
     if arch.is_moe and not (arch.quantization and arch.quantization.method == "mxfp4"):
@@ -563,7 +582,8 @@ def stage_terms(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, st
         mrv2 += receive
     else:
         act += receive
-    # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
+    # 0.27+ (`consumed` profiler): what the allocator keeps after memory_profiling's closing empty_cache counts
+    # against the budget (allocator_slack_gib; 0: empty_cache returns every free segment)
     slack = int(profile.allocator_slack_gib * GiB) if profile.profiler == "consumed" else 0
     counted = profile.v2_sampler_state_counted
     graph = cudagraph_bytes(arch, flags, profile, layers, compute_capability=compute_capability)
@@ -706,13 +726,18 @@ def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProf
     cc = gpu.compute_capability if gpu is not None else None
     if profile.cudagraph_subtracted and cudagraph_capture_counts(arch, flags, profile, cc)[2] > _CAPTURE_MAX_DEFAULT:
         out.append("cudagraph_gib")  # the first capture beyond the calibrated 512 (compute capability 10.x, 0.28+)
-    if profile.runner == "V2" and "v2_sampler_bytes" in profile.estimates:
-        out.append("activation_gib")  # MRV2's sampler peak with full sampling parameters (0.33+)
+    if profile.runner == "V2" and profile.v2_sampler_bytes and "v2_sampler_bytes" in profile.estimates:
+        out.append("activation_gib")  # MRV2's warm-up sampler pass with full sampling parameters (0.33+)
     if (profile.runner == "V2" and profile.cudagraph_subtracted and not flags.enforce_eager
             and "v2_cudagraph_scale" in profile.estimates):
         out.append("cudagraph_gib")  # MRV2's trial-capture estimate (0.29+)
     if profile.profiler == "consumed" and profile.allocator_slack_gib and "allocator_slack_gib" in profile.estimates:
         out.append("persistent_gib")  # allocator leftovers (0.27+)
+    if gpu is not None and gpu.uma and profile.version_tuple >= (0, 26, 0):
+        # utils/mem_utils.py::MemorySnapshot.measure (read in 0.26.0-0.33.0): on an integrated GPU the free memory is
+        # psutil's available host memory, so the process's own host-side growth during startup (compile workers,
+        # loader buffers) is counted as non-KV memory; nothing in vLLM's source bounds it
+        out.append("non_torch_gib")
     if flags.speculative is not None:
         out.append("activation_gib")  # the sampler booked for k + 1 tokens per sequence (vLLM profiles fewer)
         draft = speculative_memory(arch, flags, profile)
