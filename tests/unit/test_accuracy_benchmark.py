@@ -116,3 +116,17 @@ def test_a_block_size_vllm_derived_is_not_pinned() -> None:
 def test_a_wsl2_gpu_is_asked_as_its_own_catalog_row() -> None:
     assert BENCH._catalog_query("NVIDIA GeForce RTX 4090 24GB (WSL2)") == "4090-wsl2"
     assert BENCH._catalog_query("NVIDIA GeForce RTX 4090 24GB") == "4090"
+
+
+def _rows(set_name: str, errors: list[float]) -> list[dict[str, Any]]:
+    return [{"set": set_name, "error": e} for e in errors]
+
+
+def test_the_2026_targets_bound_the_median_the_share_within_10_percent_and_the_low_side() -> None:
+    good = [0.01, -0.02, 0.0, 0.03, -0.01, 0.02, 0.09, -0.05, 0.01, 0.0]
+    assert BENCH.targets_met(_rows("2026", good))
+    assert not BENCH.targets_met(_rows("2026", [*good[:-1], -0.11]))            # one record 11% low
+    assert not BENCH.targets_met(_rows("2026", [0.04] * 10))                     # median above 3%
+    assert not BENCH.targets_met(_rows("2026", [*good[:8], 0.2, 0.3]))           # 80% within 10%
+    assert BENCH.targets_met(_rows("public", [0.0005] * 9 + [-0.5]))             # no low-side bound on the old set
+    assert not BENCH.targets_met(_rows("public", [0.002] * 10))                  # but its median stays <= 0.1%

@@ -24,6 +24,7 @@ from vllm_operator.planner.memory import (
     pp_intermediate_bytes,
     pp_layer_counts,
     predict_startup,
+    prefill_checkpoint_page,
     profile_for_model,
     serving_comm_bytes,
     stage_terms,
@@ -826,7 +827,9 @@ def test_qwen3_next_80b_on_four_h100s(load_arch: LoadArch) -> None:
     # attention block 16·⌈274,432 / (16 · 1,024)⌉ = 272 tokens, page 272 × 1,024 = 278,528 B ≥ the state page;
     # group size 12 (1 attention + 3 state groups): a block id holds 12 pages
     assert pred.num_blocks == 20 * GiB // (278_528 * 12)
-    per_request = -(-32768 // 272) + 3 * 2  # 0.28+: prefix caching on for hybrids → 2 state pages per group
+    # 0.28+: prefix caching on for hybrids → 2 state pages per group; 0.33 on an H100 (or a GPU not named): FlashInfer's
+    # GDN prefill exports a checkpoint → 3
+    per_request = -(-32768 // 272) + 3 * 3
     assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
     # weights: the checkpoint's 162,649,725,440 B (MTP layer included) over 4 ranks, the embedding and lm_head split
     assert pred.memory.weights_gib == pytest.approx(162_649_725_440 / 4 / GiB, rel=0.01)
@@ -866,7 +869,7 @@ def test_granite_4_h_small_on_one_h100(load_arch: LoadArch) -> None:
     # attention block 16·⌈2,147,840 / (16 · 4,096)⌉ = 528 tokens, page 2,162,688 B; 36 Mamba + 4 attention layers →
     # group size 4: 9 state groups + 1 attention group
     assert pred.num_blocks == 20 * GiB // (528 * 4096 * 4) == 2482
-    per_request = -(-8192 // 528) + 9 * 2
+    per_request = -(-8192 // 528) + 9 * 3  # 0.32+: Mamba2 keeps a prefill checkpoint page (2 + 1 in "align" mode)
     assert pred.max_concurrency == pytest.approx(2482 / per_request, abs=0.01)
     assert pred.memory.weights_gib == pytest.approx(63_659_701_248 / GiB, rel=0.01)
     plain = predict(arch, "0.33.0", max_model_len=8192)
@@ -883,3 +886,27 @@ def test_unified_memory_marks_the_host_side_growth_as_an_estimate(load_arch: Loa
     assert "non_torch_gib" not in predict_startup(arch, flags, uma, profile_for("0.11.0")).memory.estimated
     assert "non_torch_gib" not in predict_startup(arch, flags, GPUFacts(total_gib=119.8), profile_for("0.27.0")
                                                   ).memory.estimated
+
+
+@pytest.mark.parametrize(("version", "cc", "state_pages"), [
+    ("0.32.0", "9.0", 2),    # Gated DeltaNet exports no prefill checkpoint before 0.33
+    ("0.33.0", "9.0", 3),    # Hopper: FlashInfer's GDN prefill, one checkpoint page more
+    ("0.33.0", "12.0", 3),   # Blackwell with a key head dim of 128
+    ("0.33.0", "8.9", 2),    # Ada: the Triton/FLA prefill, no checkpoint
+    ("0.33.0", None, 3),     # unknown GPU: the larger booking
+])
+def test_gated_deltanet_prefill_checkpoint_page(version: str, cc: str | None, state_pages: int) -> None:
+    """MambaSpec.max_memory_usage_bytes in "align" mode: 2 + num_prefill_checkpoint_blocks pages per request."""
+    arch = _qwen3_next_like()
+    flags = EngineFlags(max_model_len=4096, max_num_seqs=256, max_num_batched_tokens=2048,
+                        kv_cache_memory_bytes=10 * GiB, enable_prefix_caching=True)
+    pred = predict_startup(arch, flags, GPUFacts(total_gib=79.19, compute_capability=cc), profile_for(version))
+    per_request = 3 * state_pages + -(-4096 // 544)
+    assert pred.max_concurrency == pytest.approx(pred.num_blocks / per_request, abs=0.01)
+
+
+def test_mamba2_keeps_a_prefill_checkpoint_page_from_0_32(load_arch: LoadArch) -> None:
+    arch = load_arch(GRANITE_4_H)
+    assert arch.state_layer == "mamba2"
+    v31, v32 = profile_for_model(profile_for("0.31.0"), arch), profile_for_model(profile_for("0.32.0"), arch)
+    assert not prefill_checkpoint_page(arch, v31, "8.9") and prefill_checkpoint_page(arch, v32, "8.9")

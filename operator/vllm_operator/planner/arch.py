@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -120,6 +120,9 @@ class ModelArch(BaseModel):
     multimodal: bool = False
     # linear-attention / mamba layers: elements of one layer's per-sequence state (conv + recurrent), before TP
     state_elements: int = Field(0, description="per-sequence state elements of one linear/mamba layer (all ranks)")
+    state_layer: StateLayer = Field(
+        "", description="the kind of linear/mamba layer ('' without one, or one not recognised)")
+    linear_key_head_dim: int = Field(0, ge=0, description="Gated DeltaNet: the key head dim (0 otherwise)")
     yarn_unscaled_max_len: int | None = Field(
         None, description="the derived max_model_len without the YaRN factor (vLLM 0.30+); None without YaRN")
     quantization: Quantization | None = None
@@ -261,6 +264,28 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[
     if isinstance(pattern, int) and pattern > 1:  # every pattern-th layer is global
         return tuple(LayerKind.FULL if (i + 1) % pattern == 0 else LayerKind.SLIDING for i in range(layers)), window
     return (LayerKind.SLIDING,) * layers, window  # e.g. Mistral-7B-v0.1: every layer windowed
+
+
+StateLayer = Literal["", "gated_deltanet", "mamba2", "mamba1"]
+
+
+def _state_layer(cfg: Mapping[str, Any]) -> tuple[StateLayer, int]:
+    """Which kind of state layer the linear layers are ('gated_deltanet', 'mamba2', 'mamba1'; '' for none known) and,
+    for Gated DeltaNet, its key head dim (vLLM 0.33 picks FlashInfer's GDN prefill on Blackwell only at 128)."""
+    def num(*keys: str) -> int:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 0
+
+    if num("linear_num_value_heads"):
+        return "gated_deltanet", num("linear_key_head_dim") or 128
+    if num("mamba_n_heads", "mamba_num_heads"):
+        return "mamba2", 0
+    if num("mamba_d_state", "ssm_state_size", "state_size", "d_state"):
+        return "mamba1", 0
+    return "", 0
 
 
 def _state_elements(cfg: Mapping[str, Any], hidden: int) -> int:
@@ -532,6 +557,8 @@ def arch_from_config(
         shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
+        state_layer=_state_layer(cfg)[0] if LayerKind.LINEAR in kinds else "",
+        linear_key_head_dim=_state_layer(cfg)[1] if LayerKind.LINEAR in kinds else 0,
         yarn_unscaled_max_len=_yarn_unscaled(cfg),
         quantization=_quantization(config) or _quantization(cfg),
         total_size=total_size,

@@ -148,7 +148,8 @@ class _KVLayout:
     layer_kinds: tuple[LayerKind, ...]  # the stage's layers
     block_size: int = 16     # tokens per attention block (grown for linear/mamba hybrids)
     inflight_batches: int = 1  # sliding-window layers keep window − 1 + this × max_num_batched_tokens tokens
-    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode: prefix caching)
+    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode, 3 with a
+    #                          prefill checkpoint page: prefill_checkpoint_page)
 
     @property
     def bytes_per_block(self) -> int:
@@ -276,7 +277,25 @@ def layer_token_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfi
     return 2 * kv_heads * arch.head_dim * kv_bytes
 
 
-def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...]) -> _KVLayout:
+def prefill_checkpoint_page(arch: ModelArch, profile: VersionProfile, compute_capability: str | None) -> bool:
+    """Whether this release keeps one more state page per request for the model's state layers in "align" mode
+    (MambaSpec.num_prefill_checkpoint_blocks): Mamba2 from 0.32 (mamba_mixer2.py); Gated DeltaNet from 0.33 when
+    FlashInfer's GDN prefill runs (qwen_gdn_linear_attn.py::_resolve_gdn_prefill_backend: SM90, or SM10.x/12.x with a
+    key head dim of 128). An unknown GPU is planned with the page (the larger booking)."""
+    if profile.mamba_prefill_checkpoint == "none":
+        return False
+    if arch.state_layer == "mamba2":
+        return True
+    if arch.state_layer != "gated_deltanet" or profile.mamba_prefill_checkpoint != "mamba2_gdn":
+        return False
+    if compute_capability is None:
+        return True
+    major = compute_capability.split(".")[0]
+    return major == "9" or (major in ("10", "12") and arch.linear_key_head_dim == 128)
+
+
+def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...],
+            compute_capability: str | None = None) -> _KVLayout:
     block = flags.block_size
     per_token = layer_token_bytes(arch, flags, profile)
     page = block * per_token
@@ -299,7 +318,8 @@ def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds:
         state_groups = tuple(kind for kind, count in counts.items() for _ in range(ceil_div(count, group_size)))
         prefix_caching = flags.enable_prefix_caching
         align = profile.hybrid_prefix_caching if prefix_caching is None else prefix_caching
-        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, 2 if align else 1)
+        pages = (2 + prefill_checkpoint_page(arch, profile, compute_capability)) if align else 1
+        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, pages)
     hybrid_manager = profile.tokens_definition != "blocks"
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
     if len(counts) <= 1 or not hybrid_manager:
@@ -656,7 +676,7 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     best: tuple[int, int, _KVLayout, int, StageTerms] | None = None
     headroom_need = 0
     for stage, kinds in enumerate(stage_kinds):
-        layout = _layout(arch, flags, profile, kinds)
+        layout = _layout(arch, flags, profile, kinds, gpu.compute_capability)
         terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
         headroom_need = max(headroom_need, terms.headroom)
         # request_memory (0.32+): the daemon's weights leave the budget, and none are loaded into this process
