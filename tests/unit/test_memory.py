@@ -20,6 +20,7 @@ from vllm_operator.planner.memory import (
     cudagraph_capture_sizes,
     external_weights_bytes,
     init_nontorch_gib,
+    non_torch_bytes,
     outside_budget_gib,
     pp_intermediate_bytes,
     pp_layer_counts,
@@ -910,3 +911,12 @@ def test_mamba2_keeps_a_prefill_checkpoint_page_from_0_32(load_arch: LoadArch) -
     assert arch.state_layer == "mamba2"
     v31, v32 = profile_for_model(profile_for("0.31.0"), arch), profile_for_model(profile_for("0.32.0"), arch)
     assert not prefill_checkpoint_page(arch, v31, "8.9") and prefill_checkpoint_page(arch, v32, "8.9")
+
+
+def test_a_pipeline_stage_grows_like_a_single_gpu_plus_its_nccl_group() -> None:
+    profile = profile_for("0.27.0")
+    single = EngineFlags(max_model_len=8192, max_num_seqs=256, max_num_batched_tokens=8192)
+    stage = single.model_copy(update={"pipeline_parallel_size": 2})
+    pcie_tp = single.model_copy(update={"tensor_parallel_size": 2})
+    assert non_torch_bytes(stage, profile, nvlink=False) == non_torch_bytes(pcie_tp, profile, nvlink=False)
+    assert non_torch_bytes(stage, profile) - non_torch_bytes(single, profile) == pytest.approx(0.07 * GiB, abs=2)

@@ -460,14 +460,16 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
 
 
 def non_torch_bytes(flags: EngineFlags, profile: VersionProfile, *, nvlink: bool = True) -> int:
-    """Non-torch growth while profiling: NCCL/custom all-reduce buffers at TP>=2 (NVLink GPUs), cuBLAS workspaces."""
+    """Non-torch growth while profiling: cuBLAS workspaces and lazily loaded kernels on every rank (nontorch_gib[0]),
+    NCCL/custom all-reduce buffers at TP>=2 (NVLink GPUs: nontorch_gib[1]); a NCCL group without custom all-reduce
+    (TP over PCIe, or the pipeline-parallel group) adds 0.07 GiB to the base."""
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     if tp > 1 and nvlink:
         value = profile.nontorch_gib[1]
-    elif tp > 1:
-        value = profile.nontorch_gib[0] + 0.07  # no custom all-reduce without NVLink/P2P
-    elif pp > 1:
-        value = 0.07
+    elif tp > 1 or pp > 1:
+        # no custom all-reduce without NVLink/P2P; a TP-1 pipeline stage is a rank like any other (its cuBLAS and
+        # kernel growth is the base's) with a NCCL group of its own (was 0.07 alone, below a single GPU's growth)
+        value = profile.nontorch_gib[0] + 0.07
     else:
         value = profile.nontorch_gib[0]
     return int(value * GiB)
