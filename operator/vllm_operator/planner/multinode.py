@@ -151,7 +151,7 @@ def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: Ve
     stages: list[StageMemory] = []
     first = 0
     for stage, kinds in enumerate(_stage_kinds(arch, pp, flags.pp_layer_partition)):
-        layout = _layout(arch, flags, profile, kinds)
+        layout = _layout(arch, flags, profile, kinds, gpu.compute_capability)
         # the same per-stage terms as predict_startup: activation (+ the V1 PP receive buffer), persistent buffers
         # counted from 0.27 (allocator leftovers, MRV2 sampler state and PP receive buffer), CUDA-graph estimate
         terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
