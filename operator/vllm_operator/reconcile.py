@@ -739,7 +739,7 @@ def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arc
     gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
                            count=result.gpu_count // nodes_per_replica, source=how)
     secret_updates, secret_events = _secret_warning(observed, spec)
-    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    args, dropped = render_args(result.rendered_flags(), result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
