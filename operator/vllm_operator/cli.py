@@ -30,6 +30,7 @@ from .api.v1alpha1 import (
     ModelDType,
     PinnedFlags,
     SpeculativeConfig,
+    _managed_flag_of,
 )
 from .modelfiles import find_in_catalog
 from .planner import (
@@ -550,6 +551,8 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
         spec["gpu"]["maxCount"] = spec["gpu"]["count"]
     if args.image and args.vllm_version:
         spec["vllmVersion"] = result.vllm_version
+    if getattr(args, "extra_args", None):
+        spec["extraArgs"] = list(args.extra_args)
     if args.context_length or args.concurrency:
         spec["workload"] = {k: v for k, v in (("contextLength", args.context_length),
                                                ("concurrency", args.concurrency)) if v}
@@ -557,9 +560,37 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
             "spec": spec}
 
 
+def plan_vllm_args(args: argparse.Namespace) -> CheckedFlags:
+    """`plan`'s words that are none of its own options: vLLM flags of the release, passed through unplanned (the
+    manifest carries them as spec.extraArgs); a flag the release lacks, or one `plan` plans under its own name, is
+    bad input."""
+    version = _version(args)
+    release = version.version if version else NEWEST_KNOWN_VERSION
+    read = read_flags(list(getattr(args, "vllm_args", None) or []), release)
+    if read.modelled:
+        read.refused.append(f"{' '.join(read.modelled)}: `plan` takes this as its own option (see vllm-operator "
+                            "plan --help; --prefix-caching for --enable-prefix-caching)")
+    if args.output == "manifest":
+        managed = [w for w in read.passed if _managed_flag_of(w)]
+        if managed:
+            read.refused.append(f"{', '.join(managed)}: the operator sets this (spec.model, spec.service, "
+                                "spec.lora); it cannot go into the manifest's extraArgs")
+    if read.refused:
+        raise UsageError("; ".join(dict.fromkeys(read.refused)))
+    return read
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .planner.multinode import plan_across_nodes
 
+    passed = plan_vllm_args(args)
+    args.extra_args = passed.passed
+    if args.output == "text" and passed.passed:
+        if passed.no_effect:
+            print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(passed.no_effect)))}")
+        if passed.not_modelled:
+            print(f"Not modelled (any effect on GPU memory is left out of the plan): "
+                  f"{', '.join(sorted(set(passed.not_modelled)))}")
     request = build_request(args)
     spread = plan_across_nodes(request, gpus_per_node=request.gpu_count, max_nodes=args.nodes)
 
@@ -727,6 +758,7 @@ class CheckedFlags(NamedTuple):
     not_modelled: list[str]  # accepted; an effect on memory this checker does not model (or may not)
     refused: list[str]       # sentences: flags (or values) the release does not have
     load_format: str
+    passed: list[str]        # the accepted, unplanned flags with their values, as written (for spec.extraArgs)
 
 
 def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
@@ -735,7 +767,7 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
     table = cli_flag_table()
     covered = table.covers(release)
     modelled_options = _modelled_flags()
-    out = CheckedFlags([], [], [], [], "auto")
+    out = CheckedFlags([], [], [], [], "auto", [])
     i = 0
     while i < len(words):
         word = words[i]
@@ -771,7 +803,11 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
                 out.modelled.append(f"{flag}={values[0]}")  # "-1" stays a value
             else:
                 out.modelled.extend([flag, *values])
-        elif flag == "--load-format" and (inline if inline is not None else values[:1] or [""])[0] == "ipc_cache":
+        else:
+            out.passed.extend([word, *values])
+        if refusal or flag in modelled_options:
+            continue
+        if flag == "--load-format" and (inline if inline is not None else values[:1] or [""])[0] == "ipc_cache":
             out = out._replace(load_format="ipc_cache")  # weights held by a weight-cache daemon: vLLM 0.32+ takes
             # them out of its budget
         elif flag in NO_MEMORY_EFFECT or flag.startswith("--no-") and "--" + flag[5:] in NO_MEMORY_EFFECT:
@@ -909,7 +945,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     _Parser.json_errors = _wants_json(words)
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown and args.command != "plan":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.vllm_args = unknown  # `plan`: other vLLM flags, checked against the release's own parser
 
     def fail(message: str, code: int) -> int:
         if _Parser.json_errors:

@@ -691,3 +691,15 @@ def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) 
     assert json.loads(out)["flags_accepted"] == {"no_memory_effect": ["--port"],
                                                  "effect_not_modelled": ["--async-scheduling",
                                                                          "--optimization-level"]}
+
+
+def test_plan_passes_other_flags_of_the_release_into_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "0.32.0",
+                       "-o", "manifest", "--async-scheduling", "-O3", "--limit-mm-per-prompt", '{"image": 2}')
+    assert code == 0
+    assert yaml.safe_load(out)["spec"]["extraArgs"] == ["--async-scheduling", "-O3", "--limit-mm-per-prompt",
+                                                        '{"image": 2}']
+    code, out, err = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "0.32.0",
+                         "--swap-space", "4", "--max-modle-len", "8192")
+    assert_one_line_error(code, out, err)
+    assert "--swap-space was removed in vLLM 0.18.0" in err and "--max-modle-len is not a flag of vLLM 0.32.0" in err
