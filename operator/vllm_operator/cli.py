@@ -527,7 +527,7 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
     lora = lora_request(args, result.vllm_version, adapters_as_spec=True)
-    for snake, value in result.flags.items():
+    for snake, value in result.rendered_flags().items():  # `maxModelLen: auto` stays auto
         if lora is not None and snake in ("enable_lora", *_LORA_SIZING):
             continue  # spec.lora says them
         info = PinnedFlags.model_fields.get(snake)

@@ -682,6 +682,9 @@ def test_plan_with_max_model_len_auto_renders_auto(capsys: pytest.CaptureFixture
     assert 1024 < doc["flags"]["max_model_len"] < 40960  # what auto picks on an L4, below the model's 40960
     assert any(r.startswith("max-model-len auto: vLLM 0.32.0 reduces the model's 40960 to "
                             f"{doc['flags']['max_model_len']} tokens") for r in doc["reasons"])
+    code, out, _ = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "l4", "--vllm-version", "0.32.0",
+                       "--max-model-len", "-1", "-o", "manifest")
+    assert code == 0 and yaml.safe_load(out)["spec"]["flags"]["maxModelLen"] == "auto"
 
 
 def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) -> None:
