@@ -759,6 +759,8 @@ class CheckedFlags(NamedTuple):
     refused: list[str]       # sentences: flags (or values) the release does not have
     load_format: str
     passed: list[str]        # the accepted, unplanned flags with their values, as written (for spec.extraArgs)
+    values: dict[str, list[str]]  # the accepted, unplanned flags (long names) → their values
+    planned_as: list[str]    # sentences: a flag planned as the flag with the same memory effect
 
 
 def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
@@ -767,7 +769,7 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
     table = cli_flag_table()
     covered = table.covers(release)
     modelled_options = _modelled_flags()
-    out = CheckedFlags([], [], [], [], "auto", [])
+    out = CheckedFlags([], [], [], [], "auto", [], {}, [])
     i = 0
     while i < len(words):
         word = words[i]
@@ -805,6 +807,7 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
                 out.modelled.extend([flag, *values])
         else:
             out.passed.extend([word, *values])
+            out.values[flag] = [inline] if inline is not None else values
         if refusal or flag in modelled_options:
             continue
         if flag == "--load-format" and (inline if inline is not None else values[:1] or [""])[0] == "ipc_cache":
@@ -815,6 +818,19 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
         else:
             out.not_modelled.append(flag)
     return out
+
+
+def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
+    """`-O0` / `--optimization-level 0` (0.12.0+, where the flag exists): vLLM applies OPTIMIZATION_LEVEL_00
+    (config/vllm.py, unchanged to 0.33): cudagraph_mode NONE and, unless set otherwise, compilation mode NONE - what
+    --enforce-eager sets. Planned as --enforce-eager unless --compilation-config says otherwise."""
+    if read.values.get("--optimization-level") != ["0"] or "--compilation-config" in read.values:
+        return read
+    not_modelled = [f for f in read.not_modelled if f != "--optimization-level"]
+    modelled = read.modelled if "--enforce-eager" in read.modelled else [*read.modelled, "--enforce-eager"]
+    why = ("--optimization-level 0 planned as --enforce-eager (vLLM's optimization level 0 captures no CUDA graphs "
+           "and compiles nothing, as --enforce-eager)")
+    return read._replace(modelled=modelled, not_modelled=not_modelled, planned_as=[*read.planned_as, why])
 
 
 def _takes_no_value(flag: str) -> bool:
@@ -837,7 +853,7 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     model, words = parse_command_line(command_line)
     declared = image_version(image, vllm_version, field="--vllm-version") if (vllm_version or image) else None
     release = declared.version if declared else NEWEST_KNOWN_VERSION
-    read = read_flags(words, release)
+    read = _planned_as_eager(read_flags(words, release))
     parsed = _check_parser().parse_args(read.modelled)
     if parsed.max_model_len == AUTO and not cli_flag_table().accepts_value("--max-model-len auto", release):
         since = cli_flag_table().value_since("--max-model-len auto")
@@ -859,6 +875,7 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     parsed.as_is = True
     parsed.from_check = True
     parsed.not_modelled = sorted(set(read.not_modelled))
+    parsed.planned_as = read.planned_as
     no_effect = read.no_effect + ignored_lora_flags(parsed)
     request = build_request(parsed).model_copy(update={"load_format": read.load_format})
     if parsed.enable_chunked_prefill is not None:
@@ -884,7 +901,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         if not_modelled:
             print(f"Not modelled (accepted by vLLM {request_release(request)}; any effect on GPU memory is left out "
                   f"of the prediction): {', '.join(not_modelled)}")
-    parsed.flags_accepted = {"no_memory_effect": sorted(set(no_effect)), "effect_not_modelled": not_modelled}
+        for sentence in parsed.planned_as:
+            print(sentence[0].upper() + sentence[1:] + ".")
+    parsed.flags_accepted = {"no_memory_effect": sorted(set(no_effect)), "effect_not_modelled": not_modelled,
+                             "planned_as": list(parsed.planned_as)}
     return _print_plan(result, parsed, lora=lora_effect(request, result, plan))
 
 

@@ -693,7 +693,23 @@ def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) 
     assert code == 0
     assert json.loads(out)["flags_accepted"] == {"no_memory_effect": ["--port"],
                                                  "effect_not_modelled": ["--async-scheduling",
-                                                                         "--optimization-level"]}
+                                                                         "--optimization-level"],
+                                                 "planned_as": []}
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O", "0"], ["--optimization-level=0"]])
+def test_optimization_level_0_is_planned_as_eager(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    """vLLM 0.12+'s OPTIMIZATION_LEVEL_00 sets cudagraph_mode NONE and compilation mode NONE, as --enforce-eager."""
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
+                       "serve", "Qwen/Qwen3-8B", *flags)
+    doc = json.loads(out)
+    assert code == 0 and doc["flags"]["enforce_eager"] is True and doc["memory"]["cudagraph_gib"] == 0
+    assert doc["flags_accepted"]["planned_as"] and not doc["flags_accepted"]["effect_not_modelled"]
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
+                       "serve", "Qwen/Qwen3-8B", *flags, "--compilation-config", '{"cudagraph_mode": "FULL"}')
+    doc = json.loads(out)  # the user's own compilation config wins over the level's defaults: not modelled
+    assert doc["flags"].get("enforce_eager") is not True and "--optimization-level" in \
+        doc["flags_accepted"]["effect_not_modelled"]
 
 
 def test_plan_passes_other_flags_of_the_release_into_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
