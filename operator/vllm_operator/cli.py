@@ -194,8 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "check --gpu L4 -- vllm serve MODEL FLAGS...",
                        description="Predict a pasted `vllm serve MODEL FLAGS...` (or `python -m "
                                    "vllm.entrypoints.openai.api_server --model MODEL ...`) on a GPU, as it stands: "
-                                   "flags not given take vLLM's defaults. Flags this checker does not know are named "
-                                   "(exit 2), never ignored. Exit 0 starts, 1 fails, 2 bad input.")
+                                   "flags not given take vLLM's defaults. Every flag the command's vLLM release "
+                                   "accepts is accepted (read from its own parser; those whose memory effect is not "
+                                   "modelled are listed); one it does not have is named with the release that added "
+                                   "or removed it (exit 2). Exit 0 starts, 1 fails, 2 bad input.")
     c.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
     c.add_argument("--gpu-count", type=_positive_int, default=None, help="GPUs (default: TP x PP of the command)")
     c.add_argument("--gpu-free-gib", type=_non_negative, help="free memory per GPU when others hold some")
