@@ -144,7 +144,7 @@ def _num(value: Any) -> Any:
 #: planner understands (api.v1alpha1.PinnedFlags), the data-parallel size among them.
 VALUE_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpu_memory_utilization",
                "max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "cpu_offload_gb", "max_loras",
-               "max_lora_rank")
+               "max_lora_rank", "kv_cache_memory_bytes")
 #: Record keys carried as switches: True → `--flag`; for vLLM's BooleanOptionalAction flags False → `--no-flag`.
 SWITCHES = ("enforce_eager", "enable_expert_parallel", "enable_lora")
 ON_OFF = ("enable_prefix_caching", "enable_chunked_prefill")

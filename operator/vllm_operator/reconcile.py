@@ -64,6 +64,7 @@ from .render.cache import (
 )
 from .render.coldstart import engine_seconds_budget
 from .render.ecosystem import ecosystem_children
+from .render.flags import extra_args_refusals, pinned_value_refusals
 from .render.manifests import (
     OwnerRef,
     RenderInput,
@@ -540,6 +541,10 @@ def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
               for name, why in unsupported_pinned(spec.flags.to_vllm(), version)]
     errors += [SpecError("spec.lora", f"{why}; remove spec.lora or use another image")
                for _name, why in unsupported_pinned(lora_flags(spec), version)]
+    errors += [SpecError(spec.flags.field_path(name), f"{why}; pin a length or use another image")
+               for name, why in pinned_value_refusals(spec.flags.to_vllm(), version)]
+    errors += [SpecError(f"spec.extraArgs[{index}]", f"{why}; remove it or use another image")
+               for index, why in extra_args_refusals(spec.extra_args, version)]
     return errors + _lora_rank_errors(spec, version)
 
 
@@ -737,7 +742,7 @@ def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arc
     gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
                            count=result.gpu_count // nodes_per_replica, source=how)
     secret_updates, secret_events = _secret_warning(observed, spec)
-    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    args, dropped = render_args(result.rendered_flags(), result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
@@ -853,7 +858,7 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
-        vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
+        vllm_version=result.vllm_version, flags=result.rendered_flags(), pinned=tuple(result.pinned),
         extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count // planned.nodes_per_replica,
         gpu_product_label=planned.product_label,
         weights_gib_total=checkpoint_bytes(planned.arch) / 2**30, replicas=desired_replicas(spec, observed.status),

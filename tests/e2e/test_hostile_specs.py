@@ -64,7 +64,7 @@ UPSTREAM_CRDS = ("keda.sh_scaledobjects.yaml", "inference.networking.k8s.io_infe
 BASE_SPEC: dict[str, Any] = {
     "model": {"name": MODEL}, "modelCache": {"claimName": "models"}, "resources": {},
     "hfTokenSecretRef": {"name": "hf"}, "nodeSelector": {}, "tolerations": [{"key": "k", "operator": "Exists"}],
-    "env": [{"name": "A", "value": "1"}], "extraArgs": ["--disable-log-requests"], "service": {},
+    "env": [{"name": "A", "value": "1"}], "extraArgs": ["--disable-log-stats"], "service": {},
 }
 
 

@@ -36,6 +36,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StringConstraints,
     ValidationError,
     WithJsonSchema,
@@ -206,6 +207,8 @@ MAX_INLINE_JSON_KEYS = 1024
 
 #: The largest context the planner accepts (2^24 tokens; the longest released models have 10M).
 MAX_CONTEXT_TOKENS = 2**24
+#: `maxModelLen: auto` / `--max-model-len auto` (also -1): vLLM auto-fits the context length at startup
+MAX_MODEL_LEN_AUTO = "auto"
 INT32_MAX = 2**31 - 1
 
 
@@ -714,6 +717,30 @@ class SpeculativeConfig(_Model):
         return self
 
 
+def _length_or_auto(value: Any) -> int | Literal["auto"]:
+    """`maxModelLen`: a whole number in [16, MAX_CONTEXT_TOKENS] or `auto`, one error for anything else (a union
+    would report one per branch)."""
+    if value == MAX_MODEL_LEN_AUTO:
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError("int_or_auto", "must be a whole number or auto")
+    if value < 16:
+        raise PydanticCustomError("greater_than_equal", "must be greater than or equal to 16")
+    if value > MAX_CONTEXT_TOKENS:
+        raise PydanticCustomError("less_than_equal", f"must be less than or equal to {MAX_CONTEXT_TOKENS}")
+    return value
+
+
+#: `spec.flags.maxModelLen`: tokens, or `auto`. In the CRD an int-or-string whose bounds apply to the number and
+#: whose pattern to the string (JSON Schema applies each only to its own type).
+MaxModelLen = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_length_or_auto),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
+                    "minimum": 16, "maximum": MAX_CONTEXT_TOKENS, "pattern": "^auto$"}),
+]
+
+
 class PinnedFlags(_Model):
     """vLLM flags pinned by the user.
 
@@ -771,9 +798,12 @@ class PinnedFlags(_Model):
         le=1,
         description="`--gpu-memory-utilization`: fraction of each GPU's total memory vLLM may use, in (0, 1].",
     )
-    max_model_len: int | None = Field(
-        default=None, ge=16, le=MAX_CONTEXT_TOKENS,
-        description="`--max-model-len`: the longest prompt + output, in tokens.",
+    max_model_len: MaxModelLen | None = Field(
+        default=None,
+        description=(
+            "`--max-model-len`: the longest prompt + output, in tokens; `auto`: vLLM (0.14.0+) fits the longest "
+            "context whose KV cache fits the memory it measures at startup, and the plan says which length that is."
+        ),
     )
     max_num_seqs: int | None = Field(
         default=None, ge=1, le=2**20, description="`--max-num-seqs`: the most sequences scheduled in one step."
@@ -1809,7 +1839,8 @@ class VLLMServiceSpec(_Model):
             id="context-length-within-max-model-len",
             rule=(
                 "!has(self.workload) || !has(self.workload.contextLength) || !has(self.flags) "
-                "|| !has(self.flags.maxModelLen) || self.workload.contextLength <= self.flags.maxModelLen"
+                "|| !has(self.flags.maxModelLen) || type(self.flags.maxModelLen) != int "
+                "|| self.workload.contextLength <= self.flags.maxModelLen"
             ),
             message="workload.contextLength must not exceed the pinned flags.maxModelLen; "
             "raise or unpin flags.maxModelLen",
@@ -2005,7 +2036,7 @@ class VLLMServiceSpec(_Model):
                 )
             )
         ctx, max_len = self.workload.context_length, self.flags.max_model_len
-        if ctx is not None and max_len is not None and ctx > max_len:
+        if ctx is not None and isinstance(max_len, int) and ctx > max_len:  # `auto` fits what the GPU holds
             out.append(
                 RuleViolation(
                     "context-length-within-max-model-len",
