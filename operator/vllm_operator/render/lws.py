@@ -37,7 +37,7 @@ from .pods import (
 )
 from .pods import LWS_NAME_LABEL as LWS_NAME_LABEL
 from .pods import LWS_WORKER_INDEX_LABEL as LWS_WORKER_INDEX_LABEL
-from .pods import lws_name as _lws_name
+from .pods import lws_name as lws_name  # the LWS name (a DNS-1035 label, as the LWS webhook requires)
 from .pods import serving_pods
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -163,11 +163,6 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
         template["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
     lws["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(lws["spec"])
     return lws
-
-
-def lws_name(name: str) -> str:
-    """The LWS name: a DNS-1035 label (the LWS webhook requires one; pods are `<name>-<g>` and `<name>-<g>-<w>`)."""
-    return _lws_name(name)
 
 
 def build_leader_service(inp: RenderInput) -> dict[str, Any]:
