@@ -66,12 +66,10 @@ def test_a_placeable_rollout_says_it_interrupts_with_the_measured_start() -> Non
     assert "until the new pod is Ready" in unmeasured.message
 
 
-def test_without_cluster_wide_pod_rights_the_services_namespace_is_read(monkeypatch: Any) -> None:
-    """Watching some namespaces only, the operator may not list pods everywhere (403): it counts the pods of the
-    service's namespace instead of failing the reconcile."""
-    from kubernetes.client.exceptions import ApiException
-
-    from vllm_operator.handlers import kube, placement
+def test_watching_some_namespaces_the_pods_there_are_counted(monkeypatch: Any) -> None:
+    """Watching some namespaces only, the chart lets the operator list pods there, not everywhere: the nodes' pods
+    are read in each watched namespace (never a cluster-wide list that would be refused)."""
+    from vllm_operator.handlers import config, kube, placement
 
     calls: list[tuple[str | None, str | None]] = []
 
@@ -80,14 +78,14 @@ def test_without_cluster_wide_pod_rights_the_services_namespace_is_read(monkeypa
         calls.append((namespace, field_selector))
         if resource is kube.NODES:
             return [_node("h1", 1)]
-        if resource is kube.PODS and namespace is None:
-            raise ApiException(status=403, reason="Forbidden")
-        return [_pod("theirs", "h1", 1)] if field_selector else []
+        assert namespace is not None, "a cluster-wide pod list the chart does not grant"
+        return [_pod(f"theirs-{namespace}", "h1", 1)] if field_selector else []
 
     monkeypatch.setattr(kube, "list_objects", list_objects)
     monkeypatch.setattr(kube, "get", lambda *_a, **_k: _deployment("L4"))
+    monkeypatch.setattr(config.CONFIG, "namespaces", ("team-a", "team-b"))
     current, nodes, pods, own = placement._observe("team-a", "chat", {"metadata": {"name": "chat"}, **_deployment(
         "H100", plan="p2")})
     assert current is not None and [n["metadata"]["name"] for n in nodes] == ["h1"]
-    assert [p["metadata"]["name"] for p in pods] == ["theirs"] and own == []
-    assert (None, "spec.nodeName=h1") in calls and ("team-a", "spec.nodeName=h1") in calls
+    assert [p["metadata"]["name"] for p in pods] == ["theirs-team-a", "theirs-team-b"] and own == []
+    assert ("team-a", "spec.nodeName=h1") in calls and ("team-b", "spec.nodeName=h1") in calls

@@ -3,9 +3,9 @@
 Asked only when it matters — its rendered Deployment cannot surge (a ReadWriteOnce model cache), and the spec or the
 plan changed since the status was written (or an earlier rollout was held) — so a steady service costs no request;
 it matters only if the Deployment as it is has Ready pods. Then: that Deployment, the nodes the new pod may use, the
-pods on them (at most MAX_NODES nodes; in every namespace where the operator may list pods there, else in the
-service's namespace — GPUs held by pods it cannot see are not counted, and such a rollout may still wait) and the
-service's own pods.
+pods on them (at most MAX_NODES nodes; in every namespace when the operator watches them all, else in the namespaces
+it watches, where the chart lets it list pods — GPUs held by pods it cannot see are not counted, and such a rollout
+may still wait) and the service's own pods.
 
 A held rollout leaves the Deployment as it is (the Deployment is dropped from the children to apply), says why in
 Progressing (reason RolloutHeld) and in one Warning Event; a rollout that will interrupt service says so (Progressing
@@ -20,13 +20,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from ..api import conditions as cond
 from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide
 from ..reconcile import EVENT_NORMAL, EVENT_WARNING, Desired, Event
 from ..render.manifests import selector_for
-from . import effects, kube
+from . import config, effects, kube
 
 #: The most nodes of a pool whose pods are listed for one decision (a larger pool: the first ones, by name).
 MAX_NODES = 32
@@ -62,20 +60,13 @@ def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
         nodes = sorted(kube.list_objects(kube.NODES, label_selector=selector or None),
                        key=lambda n: str((n.get("metadata") or {}).get("name")))[:MAX_NODES]
     pods: list[dict[str, Any]] = []
-    scope: str | None = None  # every namespace, where the operator may list pods there (the chart's cluster-wide mode)
+    # every namespace when the operator watches them all (the chart grants it pods there), else those it watches
+    scopes: tuple[str | None, ...] = config.CONFIG.namespaces or (None,)
     for node in nodes:
         node_name = str((node.get("metadata") or {}).get("name") or "")
-        query = f"spec.nodeName={node_name}"
-        try:
-            pods.extend(kube.list_objects(kube.PODS, scope, field_selector=query))
-            continue
-        except ApiException as exc:
-            if exc.status != 403 or scope is not None:
-                with kube.api_errors(f"list the pods on node {node_name}"):
-                    raise
-        scope = namespace  # watching some namespaces only: the pods it may see are those of the service's
-        with kube.api_errors(f"list the pods on node {node_name}"):
-            pods.extend(kube.list_objects(kube.PODS, scope, field_selector=query))
+        for scope in scopes:
+            with kube.api_errors(f"list the pods on node {node_name}"):
+                pods.extend(kube.list_objects(kube.PODS, scope, field_selector=f"spec.nodeName={node_name}"))
     own_selector = ",".join(f"{k}={v}" for k, v in selector_for(name).items())
     with kube.api_errors(f"list the pods of {name}"):
         own = [str((p.get("metadata") or {}).get("name") or "")
