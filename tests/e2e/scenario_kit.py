@@ -232,7 +232,7 @@ def _wait_simulated(cluster: SimulatedCluster, predicate: Callable[[], bool], si
 
 
 def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float = 50.0,
-              sim_timeout_s: float = 3600.0, timeout_s: float = 300.0, serving_s: float = 60.0,
+              sim_timeout_s: float = 3600.0, timeout_s: float = 900.0, serving_s: float = 60.0,
               failures_after_verdict: int = 2, verdict_speed: float = 200.0) -> Run:
     """Apply every case at once to one simulated cluster running the real operator; wait for each to end; observe.
 

@@ -40,7 +40,7 @@ from vllm_operator_sim.kubelet import Kubelet, ServiceStats
 from vllm_operator_sim.scenarios import ScenarioSet, Traffic
 from vllm_operator_sim.startup import HiddenFacts, simulate_startup, termination_message
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 L4 = "NVIDIA-L4"
 A10G = "NVIDIA-A10G"
