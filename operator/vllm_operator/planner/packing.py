@@ -148,6 +148,11 @@ class GroupPlan(BaseModel):
     def member(self, name: str) -> MemberShare | None:
         return next((m for g in self.gpus for m in g.members if m.name == name), None)
 
+    def start_order_of(self, names: Sequence[str]) -> list[str]:
+        """`names` in the group's start order."""
+        wanted = set(names)
+        return [n for n in self.start_order if n in wanted]
+
     def neighbours(self, name: str) -> list[MemberShare]:
         """The other members on `name`'s GPU."""
         for shared in self.gpus:
