@@ -81,6 +81,7 @@ class PackRequest(BaseModel):
     vllm_version: str | None = None
     previous: dict[str, int] = Field(default_factory=dict,
                                      description="member name -> the GPU index its last recorded plan gave it")
+    grown: str | None = Field(None, description="a member whose needs grew: the others keep their GPUs first")
 
 
 class MemberShare(BaseModel):
@@ -276,16 +277,17 @@ def _size_as_given(member: PackMember, gpu: GPUSpec, version: str | None, planne
     return _Sized(member, hi, best, _footprint(member, gpu, version, hi, best, planner))
 
 
-def _place(sized: list[_Sized], capacity: float, limit: int | None,
-           previous: dict[str, int]) -> tuple[list[list[_Sized]], list[tuple[_Sized, str]]]:
-    """First fit, largest footprint first; a member stays on its previous GPU when it still fits there."""
+def _place(sized: list[_Sized], capacity: float, limit: int | None, previous: dict[str, int],
+           grown: str | None = None) -> tuple[list[list[_Sized]], list[tuple[_Sized, str]]]:
+    """First fit, largest footprint first; a member stays on its previous GPU when it still fits there (`grown`, a
+    member whose needs changed, only after every other member has kept its GPU)."""
     bins: list[list[_Sized]] = []
     left: list[tuple[_Sized, str]] = []
 
     def used(b: list[_Sized]) -> float:
         return sum(s.footprint for s in b)
 
-    order = sorted(sized, key=lambda s: (-s.footprint, s.member.name))
+    order = sorted(sized, key=lambda s: (s.member.name == grown, -s.footprint, s.member.name))
     rest: list[_Sized] = []
     for s in order:  # members that keep their GPU first, so a new member does not push one off it
         index = previous.get(s.member.name)
@@ -414,7 +416,7 @@ def pack(request: PackRequest, planner: Planner = plan) -> GroupPlan:
             unplaced.append(Unplaced(name=member.name, model_id=member.arch.model_id, reason=result))
         else:
             sized.append(result)
-    bins, left = _place(sized, capacity, request.gpus, request.previous)
+    bins, left = _place(sized, capacity, request.gpus, request.previous, request.grown)
     for s, why in left:
         unplaced.append(Unplaced(name=s.member.name, model_id=s.member.arch.model_id, reason=why,
                                  footprint_gib=round(s.footprint, 2)))
