@@ -102,6 +102,7 @@ class MemberShare(BaseModel):
     fixed: bool = Field(False, description="the budget is spec.gpu.share.memoryGiB")
     flags: dict[str, object]
     args: list[str]
+    plan: Plan | None = Field(None, exclude=True, description="the member's plan at its share (not serialized)")
 
 
 class SharedGPU(BaseModel):
@@ -346,7 +347,7 @@ def _share(s: _Sized, gpu: GPUSpec, version: str | None, index: int, util: int, 
         outside_gib=round(footprint - budget, 2), footprint_gib=round(footprint, 2),
         weights_gib=result.memory.weights_gib, kv_cache_gib=result.memory.kv_cache_gib,
         kv_cache_tokens=result.prediction.kv_cache_tokens, max_model_len=int(flags.get("max_model_len", 0)),
-        fixed=s.member.memory_gib is not None, flags=flags, args=flags_to_args(flags))
+        fixed=s.member.memory_gib is not None, flags=flags, args=flags_to_args(flags), plan=result)
 
 
 def _final(members: list[_Sized], utils: dict[str, int], gpu: GPUSpec, version: str | None,

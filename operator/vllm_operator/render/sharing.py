@@ -113,6 +113,7 @@ def build_resource_claim(*, group: str, gpu_index: int, namespace: str,
             "name": claim_name(group, gpu_index),
             "namespace": namespace,
             "labels": {**MANAGED_BY, GROUP_LABEL: label_value(group), GPU_INDEX_LABEL: str(gpu_index)},
+            "annotations": {},
             "ownerReferences": owner_refs,
         },
         "spec": {

@@ -1,0 +1,235 @@
+"""A share group seen from one member's reconcile (issue 26): the group's plan, this member's part of it, and what
+its children become (pure).
+
+The shell (handlers/share.py) observes the group once per reconcile — every VLLMService of the namespace naming the
+same `spec.gpu.share.group`, their model architectures, how the cluster can share a GPU, and the group's record —
+and `reconcile` calls `decide` after planning the member alone. Every member computes the same group plan from the
+same observation, so they agree without talking to each other; the plan is written as the group's record (a
+ConfigMap, the first child applied, so it is recorded before any pod changes) and in each member's
+`status.gpu.share`.
+
+Start order: a member's pods run only once every member before it on its GPU (the plan's `start_order`) is Ready
+with its planned share — until then its Deployment has 0 replicas and its Progressing condition says which
+neighbour it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .api import conditions as cond
+from .api.v1alpha1 import PinnedFlags, ShareMemberStatus, ShareStatus
+from .planner.arch import ModelArch
+from .planner.gpus import GPUSpec
+from .planner.packing import GroupPlan, MemberShare, PackMember, PackRequest, pack
+from .planner.plan import Plan, Workload
+from .render.manifests import ANNOTATION_SPEC_HASH, spec_hash
+from .render.names import dns1123_subdomain, label_value
+from .render.sharing import (
+    GROUP_LABEL,
+    MANAGED_BY,
+    SharingSupport,
+    build_resource_claim,
+    claim_name,
+    on_time_sliced_node,
+    time_slicing_nodes,
+    with_claim,
+)
+
+#: The condition that says how this service shares its GPU (and, with time-slicing, that memory is not isolated).
+GPU_SHARED = "GPUShared"
+SHARED_BY_DRA = "SharedByDRA"
+MEMORY_NOT_ISOLATED = "MemoryNotIsolated"
+WAITING_FOR_NEIGHBOUR = "WaitingForNeighbour"
+#: The group's record: one ConfigMap per group, data key RECORD_KEY.
+RECORD_KEY = "plan.json"
+#: Members beyond this are not planned (bounded work per reconcile); they are told so.
+MAX_MEMBERS = 32
+
+
+@dataclass(frozen=True)
+class ShareMember:
+    """One member of the group as observed: what its plan needs, and whether it serves its recorded share."""
+
+    name: str
+    uid: str
+    arch: ModelArch | None               # None: its model could not be read (it is left out, and says so itself)
+    workload: Workload = field(default_factory=Workload)
+    pinned: PinnedFlags = field(default_factory=PinnedFlags)
+    memory_gib: float | None = None
+    ready_args: tuple[str, ...] | None = None  # the args of its Ready pods (status.plan.args when Ready), else None
+
+
+@dataclass(frozen=True)
+class ShareObserved:
+    group: str
+    members: tuple[ShareMember, ...]
+    support: SharingSupport
+    gpus: int | None = None                          # GPUs the pool has for the group (None: as many as needed)
+    recorded: Mapping[str, Any] | None = None        # the group's record as stored (for stable placement)
+
+
+@dataclass
+class ShareDecision:
+    """This member's part of the group's plan, or why it has none."""
+
+    group: GroupPlan | None
+    share: MemberShare | None
+    status: ShareStatus
+    refusal: tuple[str, str] | None = None           # (reason, message): no children
+    waiting_for: str | None = None                    # a neighbour earlier in the start order that is not Ready yet
+    condition: tuple[str, str, str] | None = None     # ('True', reason, message) of GPUShared
+    extra_children: list[dict[str, Any]] = field(default_factory=list)  # the record first, then the claim
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.share.plan if self.share is not None else None
+
+
+def record_name(group: str) -> str:
+    return dns1123_subdomain(f"vllm-share-{group}")
+
+
+def _previous(recorded: Mapping[str, Any] | None) -> tuple[dict[str, int], dict[int, str]]:
+    """Member → GPU index and GPU index → node, from the group's record (tolerant of anything stored there)."""
+    placed: dict[str, int] = {}
+    nodes: dict[int, str] = {}
+    try:
+        doc = json.loads(str((recorded or {}).get(RECORD_KEY) or "{}"))
+        for name, index in dict(doc.get("placement") or {}).items():
+            if isinstance(index, int):
+                placed[str(name)] = index
+        for index, node in dict(doc.get("nodes") or {}).items():
+            nodes[int(index)] = str(node)
+    except (ValueError, TypeError, AttributeError):
+        return {}, {}
+    return placed, nodes
+
+
+def group_plan(observed: ShareObserved, gpu: GPUSpec, version: str | None) -> GroupPlan:
+    """The group's plan from what every member needs (members whose model could not be read are left out)."""
+    members = tuple(PackMember(name=m.name, arch=m.arch, workload=m.workload, pinned=m.pinned,
+                               memory_gib=m.memory_gib)
+                    for m in sorted(observed.members, key=lambda m: m.name)[:MAX_MEMBERS] if m.arch is not None)
+    placed, _ = _previous(observed.recorded)
+    return pack(PackRequest(group=observed.group, gpu=gpu, members=members, gpus=observed.gpus,
+                            vllm_version=version, previous=placed))
+
+
+def _record(observed: ShareObserved, plan: GroupPlan, namespace: str, nodes: Mapping[int, str]) -> dict[str, Any]:
+    doc = {"group": plan.group, "gpu": plan.gpu,
+           "placement": {m.name: m.gpu_index for g in plan.gpus for m in g.members},
+           "utilization": {m.name: m.utilization for g in plan.gpus for m in g.members},
+           "startOrder": plan.start_order, "nodes": {str(k): v for k, v in sorted(nodes.items())},
+           "unplaced": {u.name: u.reason for u in plan.unplaced}, "mode": observed.support.mode}
+    owners = [{"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService", "name": m.name, "uid": m.uid,
+               "controller": False, "blockOwnerDeletion": False} for m in sorted(observed.members, key=lambda m: m.name)]
+    data = {RECORD_KEY: json.dumps(doc, sort_keys=True)}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": record_name(observed.group), "namespace": namespace,
+                         "labels": {**MANAGED_BY, GROUP_LABEL: label_value(observed.group)},
+                         "annotations": {ANNOTATION_SPEC_HASH: spec_hash(data)}, "ownerReferences": owners},
+            "data": data}
+
+
+def _serves(member: ShareMember, share: MemberShare) -> bool:
+    """The member's Ready pods run its planned share (the utilization is the share)."""
+    if member.ready_args is None:
+        return False
+    args = list(member.ready_args)
+    try:
+        util = float(args[args.index("--gpu-memory-utilization") + 1])
+    except (ValueError, IndexError):
+        return False
+    return abs(util - share.utilization) < 1e-9
+
+
+def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, version: str | None) -> ShareDecision:
+    """This member's part of the group's plan: its share, its GPU's claim or node, the record, and whether it waits."""
+    support = observed.support
+    empty = ShareStatus(group=observed.group)
+    if support.mode is None:
+        return ShareDecision(group=None, share=None, status=empty.model_copy(update={"message": support.message}),
+                             refusal=(cond.GPU_SHARING_UNAVAILABLE, support.message))
+    plan = group_plan(observed, gpu, version)
+    placed_before, nodes_before = _previous(observed.recorded)
+    used = [g for g in plan.gpus if g.members]
+    nodes: dict[int, str] = {}
+    if support.mode == "time-slicing":
+        found = time_slicing_nodes(len(plan.gpus), support.nodes, nodes_before)
+        if found is None:
+            message = (f"the group needs {len(used)} shared GPU(s) and only {len(support.nodes)} single-GPU "
+                       f"time-sliced node(s) offer one ({', '.join(support.nodes)}); add nodes or cap the group")
+            return ShareDecision(group=plan, share=None, status=empty.model_copy(update={"message": message}),
+                                 refusal=(cond.GPU_SHARING_UNAVAILABLE, message))
+        nodes = found
+    record = _record(observed, plan, namespace, nodes)
+    share = plan.member(me)
+    if share is None:
+        why = next((u.reason for u in plan.unplaced if u.name == me), "its model could not be read")
+        message = f"{me} has no place in share group {observed.group}: {why}"
+        return ShareDecision(group=plan, share=None, status=empty.model_copy(update={"message": message}),
+                             refusal=(cond.SHARE_DOES_NOT_FIT, message), extra_children=[record])
+    shared = plan.gpus[share.gpu_index]
+    order = plan.start_order_of([m.name for m in shared.members])
+    by_name = {m.name: m for m in observed.members}
+    waiting = next((n for n in order[:order.index(me)]
+                    if n in by_name and not _serves(by_name[n], shared_member(plan, n))), None)
+    status = ShareStatus(
+        group=observed.group, gpu_index=share.gpu_index, mode=support.mode,
+        claim=claim_name(observed.group, share.gpu_index) if support.mode == "dra" else None,
+        node=nodes.get(share.gpu_index), gpu_total_gib=plan.gpu_total_gib, free_gib=shared.free_gib,
+        members=[ShareMemberStatus(name=m.name, utilization=m.utilization, budgetGiB=m.budget_gib,
+                                   footprintGiB=m.footprint_gib)
+                 for m in sorted(shared.members, key=lambda m: order.index(m.name))],
+        start_position=order.index(me))
+    extra = [record]
+    if support.mode == "dra":
+        owners = [{"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService", "name": m.name,
+                   "uid": by_name[m.name].uid} for m in shared.members if m.name in by_name]
+        extra.append(build_resource_claim(group=observed.group, gpu_index=share.gpu_index, namespace=namespace,
+                                          owners=owners))
+        condition = ("True", SHARED_BY_DRA,
+                     f"GPU {share.gpu_index} of share group {observed.group} (ResourceClaim {status.claim}) with "
+                     f"{', '.join(n for n in order if n != me) or 'no other member'}: budget "
+                     f"{share.budget_gib:.2f} GiB; compute and memory bandwidth are shared")
+    else:
+        condition = ("True", MEMORY_NOT_ISOLATED,
+                     f"GPU {share.gpu_index} of share group {observed.group} on time-sliced node {status.node} with "
+                     f"{', '.join(n for n in order if n != me) or 'no other member'}: time-slicing isolates no "
+                     f"memory — vLLM keeps to its budget of {share.budget_gib:.2f} GiB, nothing enforces it")
+    moved = placed_before.get(me)
+    if moved is not None and moved != share.gpu_index:
+        condition = (condition[0], condition[1], condition[2] + f" (moved from GPU {moved})")
+    return ShareDecision(group=plan, share=share, status=status, waiting_for=waiting, condition=condition,
+                         extra_children=extra)
+
+
+def shared_member(plan: GroupPlan, name: str) -> MemberShare:
+    found = plan.member(name)
+    assert found is not None
+    return found
+
+
+def shared_children(children: Sequence[Mapping[str, Any]], decision: ShareDecision,
+                    group: str) -> list[dict[str, Any]]:
+    """The member's children with its Deployment on the shared GPU (claim or node), held at 0 replicas while it
+    waits for a neighbour; the group's record and the claim first, so they are written before any pod changes."""
+    share = decision.share
+    assert share is not None
+    out: list[dict[str, Any]] = [dict(c) for c in decision.extra_children]
+    for child in children:
+        if child.get("kind") == "Deployment":
+            if decision.status.mode == "dra":
+                child = with_claim(child, group=group, gpu_index=share.gpu_index)
+            else:
+                child = on_time_sliced_node(child, group=group, gpu_index=share.gpu_index,
+                                            node=str(decision.status.node))
+            if decision.waiting_for is not None:
+                child["spec"]["replicas"] = 0
+            child["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(child["spec"])
+        out.append(dict(child))
+    return out
