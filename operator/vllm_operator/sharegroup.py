@@ -22,7 +22,8 @@ from typing import Any
 
 from .api import conditions as cond
 from .api.v1alpha1 import PinnedFlags, ShareMemberStatus, ShareStatus
-from .planner.arch import ModelArch
+from .modelfiles import ModelFiles
+from .planner.arch import ArchError, ModelArch, arch_from_config, check_arch_bounds
 from .planner.gpus import GPUSpec
 from .planner.packing import GroupPlan, MemberShare, PackMember, PackRequest, pack
 from .planner.plan import Plan, Workload
@@ -135,16 +136,46 @@ def _record(observed: ShareObserved, plan: GroupPlan, namespace: str, nodes: Map
             "data": data}
 
 
-def _serves(member: ShareMember, share: MemberShare) -> bool:
-    """The member's Ready pods run its planned share (the utilization is the share)."""
+def _running(member: ShareMember) -> float | None:
+    """The utilization the member's Ready pods run with (None: no Ready pod, or args without it)."""
     if member.ready_args is None:
-        return False
+        return None
     args = list(member.ready_args)
     try:
-        util = float(args[args.index("--gpu-memory-utilization") + 1])
+        return float(args[args.index("--gpu-memory-utilization") + 1])
     except (ValueError, IndexError):
-        return False
-    return abs(util - share.utilization) < 1e-9
+        return None
+
+
+def _serves(member: ShareMember, share: MemberShare) -> bool:
+    """The member's Ready pods run its planned share (the utilization is the share)."""
+    running = _running(member)
+    return running is not None and abs(running - share.utilization) < 1e-9
+
+
+def _waits_for(me: str, order: Sequence[str], plan: GroupPlan, by_name: Mapping[str, ShareMember],
+               before: Mapping[str, int]) -> str | None:
+    """Who this member waits for before its pods run, or None. A member that keeps or lowers its budget restarts at
+    once (its new budget fits in what it frees). One that is new or grows waits until every neighbour still running
+    above its share has come down, then for every member before it in the start order to serve its share — so no
+    start meets a neighbour holding more than the plan gives it, and nothing waits in a circle."""
+    mine = shared_member(plan, me)
+    running = _running(by_name[me]) if me in by_name else None
+    stays = before.get(me) == mine.gpu_index
+    if stays and running is not None and running >= mine.utilization - 1e-9:
+        return None
+    for name, index in sorted(before.items()):  # moved off this GPU: its old pod holds memory here until it moves
+        now = plan.member(name)
+        if name != me and index == mine.gpu_index and now is not None and now.gpu_index != index \
+                and name in by_name and not _serves(by_name[name], now):
+            return name
+    for name in order:
+        other = by_name.get(name)
+        theirs = _running(other) if other is not None else None
+        if name != me and theirs is not None and theirs > shared_member(plan, name).utilization + 1e-9:
+            return name  # still holds more than its share
+    return next((n for n in order[:order.index(me)] if n in by_name and not _serves(by_name[n], shared_member(plan, n))),
+                None)
 
 
 def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, version: str | None) -> ShareDecision:
@@ -176,8 +207,7 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
     shared = plan.gpus[share.gpu_index]
     order = plan.start_order_of([m.name for m in shared.members])
     by_name = {m.name: m for m in observed.members}
-    waiting = next((n for n in order[:order.index(me)]
-                    if n in by_name and not _serves(by_name[n], shared_member(plan, n))), None)
+    waiting = _waits_for(me, order, plan, by_name, placed_before)
     status = ShareStatus(
         group=observed.group, gpu_index=share.gpu_index, mode=support.mode,
         claim=claim_name(observed.group, share.gpu_index) if support.mode == "dra" else None,
@@ -233,3 +263,31 @@ def shared_children(children: Sequence[Mapping[str, Any]], decision: ShareDecisi
             child["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(child["spec"])
         out.append(dict(child))
     return out
+
+
+def member_from(name: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+                files: ModelFiles | None) -> ShareMember:
+    """One member as the group's plan needs it, from the VLLMService as stored (a spec the API would refuse, or a
+    model that cannot be read, gives a member without an architecture: left out of the plan)."""
+    from .api.v1alpha1 import parse_spec, validate_spec
+
+    ready = None
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    if any(c.get("type") == cond.READY and c.get("status") == cond.TRUE for c in conditions):
+        args = (status.get("plan") or {}).get("args")
+        ready = tuple(str(a) for a in args) if isinstance(args, list) else None
+    if validate_spec(dict(spec)) or files is None:
+        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready)
+    parsed = parse_spec(dict(spec))
+    try:
+        check_arch_bounds(files.config, model_id=parsed.model.name)
+        arch = arch_from_config(files.config, model_id=parsed.model.name,
+                                total_size=parsed.model.weights_bytes() or files.total_size,
+                                total_size_estimated=files.total_size_estimated)
+    except (ArchError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError):
+        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready)
+    pinned = parsed.flags.model_copy(update={"trust_remote_code": None})
+    workload = Workload(context_length=parsed.workload.context_length, concurrency=parsed.workload.concurrency)
+    share = parsed.gpu.share
+    return ShareMember(name=name, uid=uid, arch=arch, workload=workload, pinned=pinned,
+                       memory_gib=share.memory_gib if share else None, ready_args=ready)

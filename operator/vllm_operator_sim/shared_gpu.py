@@ -9,7 +9,8 @@ figures) — until `stop(name)`. Pure bookkeeping over `simulate_startup`: no cl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from vllm_operator.modelfiles import ModelFiles
 from vllm_operator.planner.arch import ModelArch
@@ -42,13 +43,14 @@ class SharedGPU:
         return sum(v for k, v in self.held.items() if k != besides)
 
     def start(self, name: str, args: Sequence[str], image: str, model: ModelArch | ModelFiles | None,
-              *, memory_limit_gib: float | None = None) -> StartupOutcome:
-        """Start (or restart) `name` beside the processes running: a failed start holds nothing afterwards."""
+              *, hidden: HiddenFacts | None = None, **kwargs: Any) -> StartupOutcome:
+        """Start (or restart) `name` beside the processes running: a failed start holds nothing afterwards.
+        `hidden`: this process's own hidden facts (default: the GPU's); `kwargs` go to `simulate_startup`."""
         self.held.pop(name, None)
-        hidden = self.hidden.model_copy(update={
-            "other_process_gib": self.hidden.other_process_gib + self.used_gib()})
-        outcome = simulate_startup(args, image, self.gpu, hidden, model, gpu_count=1,
-                                   memory_limit_gib=memory_limit_gib)
+        own = hidden or self.hidden
+        facts = own.model_copy(update={"other_process_gib": own.other_process_gib + self.used_gib()})
+        kwargs.setdefault("gpu_count", 1)
+        outcome = simulate_startup(args, image, self.gpu, facts, model, **kwargs)
         if outcome.starts:
             self.held[name] = held_gib(outcome, self.gpu)
         return outcome
@@ -59,3 +61,37 @@ class SharedGPU:
     def over_committed(self) -> bool:
         """The Ready processes' serving peaks together exceed the GPU: one of them would run out while serving."""
         return self.hidden.other_process_gib + self.used_gib() > self.gpu.reported_gib - self.hidden.total_delta_gib
+
+
+# --- what the simulated kubelet asks (kubelet.py): which pods share one GPU -------------------------------------
+
+
+def pod_claim(namespace: str, spec: Mapping[str, Any]) -> str | None:
+    """The DRA ResourceClaim a pod's GPU comes from ("<namespace>/<name>"), or None."""
+    for entry in spec.get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") if isinstance(entry, Mapping) else None
+        if name:
+            return f"{namespace}/{name}"
+    return None
+
+
+def claim_fits(allocated: str | None, node: str, used_gpus: int, node_gpus: int) -> bool:
+    """A pod of a claim goes where the claim's GPU is; a claim not yet allocated needs a free GPU on the node."""
+    if allocated is not None:
+        return allocated == node
+    return used_gpus + 1 <= node_gpus
+
+
+def sharing_key(claim: str | None, node: str, labels: Mapping[str, str], gpus: int) -> str | None:
+    """The shared GPU a pod runs on: its DRA claim, or its node when that node's one GPU is time-sliced (the device
+    plugin hands every pod a replica of it); None for a pod with a GPU of its own."""
+    if claim is not None:
+        return "claim:" + claim
+    try:
+        replicas = int(str(labels.get("nvidia.com/gpu.replicas", "1")))
+        count = int(str(labels.get("nvidia.com/gpu.count", "0")))
+    except ValueError:
+        return None
+    if gpus == 1 and replicas > 1 and count == 1:
+        return "node:" + node
+    return None

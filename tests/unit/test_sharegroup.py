@@ -141,3 +141,20 @@ def test_a_service_alone_in_its_group_plans_as_without_share() -> None:
 def test_a_damaged_record_is_ignored(stored: dict[str, Any]) -> None:
     desired = _desired("a", _group(recorded=stored))
     assert desired.children is not None
+
+
+def test_a_member_that_grows_waits_for_a_neighbour_still_above_its_share_which_restarts_at_once() -> None:
+    group = _group()
+    plan = sharegroup.group_plan(group, _l40s(), None)
+    first, second = plan.start_order[:2]
+    placed = {RECORD_KEY: json.dumps({"placement": {n: 0 for n in MODELS}})}
+    a, b = plan.member(first), plan.member(second)
+    assert a is not None and b is not None
+    # `second` runs a larger budget than its share (the group changed); `first` runs less than its share
+    running = {first: ("--gpu-memory-utilization", str(round(a.utilization - 0.05, 3))),
+               second: ("--gpu-memory-utilization", str(round(b.utilization + 0.05, 3)))}
+    changed = _group(ready=running, recorded=placed)
+    grows = sharegroup.decide(changed, first, "team", _l40s(), None)
+    assert grows.waiting_for == second  # first in the order, but it waits for the neighbour to come down
+    shrinks = sharegroup.decide(changed, second, "team", _l40s(), None)
+    assert shrinks.waiting_for is None  # its new budget fits in what it frees: no wait, so no circle

@@ -32,6 +32,7 @@ from . import config, downloads, effects, kube, lws, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
 from .remediation import remediate_service
+from .share import observe_share
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
@@ -189,7 +190,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   lws_installed=lws.api_served,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
                                   cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class(), served_kinds=served_kinds())
+                                  default_storage_class=default_storage_class(), served_kinds=served_kinds(),
+                                  share=observe_share(name, namespace, spec_dict))
     desired = reconcile.desired_state(observed)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included

@@ -280,17 +280,17 @@ def _size_as_given(member: PackMember, gpu: GPUSpec, version: str | None, planne
 
 def _place(sized: list[_Sized], capacity: float, limit: int | None, previous: dict[str, int],
            grown: str | None = None) -> tuple[list[list[_Sized]], list[tuple[_Sized, str]]]:
-    """First fit, largest footprint first; a member stays on its previous GPU when it still fits there (`grown`, a
-    member whose needs changed, only after every other member has kept its GPU)."""
+    """First fit, largest footprint first; members stay on their previous GPU when they still fit there, smallest
+    first (so a member that grew moves rather than pushing its neighbours off; `grown` names one that did, kept only
+    after every other member has kept its GPU)."""
     bins: list[list[_Sized]] = []
     left: list[tuple[_Sized, str]] = []
 
     def used(b: list[_Sized]) -> float:
         return sum(s.footprint for s in b)
 
-    order = sorted(sized, key=lambda s: (s.member.name == grown, -s.footprint, s.member.name))
     rest: list[_Sized] = []
-    for s in order:  # members that keep their GPU first, so a new member does not push one off it
+    for s in sorted(sized, key=lambda s: (s.member.name == grown, s.footprint, s.member.name)):
         index = previous.get(s.member.name)
         if index is None or index < 0 or (limit is not None and index >= limit):
             rest.append(s)
@@ -301,7 +301,7 @@ def _place(sized: list[_Sized], capacity: float, limit: int | None, previous: di
             bins[index].append(s)
         else:
             rest.append(s)
-    for s in rest:
+    for s in sorted(rest, key=lambda s: (-s.footprint, s.member.name)):
         if s.footprint > capacity:
             left.append((s, f"it needs {s.footprint:.2f} GiB, more than one GPU keeps for its members "
                             f"({capacity:.2f} GiB)"))
@@ -374,7 +374,7 @@ def _final(members: list[_Sized], utils: dict[str, int], gpu: GPUSpec, version: 
         checked = planner(_request(s.member, gpu, version, util, free_gib=free, pinned=_frozen_flags(s.member, result)))
         if not _starts(checked):
             return None
-        out.append((s, util, checked, footprint))
+        out.append((s, util, result, footprint))  # the flags as planned (the check pinned vLLM's defaults too)
     return out
 
 
