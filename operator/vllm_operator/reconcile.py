@@ -678,9 +678,9 @@ def _share_conditions(observed: Observed, decision: sharegroup.ShareDecision, de
     if decision.waiting_for is not None:
         message = (f"waiting for {decision.waiting_for} to be Ready with its share: members of one GPU start one at "
                    "a time")
-        updates += [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, sharegroup.WAITING_FOR_NEIGHBOUR, message),
-                    cond.ConditionUpdate(cond.READY, cond.FALSE, sharegroup.WAITING_FOR_NEIGHBOUR, message)]
-        desired.retry_after = 15 if desired.retry_after is None else min(desired.retry_after, 15)
+        updates += [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.WAITING_FOR_NEIGHBOUR, message),
+                    cond.ConditionUpdate(cond.READY, cond.FALSE, cond.WAITING_FOR_NEIGHBOUR, message)]
+        desired.retry_after = 5 if desired.retry_after is None else min(desired.retry_after, 5)
     desired.status = cond.fold_status(desired.status, conditions=updates,
                                       observed_generation=observed.generation, now=observed.now)
     return desired

@@ -16,6 +16,8 @@ neighbour it waits for.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +46,14 @@ from .render.sharing import (
 GPU_SHARED = "GPUShared"
 SHARED_BY_DRA = "SharedByDRA"
 MEMORY_NOT_ISOLATED = "MemoryNotIsolated"
-WAITING_FOR_NEIGHBOUR = "WaitingForNeighbour"
 #: The group's record: one ConfigMap per group, data key RECORD_KEY.
 RECORD_KEY = "plan.json"
 #: Members beyond this are not planned (bounded work per reconcile); they are told so.
 MAX_MEMBERS = 32
+#: Group plans remembered (each member of a group reconciles with the same inputs: one computation serves all).
+MEMO_SIZE = 64
+_memo: OrderedDict[str, GroupPlan] = OrderedDict()
+_memo_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,8 @@ class ShareMember:
     workload: Workload = field(default_factory=Workload)
     pinned: PinnedFlags = field(default_factory=PinnedFlags)
     memory_gib: float | None = None
-    ready_args: tuple[str, ...] | None = None  # the args of its Ready pods (status.plan.args when Ready), else None
+    ready_args: tuple[str, ...] | None = None  # its pods' args when every pod of its Deployment's template is Ready
+    busy: bool = False  # its Deployment has pods that are not settled (starting, rolling): they may hold anything
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class ShareDecision:
     status: ShareStatus
     refusal: tuple[str, str] | None = None           # (reason, message): no children
     waiting_for: str | None = None                    # a neighbour earlier in the start order that is not Ready yet
+    keeps_pods: bool = False                          # while it waits, its running pods (and Deployment) stay as they are
     condition: tuple[str, str, str] | None = None     # ('True', reason, message) of GPUShared
     extra_children: list[dict[str, Any]] = field(default_factory=list)  # the record first, then the claim
 
@@ -116,8 +123,20 @@ def group_plan(observed: ShareObserved, gpu: GPUSpec, version: str | None) -> Gr
                                memory_gib=m.memory_gib)
                     for m in sorted(observed.members, key=lambda m: m.name)[:MAX_MEMBERS] if m.arch is not None)
     placed, _ = _previous(observed.recorded)
-    return pack(PackRequest(group=observed.group, gpu=gpu, members=members, gpus=observed.gpus,
-                            vllm_version=version, previous=placed))
+    request = PackRequest(group=observed.group, gpu=gpu, members=members, gpus=observed.gpus, vllm_version=version,
+                          previous=placed)
+    key = request.model_dump_json()  # every member's architecture, workload, pins and the placement recorded
+    with _memo_lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+            return hit
+    result = pack(request)
+    with _memo_lock:
+        _memo[key] = result
+        while len(_memo) > MEMO_SIZE:
+            _memo.popitem(last=False)
+    return result
 
 
 def _record(observed: ShareObserved, plan: GroupPlan, namespace: str, nodes: Mapping[int, str]) -> dict[str, Any]:
@@ -172,8 +191,9 @@ def _waits_for(me: str, order: Sequence[str], plan: GroupPlan, by_name: Mapping[
     for name in order:
         other = by_name.get(name)
         theirs = _running(other) if other is not None else None
-        if name != me and theirs is not None and theirs > shared_member(plan, name).utilization + 1e-9:
-            return name  # still holds more than its share
+        if name != me and other is not None and (other.busy or (
+                theirs is not None and theirs > shared_member(plan, name).utilization + 1e-9)):
+            return name  # still holds more than its share, or its pods are starting
     return next((n for n in order[:order.index(me)] if n in by_name and not _serves(by_name[n], shared_member(plan, n))),
                 None)
 
@@ -234,8 +254,10 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
     moved = placed_before.get(me)
     if moved is not None and moved != share.gpu_index:
         condition = (condition[0], condition[1], condition[2] + f" (moved from GPU {moved})")
+    mine = by_name.get(me)
+    keeps = mine is not None and (mine.ready_args is not None or mine.busy)
     return ShareDecision(group=plan, share=share, status=status, waiting_for=waiting, condition=condition,
-                         extra_children=extra)
+                         extra_children=extra, keeps_pods=keeps)
 
 
 def shared_member(plan: GroupPlan, name: str) -> MemberShare:
@@ -258,6 +280,8 @@ def shared_children(children: Sequence[Mapping[str, Any]], decision: ShareDecisi
             else:
                 child = on_time_sliced_node(child, group=group, gpu_index=share.gpu_index,
                                             node=str(decision.status.node))
+            if decision.waiting_for is not None and decision.keeps_pods:
+                continue  # its pods run the budget they started with until it may change: its Deployment stays
             if decision.waiting_for is not None:
                 child["spec"]["replicas"] = 0
             child["metadata"].setdefault("annotations", {})[ANNOTATION_SPEC_HASH] = spec_hash(child["spec"])
@@ -265,19 +289,32 @@ def shared_children(children: Sequence[Mapping[str, Any]], decision: ShareDecisi
     return out
 
 
-def member_from(name: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+def running_args(deployment: Mapping[str, Any] | None) -> tuple[tuple[str, ...] | None, bool]:
+    """(the vLLM args its pods run, when every pod of the Deployment's current template is Ready; whether it has pods
+    that are not settled) — read from the member's Deployment, not from its status (which shows the plan)."""
+    if not deployment:
+        return None, False
+    meta, spec, status = (deployment.get("metadata") or {}, deployment.get("spec") or {},
+                          deployment.get("status") or {})
+    containers = (((spec.get("template") or {}).get("spec") or {}).get("containers")) or []
+    vllm = next((c for c in containers if isinstance(c, Mapping) and c.get("name") == "vllm"), None)
+    args = tuple(str(a) for a in (vllm or {}).get("args") or [])
+    want = int(spec.get("replicas") or 0)
+    counts = [int(status.get(k) or 0) for k in ("replicas", "updatedReplicas", "readyReplicas")]
+    current = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 1)
+    settled = current and want >= 1 and counts == [want, want, want]
+    return (args if settled else None), (counts[0] > 0 and not settled)
+
+
+def member_from(name: str, uid: str, spec: Mapping[str, Any], deployment: Mapping[str, Any] | None,
                 files: ModelFiles | None) -> ShareMember:
-    """One member as the group's plan needs it, from the VLLMService as stored (a spec the API would refuse, or a
-    model that cannot be read, gives a member without an architecture: left out of the plan)."""
+    """One member as the group's plan needs it, from the VLLMService as stored and its Deployment (a spec the API
+    would refuse, or a model that cannot be read, gives a member without an architecture: left out of the plan)."""
     from .api.v1alpha1 import parse_spec, validate_spec
 
-    ready = None
-    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-    if any(c.get("type") == cond.READY and c.get("status") == cond.TRUE for c in conditions):
-        args = (status.get("plan") or {}).get("args")
-        ready = tuple(str(a) for a in args) if isinstance(args, list) else None
+    ready, busy = running_args(deployment)
     if validate_spec(dict(spec)) or files is None:
-        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready)
+        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready, busy=busy)
     parsed = parse_spec(dict(spec))
     try:
         check_arch_bounds(files.config, model_id=parsed.model.name)
@@ -285,9 +322,9 @@ def member_from(name: str, uid: str, spec: Mapping[str, Any], status: Mapping[st
                                 total_size=parsed.model.weights_bytes() or files.total_size,
                                 total_size_estimated=files.total_size_estimated)
     except (ArchError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError):
-        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready)
+        return ShareMember(name=name, uid=uid, arch=None, ready_args=ready, busy=busy)
     pinned = parsed.flags.model_copy(update={"trust_remote_code": None})
     workload = Workload(context_length=parsed.workload.context_length, concurrency=parsed.workload.concurrency)
     share = parsed.gpu.share
     return ShareMember(name=name, uid=uid, arch=arch, workload=workload, pinned=pinned,
-                       memory_gib=share.memory_gib if share else None, ready_args=ready)
+                       memory_gib=share.memory_gib if share else None, ready_args=ready, busy=busy)

@@ -114,6 +114,8 @@ GROUP_RECREATIONS_EXHAUSTED: Final = "GroupRecreationsExhausted"
 # place in its group's plan
 GPU_SHARING_UNAVAILABLE: Final = "GPUSharingUnavailable"
 SHARE_DOES_NOT_FIT: Final = "ShareDoesNotFit"
+#: Progressing: a share-group member's pods wait (0 replicas) for a neighbour earlier in its GPU's start order
+WAITING_FOR_NEIGHBOUR: Final = "WaitingForNeighbour"
 
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
@@ -121,6 +123,7 @@ AS_EXPECTED: Final = "AsExpected"
 ALL_REASONS: Final[tuple[str, ...]] = (
     GPU_SHARING_UNAVAILABLE,
     SHARE_DOES_NOT_FIT,
+    WAITING_FOR_NEIGHBOUR,
     LWS_NOT_INSTALLED,
     MULTI_NODE_UNSUPPORTED,
     INSUFFICIENT_NODES,

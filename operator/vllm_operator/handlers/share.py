@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..render.manifests import child_names
 from ..render.sharing import DRA_DEVICE_CLASS, HOSTNAME_LABEL, sharing_support
 from ..sharegroup import MAX_MEMBERS, ShareObserved, member_from, record_name
 from . import kube
@@ -61,8 +62,10 @@ def observe_share(name: str, namespace: str, spec: Mapping[str, Any]) -> ShareOb
         meta = service.get("metadata") or {}
         member_spec = dict(service.get("spec") or {})
         files, _ = load_model(member_spec, namespace)
-        members.append(member_from(str(meta.get("name")), str(meta.get("uid") or ""), member_spec,
-                                   dict(service.get("status") or {}), files))
+        member = str(meta.get("name"))
+        with kube.api_errors(f"read Deployment {member}"):
+            deployment = kube.get(kube.DEPLOYMENTS, namespace, child_names(member).deployment)
+        members.append(member_from(member, str(meta.get("uid") or ""), member_spec, deployment, files))
     served, classes = dra_support()
     selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
     nodes = [(labels.get(HOSTNAME_LABEL, ""), labels) for labels in list_gpu_nodes(selector)
@@ -74,3 +77,16 @@ def observe_share(name: str, namespace: str, spec: Mapping[str, Any]) -> ShareOb
         record = kube.get(kube.CONFIGMAPS, namespace, record_name(group))
     return ShareObserved(group=group, members=tuple(members), support=support,
                          recorded=(record or {}).get("data"))
+
+
+def group_members(namespace: str, group: str) -> list[tuple[str, int]]:
+    """(name, generation) of every VLLMService of `namespace` in share group `group`."""
+    with kube.api_errors("list the share group"):
+        services = kube.list_objects(kube.VLLMSERVICES, namespace)
+    return sorted((str((s.get("metadata") or {}).get("name")), int((s.get("metadata") or {}).get("generation") or 1))
+                  for s in services if _group_of(s.get("spec") or {}) == group
+                  and not (s.get("metadata") or {}).get("deletionTimestamp"))[:MAX_MEMBERS]
+
+
+def group_of(spec: Mapping[str, Any]) -> str | None:
+    return _group_of(spec)
