@@ -28,7 +28,8 @@ from .modelfiles import ModelFiles
 from .planner.arch import ArchError, ModelArch, arch_from_config, check_arch_bounds
 from .planner.gpus import GPUSpec
 from .planner.packing import GroupPlan, MemberShare, PackMember, PackRequest, pack
-from .planner.plan import Plan, Workload
+from .planner.plan import Constraints, Plan, Workload
+from .remediation.neighbours import explain_free_memory
 from .render.manifests import ANNOTATION_SPEC_HASH, spec_hash
 from .render.names import dns1123_subdomain, label_value
 from .render.sharing import (
@@ -68,6 +69,7 @@ class ShareMember:
     memory_gib: float | None = None
     ready_args: tuple[str, ...] | None = None  # its pods' args when every pod of its Deployment's template is Ready
     busy: bool = False  # its Deployment has pods that are not settled (starting, rolling): they may hold anything
+    constraints: Constraints = field(default_factory=Constraints)  # what the remediation ladder learned about it
 
 
 @dataclass(frozen=True)
@@ -117,14 +119,35 @@ def _previous(recorded: Mapping[str, Any] | None) -> tuple[dict[str, int], dict[
     return placed, nodes
 
 
+def _recorded_utilization(recorded: Mapping[str, Any] | None) -> dict[str, float]:
+    try:
+        doc = json.loads(str((recorded or {}).get(RECORD_KEY) or "{}"))
+        return {str(k): float(v) for k, v in dict(doc.get("utilization") or {}).items()
+                if isinstance(v, (int, float)) and 0 < v <= 1}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _pack_member(m: ShareMember, recorded: Mapping[str, float], gpu: GPUSpec, *, fixed: bool) -> PackMember:
+    """The member for the packing. While a neighbour is under remediation (the ladder learned something about it),
+    a member keeps the budget recorded for it: no step raises one member's budget into another's share."""
+    memory = m.memory_gib
+    if fixed and memory is None and m.name in recorded:
+        memory = recorded[m.name] * gpu.reported_gib + 1e-6
+    assert m.arch is not None
+    return PackMember(name=m.name, arch=m.arch, workload=m.workload, pinned=m.pinned, memory_gib=memory,
+                      constraints=m.constraints)
+
+
 def group_plan(observed: ShareObserved, gpu: GPUSpec, version: str | None) -> GroupPlan:
     """The group's plan from what every member needs (members whose model could not be read are left out)."""
-    members = tuple(PackMember(name=m.name, arch=m.arch, workload=m.workload, pinned=m.pinned,
-                               memory_gib=m.memory_gib)
-                    for m in sorted(observed.members, key=lambda m: m.name)[:MAX_MEMBERS] if m.arch is not None)
     placed, _ = _previous(observed.recorded)
+    recorded = _recorded_utilization(observed.recorded)
+    remediated = [m.name for m in observed.members if m.constraints != Constraints()]
+    members = tuple(_pack_member(m, recorded, gpu, fixed=bool(remediated) and m.name not in remediated)
+                    for m in sorted(observed.members, key=lambda m: m.name)[:MAX_MEMBERS] if m.arch is not None)
     request = PackRequest(group=observed.group, gpu=gpu, members=members, gpus=observed.gpus, vllm_version=version,
-                          previous=placed)
+                          previous=placed, grown=remediated[0] if len(remediated) == 1 else None)
     key = request.model_dump_json()  # every member's architecture, workload, pins and the placement recorded
     with _memo_lock:
         hit = _memo.get(key)
@@ -251,6 +274,13 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
                      f"GPU {share.gpu_index} of share group {observed.group} on time-sliced node {status.node} with "
                      f"{', '.join(n for n in order if n != me) or 'no other member'}: time-slicing isolates no "
                      f"memory — vLLM keeps to its budget of {share.budget_gib:.2f} GiB, nothing enforces it")
+    mine_now = by_name.get(me)
+    free = mine_now.constraints.gpu_free_gib if mine_now is not None else None
+    if free is not None:  # a start saw less free memory than planned: read it against the neighbours
+        running = {n: u for n, u in ((m.name, _running(m)) for m in observed.members) if u is not None}
+        told = explain_free_memory(plan, me, free, running)
+        if told is not None:
+            condition = (condition[0], condition[1], condition[2] + "; " + told.message)
     moved = placed_before.get(me)
     if moved is not None and moved != share.gpu_index:
         condition = (condition[0], condition[1], condition[2] + f" (moved from GPU {moved})")
@@ -307,7 +337,7 @@ def running_args(deployment: Mapping[str, Any] | None) -> tuple[tuple[str, ...] 
 
 
 def member_from(name: str, uid: str, spec: Mapping[str, Any], deployment: Mapping[str, Any] | None,
-                files: ModelFiles | None) -> ShareMember:
+                files: ModelFiles | None, status: Mapping[str, Any] | None = None) -> ShareMember:
     """One member as the group's plan needs it, from the VLLMService as stored and its Deployment (a spec the API
     would refuse, or a model that cannot be read, gives a member without an architecture: left out of the plan)."""
     from .api.v1alpha1 import parse_spec, validate_spec
@@ -327,4 +357,16 @@ def member_from(name: str, uid: str, spec: Mapping[str, Any], deployment: Mappin
     workload = Workload(context_length=parsed.workload.context_length, concurrency=parsed.workload.concurrency)
     share = parsed.gpu.share
     return ShareMember(name=name, uid=uid, arch=arch, workload=workload, pinned=pinned,
-                       memory_gib=share.memory_gib if share else None, ready_args=ready, busy=busy)
+                       memory_gib=share.memory_gib if share else None, ready_args=ready, busy=busy,
+                       constraints=learned_constraints(status or {}))
+
+
+def learned_constraints(status: Mapping[str, Any]) -> Constraints:
+    """The remediation ladder's learned limits (status.remediation.profile), as the reconcile reads them."""
+    from .api.v1alpha1 import flags_from_api
+
+    profile = flags_from_api((status.get("remediation") or {}).get("profile")) or {}
+    try:
+        return Constraints(**{k: v for k, v in profile.items() if k in Constraints.model_fields})
+    except ValueError:
+        return Constraints()

@@ -158,3 +158,40 @@ def test_a_member_that_grows_waits_for_a_neighbour_still_above_its_share_which_r
     assert grows.waiting_for == second  # first in the order, but it waits for the neighbour to come down
     shrinks = sharegroup.decide(changed, second, "team", _l40s(), None)
     assert shrinks.waiting_for is None  # its new budget fits in what it frees: no wait, so no circle
+
+
+def test_a_member_under_remediation_never_takes_its_neighbours_shares() -> None:
+    from vllm_operator.planner.plan import Constraints
+
+    first = sharegroup.group_plan(_group(), _l40s(), None)
+    record = {RECORD_KEY: json.dumps({"placement": {m.name: m.gpu_index for g in first.gpus for m in g.members},
+                                      "utilization": {m.name: m.utilization for g in first.gpus for m in g.members}})}
+    members = tuple(ShareMember(name=n, uid=f"uid-{n}", arch=_arch(ref),
+                                constraints=Constraints(extra_activation_gib=6.0) if n == "b" else Constraints())
+                    for n, ref in MODELS.items())
+    group = ShareObserved(group="small", members=members, support=_group().support, recorded=record)
+    after = sharegroup.group_plan(group, _l40s(), None)
+    for name in ("a", "c"):
+        before, now = first.member(name), after.member(name)
+        assert before is not None and now is not None
+        assert (now.gpu_index, now.utilization) == (before.gpu_index, before.utilization)
+    b_before, b_now = first.member("b"), after.member("b")
+    assert b_before is not None and b_now is not None
+    assert b_now.gpu_index != b_before.gpu_index or b_now.utilization > b_before.utilization
+    assert b_now.workload_budget_gib > b_before.workload_budget_gib  # the learned activation is planned for
+
+
+def test_a_free_memory_failure_is_read_against_the_neighbours() -> None:
+    from vllm_operator.planner.plan import Constraints
+
+    plan = sharegroup.group_plan(_group(), _l40s(), None)
+    first, second = plan.start_order[:2]
+    a = plan.member(first)
+    assert a is not None
+    members = tuple(ShareMember(
+        name=n, uid=f"uid-{n}", arch=_arch(ref),
+        ready_args=("--gpu-memory-utilization", str(round(a.utilization + 0.2, 3))) if n == first else None,
+        constraints=Constraints(gpu_free_gib=3.0) if n == second else Constraints()) for n, ref in MODELS.items())
+    group = ShareObserved(group="small", members=members, support=_group().support)
+    decision = sharegroup.decide(group, second, "team", _l40s(), None)
+    assert decision.condition is not None and f"neighbour {first} still runs" in decision.condition[2]

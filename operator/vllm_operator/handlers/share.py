@@ -65,7 +65,8 @@ def observe_share(name: str, namespace: str, spec: Mapping[str, Any]) -> ShareOb
         member = str(meta.get("name"))
         with kube.api_errors(f"read Deployment {member}"):
             deployment = kube.get(kube.DEPLOYMENTS, namespace, child_names(member).deployment)
-        members.append(member_from(member, str(meta.get("uid") or ""), member_spec, deployment, files))
+        members.append(member_from(member, str(meta.get("uid") or ""), member_spec, deployment, files,
+                                   dict(service.get("status") or {})))
     served, classes = dra_support()
     selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
     nodes = [(labels.get(HOSTNAME_LABEL, ""), labels) for labels in list_gpu_nodes(selector)

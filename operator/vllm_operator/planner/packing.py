@@ -44,7 +44,7 @@ from ..api.v1alpha1 import PinnedFlags
 from .arch import ModelArch
 from .gpus import DESKTOP_RESERVE_GIB, SLACK_GIB, SLACK_SHARE, GPUSpec
 from .memory import init_nontorch_gib
-from .plan import Plan, PlanRequest, Workload, flags_to_args, plan
+from .plan import Constraints, Plan, PlanRequest, Workload, flags_to_args, plan
 
 #: Utilization is planned in thousandths of the GPU's total (80 MiB on an H100): finer than vLLM needs, coarse
 #: enough to print.
@@ -67,6 +67,9 @@ class PackMember(BaseModel):
     workload: Workload = Workload()
     pinned: PinnedFlags = PinnedFlags()
     memory_gib: float | None = Field(None, gt=0, description="spec.gpu.share.memoryGiB: this member's budget")
+    constraints: Constraints = Field(Constraints(), description="what the remediation ladder learned about it (the "
+                                     "free memory and utilization limits excepted: on a shared GPU those are its "
+                                     "neighbours', read by remediation/neighbours.py)")
 
 
 class PackRequest(BaseModel):
@@ -186,9 +189,11 @@ class _Sized:
 def _request(member: PackMember, gpu: GPUSpec, version: str | None, util: int,
              free_gib: float | None = None, pinned: PinnedFlags | None = None) -> PlanRequest:
     base = pinned if pinned is not None else member.pinned
+    learned = member.constraints.model_copy(update={"gpu_free_gib": None, "max_utilization": None,
+                                                    "min_utilization": None})
     return PlanRequest(arch=member.arch, gpu=gpu, gpu_count=1, workload=member.workload, vllm_version=version,
                        pinned=base.model_copy(update={"gpu_memory_utilization": util / _STEP}),
-                       gpu_free_gib=free_gib)
+                       gpu_free_gib=free_gib, constraints=learned)
 
 
 def _frozen_flags(member: PackMember, result: Plan) -> PinnedFlags:
@@ -258,7 +263,8 @@ def _size_as_given(member: PackMember, gpu: GPUSpec, version: str | None, planne
             return f"its memoryGiB {member.memory_gib} is too small: {why}"
         return _Sized(member, util, result, _footprint(member, gpu, version, util, result, planner))
     alone = planner(PlanRequest(arch=member.arch, gpu=gpu, gpu_count=1, workload=member.workload,
-                                vllm_version=version, pinned=member.pinned))
+                                vllm_version=version, pinned=member.pinned,
+                                constraints=_request(member, gpu, version, _STEP).constraints))
     if not alone.usable:
         why = f"vLLM would fail ({alone.failure.kind})" if alone.failure else "its workload does not fit"
         return (f"it does not run usably on one whole {gpu.name}: {why}; plan it alone "
