@@ -243,7 +243,10 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
     record = _record(observed, plan, namespace, nodes)
     share = plan.member(me)
     if share is None:
-        why = next((u.reason for u in plan.unplaced if u.name == me), "its model could not be read")
+        ranked = [m.name for m in sorted(observed.members, key=lambda m: m.name)]
+        default = (f"the group has more than {MAX_MEMBERS} members; only the first {MAX_MEMBERS} by name are planned"
+                   if me in ranked[MAX_MEMBERS:] else "its model could not be read")
+        why = next((u.reason for u in plan.unplaced if u.name == me), default)
         message = f"{me} has no place in share group {observed.group}: {why}"
         return ShareDecision(group=plan, share=None, status=empty.model_copy(update={"message": message}),
                              refusal=(cond.SHARE_DOES_NOT_FIT, message), extra_children=[record])

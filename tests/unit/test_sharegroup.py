@@ -195,3 +195,10 @@ def test_a_free_memory_failure_is_read_against_the_neighbours() -> None:
     group = ShareObserved(group="small", members=members, support=_group().support)
     decision = sharegroup.decide(group, second, "team", _l40s(), None)
     assert decision.condition is not None and f"neighbour {first} still runs" in decision.condition[2]
+
+
+def test_members_beyond_the_limit_are_told_why_they_have_no_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sharegroup, "MAX_MEMBERS", 2)
+    desired = _desired("c", _group())
+    degraded = next(c for c in desired.status.conditions if c.type == "Degraded")
+    assert degraded.reason == "ShareDoesNotFit" and "more than 2 members" in degraded.message
