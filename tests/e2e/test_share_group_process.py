@@ -64,3 +64,35 @@ def test_three_models_share_one_gpu_through_one_claim(tmp_path: Path) -> None:
         for name in MODELS:
             assert cluster.kubelet.stats(name).failed_starts == 0, name
         assert cluster.kubelet.errors == []
+
+
+def test_without_dra_time_sliced_members_share_one_node_and_are_told_memory_is_not_isolated(tmp_path: Path) -> None:
+    with SimulatedCluster(pools=[("L40S", 1, 1)], workdir=tmp_path / "sim", default_storage_class=None) as cluster:
+        node = cluster.nodes[0]
+        # the device plugin's time-slicing, as GPU Feature Discovery labels it: one GPU, 4 replicas
+        cluster.api.patch_object("nodes", node, {
+            "metadata": {"labels": {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+                                    "nvidia.com/gpu.product": "NVIDIA-L40S-SHARED"}}})
+        cluster.api.patch_object("nodes", node, {"status": {"allocatable": {"nvidia.com/gpu": "4"},
+                                                            "capacity": {"nvidia.com/gpu": "4"}}}, subresource="status")
+        cluster.start_operator()
+        for name in MODELS:
+            cluster.apply(_service(name))
+
+        def settled() -> list[dict[str, Any]] | None:
+            services = [cluster.api.get_object(PLURAL, n, "default") or {} for n in MODELS]
+            pods = cluster.api.list_objects("pods", "default")
+            ready = all(any(c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in (p.get("status") or {}).get("conditions") or []) for p in pods)
+            shared = all(((s.get("status") or {}).get("gpu") or {}).get("share") for s in services)
+            pinned = all(p["spec"].get("nodeSelector", {}).get("kubernetes.io/hostname") == node for p in pods)
+            return services if len(pods) == 3 and ready and shared and pinned else None
+
+        services = cluster.wait_for(settled, TIMEOUT, "three members Ready on the time-sliced node")
+        for service in services:
+            shared = next(c for c in service["status"]["conditions"] if c["type"] == "GPUShared")
+            assert shared["reason"] == "MemoryNotIsolated" and "isolates no memory" in shared["message"]
+            assert service["status"]["gpu"]["share"]["node"] == node
+        assert cluster.api.list_objects("configmaps", "default")
+        for name in MODELS:
+            assert cluster.kubelet.stats(name).failed_starts == 0, name
