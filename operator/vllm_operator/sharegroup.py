@@ -70,6 +70,7 @@ class ShareMember:
     ready_args: tuple[str, ...] | None = None  # its pods' args when every pod of its Deployment's template is Ready
     busy: bool = False  # its Deployment has pods that are not settled (starting, rolling): they may hold anything
     constraints: Constraints = field(default_factory=Constraints)  # what the remediation ladder learned about it
+    product: str | None = None  # its spec.gpu.product: the members of a group share one pool
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,13 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
     if support.mode is None:
         return ShareDecision(group=None, share=None, status=empty.model_copy(update={"message": support.message}),
                              refusal=(cond.GPU_SHARING_UNAVAILABLE, support.message))
+    products = sorted({m.product or "" for m in observed.members})
+    if len(products) > 1:
+        message = (f"the members of share group {observed.group} name different GPU products "
+                   f"({', '.join(p or 'unset' for p in products)}); a group shares GPUs of one pool: give them one "
+                   "spec.gpu.product")
+        return ShareDecision(group=None, share=None, status=empty.model_copy(update={"message": message}),
+                             refusal=(cond.SHARE_DOES_NOT_FIT, message))
     plan = group_plan(observed, gpu, version)
     placed_before, nodes_before = _previous(observed.recorded)
     used = [g for g in plan.gpus if g.members]
@@ -361,7 +369,7 @@ def member_from(name: str, uid: str, spec: Mapping[str, Any], deployment: Mappin
     share = parsed.gpu.share
     return ShareMember(name=name, uid=uid, arch=arch, workload=workload, pinned=pinned,
                        memory_gib=share.memory_gib if share else None, ready_args=ready, busy=busy,
-                       constraints=learned_constraints(status or {}))
+                       constraints=learned_constraints(status or {}), product=parsed.gpu.product)
 
 
 def learned_constraints(status: Mapping[str, Any]) -> Constraints:

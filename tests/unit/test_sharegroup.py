@@ -202,3 +202,12 @@ def test_members_beyond_the_limit_are_told_why_they_have_no_place(monkeypatch: p
     desired = _desired("c", _group())
     degraded = next(c for c in desired.status.conditions if c.type == "Degraded")
     assert degraded.reason == "ShareDoesNotFit" and "more than 2 members" in degraded.message
+
+
+def test_members_naming_different_gpu_products_are_refused() -> None:
+    base = _group()
+    members = tuple(ShareMember(name=m.name, uid=m.uid, arch=m.arch, product="L40S" if m.name == "a" else "H100")
+                    for m in base.members)
+    decision = sharegroup.decide(ShareObserved(group="small", members=members, support=base.support), "a", "team",
+                                 _l40s(), None)
+    assert decision.refusal is not None and "different GPU products" in decision.refusal[1]
