@@ -650,6 +650,12 @@ def _shared(observed: Observed, planned: _Planned) -> tuple[_Planned, sharegroup
     if planned.spec.gpu.share is None or group is None or len(group.members) < 2:
         return planned, None
     decision = sharegroup.decide(group, observed.name, observed.namespace, planned.gpu, planned.resolved.version)
+    spec = planned.spec
+    if spec.replicas > 1 or spec.max_replicas or spec.autoscaling is not None:
+        # every pod of a member would take the member's whole share of the one GPU
+        decision.refusal = (cond.SHARE_DOES_NOT_FIT, (
+            f"{observed.name} asks for more than one pod (replicas, maxReplicas or autoscaling); a share group "
+            "member runs one pod on its share of a GPU: set replicas 1 without autoscaling, or leave the group"))
     if decision.refusal is not None or decision.plan is None:
         reason, message = decision.refusal or (cond.SHARE_DOES_NOT_FIT, "no share")
         updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),

@@ -211,3 +211,13 @@ def test_members_naming_different_gpu_products_are_refused() -> None:
     decision = sharegroup.decide(ShareObserved(group="small", members=members, support=base.support), "a", "team",
                                  _l40s(), None)
     assert decision.refusal is not None and "different GPU products" in decision.refusal[1]
+
+
+def test_a_member_asking_for_more_than_one_pod_is_refused() -> None:
+    files = load_model_files(MODELS["a"], offline=True)
+    spec = {**_spec("a"), "replicas": 2}
+    desired = reconcile.desired_state(reconcile.Observed(
+        name="a", namespace="team", uid="uid-a", generation=1, spec=spec, status={}, now=NOW, nodes=(L40S_NODE,),
+        model_files=files, share=_group()))
+    degraded = next(c for c in desired.status.conditions if c.type == "Degraded")
+    assert desired.children is None and degraded.reason == "ShareDoesNotFit" and "one pod" in degraded.message
