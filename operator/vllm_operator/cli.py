@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Plan vLLM flags for a model on a GPU. Flags given here are pinned; the planner "
                                    "chooses the rest. Exit 0 fits, 1 does not fit, 2 bad input.")
     p.add_argument("--model", required=True, help="Hugging Face id, catalog alias, directory or config.json path")
+    p.add_argument("--pack", action="store_true",
+                   help="several models on shared GPUs: `plan --pack --gpu G --model A --model B[:context=N,"
+                        "concurrency=N,memory=GiB,name=X] ...` (see `plan --pack --help`)")
     p.add_argument("--revision", help="model revision on the hub")
     p.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
     p.add_argument("--gpu-count", type=_positive_int, default=None,
@@ -982,10 +985,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     _Parser.json_errors = _wants_json(words)
-    args, unknown = parser.parse_known_args(words)
-    if unknown and args.command != "plan":
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.vllm_args = unknown  # `plan`: other vLLM flags, checked against the release's own parser
+    if words[:1] == ["plan"] and "--pack" in words:  # several models on shared GPUs: cli_pack.py
+        from .cli_pack import cmd_plan_pack
+
+        args = argparse.Namespace(func=lambda _: cmd_plan_pack(words[1:]))
+    else:
+        args, unknown = parser.parse_known_args(words)
+        if unknown and args.command != "plan":
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.vllm_args = unknown  # `plan`: other vLLM flags, checked against the release's own parser
 
     def fail(message: str, code: int) -> int:
         if _Parser.json_errors:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from . import sharegroup
 from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
@@ -145,6 +146,7 @@ class Observed:
     default_storage_class: str | None = None        # the cluster's default StorageClass, if any
     shared_storage_class: str | None = None         # a StorageClass whose claims can be ReadWriteMany, if any
     served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
+    share: sharegroup.ShareObserved | None = None   # spec.gpu.share: the group as observed (issue 26)
 
 
 @dataclass
@@ -633,12 +635,69 @@ def _desired_state(observed: Observed) -> Desired:
     if isinstance(pool, Desired):
         return pool
     planned = _plan(observed, spec, resolved, arch, catalog, pool)
+    shared = _shared(observed, planned)  # spec.gpu.share with neighbours: the group's plan decides (issue 26)
+    if isinstance(shared, Desired):
+        return shared
+    planned, decision = shared
     if not planned.result.fits:
         return _infeasible_status(observed, planned)
     gated = _multinode_gate(observed, planned, pool[4])  # a replica spanning nodes needs LeaderWorkerSet (issue 13)
     if isinstance(gated, Desired):
         return gated
-    return _deployable_status(observed, gated, _render_children(observed, gated))
+    rendered = _render_children(observed, gated)
+    if decision is None:
+        return _deployable_status(observed, gated, rendered)
+    rendered = replace(rendered, children=sharegroup.shared_children(rendered.children, decision, decision.status.group))
+    return _share_conditions(observed, decision, _deployable_status(observed, gated, rendered))
+
+
+def _shared(observed: Observed, planned: _Planned) -> tuple[_Planned, sharegroup.ShareDecision | None] | Desired:
+    """A member of a share group with neighbours: its plan is its share of the group's plan, or the answer says why
+    it has none. A service alone in its group (or not sharing) keeps its own plan."""
+    group = observed.share
+    if planned.spec.gpu.share is None or group is None or len(group.members) < 2:
+        return planned, None
+    decision = sharegroup.decide(group, observed.name, observed.namespace, planned.gpu, planned.resolved.version)
+    spec = planned.spec
+    if spec.replicas > 1 or spec.max_replicas or spec.autoscaling is not None:
+        # every pod of a member would take the member's whole share of the one GPU
+        decision.refusal = (cond.SHARE_DOES_NOT_FIT, (
+            f"{observed.name} asks for more than one pod (replicas, maxReplicas or autoscaling); a share group "
+            "member runs one pod on its share of a GPU: set replicas 1 without autoscaling, or leave the group"))
+    if decision.refusal is not None or decision.plan is None:
+        reason, message = decision.refusal or (cond.SHARE_DOES_NOT_FIT, "no share")
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, message),
+                   cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "no share of a GPU")]
+        events = [] if _already_said(observed, reason, message) else [Event(EVENT_WARNING, reason, message)]
+        gpu_status = planned.gpu_status.model_copy(update={"share": decision.status})
+        return Desired(status=_status(observed, updates, gpu=gpu_status), children=None, events=events,
+                       retry_after=60)
+    result = decision.plan
+    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    before = observed.status.get("plan") or {}
+    return replace(planned, result=result, args=args, dropped=dropped,
+                   status_plan=plan_status(result, args, planned.status_plan.spec_hash or ""),
+                   gpu_status=planned.gpu_status.model_copy(update={"share": decision.status}),
+                   changed=(before.get("fits"), before.get("args")) != (result.fits, args)), decision
+
+
+def _share_conditions(observed: Observed, decision: sharegroup.ShareDecision, desired: Desired) -> Desired:
+    """GPUShared (how the GPU is shared; with time-slicing, that memory is not isolated), and Progressing while the
+    member waits for a neighbour earlier in its GPU's start order."""
+    updates = []
+    if decision.condition is not None:
+        _, reason, message = decision.condition
+        updates.append(cond.ConditionUpdate(sharegroup.GPU_SHARED, cond.TRUE, reason, message))
+    if decision.waiting_for is not None:
+        message = (f"waiting for {decision.waiting_for} to be Ready with its share: members of one GPU start one at "
+                   "a time")
+        updates += [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.WAITING_FOR_NEIGHBOUR, message),
+                    cond.ConditionUpdate(cond.READY, cond.FALSE, cond.WAITING_FOR_NEIGHBOUR, message)]
+        desired.retry_after = 5 if desired.retry_after is None else min(desired.retry_after, 5)
+    desired.status = cond.fold_status(desired.status, conditions=updates,
+                                      observed_generation=observed.generation, now=observed.now)
+    return desired
 
 
 def _validate(observed: Observed) -> VLLMServiceSpec | Desired:

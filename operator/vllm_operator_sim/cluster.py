@@ -34,6 +34,7 @@ from vllm_operator.api.crd import build_crd
 from vllm_operator.api.v1alpha1 import GROUP, PLURAL
 from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 
+from . import dra
 from .clock import DEFAULT_SPEED, SimClock
 from .emulator import APIError, EmulatedAPIServer, KubeEmulator
 from .kubelet import Kubelet, SimEvent
@@ -124,11 +125,12 @@ class SimulatedCluster:
                  image_pull_s: float = 30.0, tick_s: float = 0.02,
                  on_event: Callable[[SimEvent], None] | None = None,
                  default_storage_class: str | None = "standard", leaderworkerset: bool = True,
-                 paced: bool = True, quiet_s: float = DEFAULT_QUIET_S) -> None:
+                 paced: bool = True, quiet_s: float = DEFAULT_QUIET_S, dra: bool = False) -> None:
         self.pools = [_pool(p) for p in pools]
         #: a StorageClass marked default, as most clusters have: the operator's default model cache is then a claim
         self.default_storage_class = default_storage_class
         self.leaderworkerset = leaderworkerset
+        self.dra = dra  # the resource.k8s.io/v1 API and NVIDIA's DRA driver's device class (vllm_operator_sim.dra)
         self.scenarios = scenarios if scenarios is not None else load_scenarios()
         self.clock = clock or SimClock(speed, paced=paced)
         # One clock for the API server and the kubelet: creation times, status times and ages agree.
@@ -169,6 +171,10 @@ class SimulatedCluster:
                     "provisioner": "sim.vllm-operator.dev/local", "volumeBindingMode": "WaitForFirstConsumer"})
             if self.leaderworkerset:  # the engine multi-node services run on (vllm_operator_sim.lws)
                 self.api.create_object("customresourcedefinitions", slim_crd())
+            if self.dra:  # GPUs shared by share groups (issue 26)
+                for crd in dra.slim_crds():
+                    self.api.create_object("customresourcedefinitions", crd)
+                self.api.create_object("deviceclasses", dra.nvidia_device_class())
             catalog = load_gpu_catalog()
             for pool in self.pools:
                 spec = catalog.get(pool.gpu)

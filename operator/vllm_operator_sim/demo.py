@@ -185,6 +185,8 @@ class _Tracked:
     traffic_at: float | None = None
     last_failures: int = 0
     settle_from: float | None = None
+    then_generation: int | None = None  # the generation the scenario's `then` change made
+    then_shown: bool = False
 
 
 def _pod_label(pod: str, service: str) -> str:
@@ -369,6 +371,8 @@ class _Session:
             elif outcome is not None:
                 reason = _conditions(obj).get("Degraded", {}).get("reason", "")
                 self.view.line(now, t.name, f"VLLMService {outcome} ({reason})")
+        if outcome == "Ready" and t.scenario.then is not None and not self._after_then(t, obj, now):
+            return
         if outcome is None:
             t.outcome = None if t.outcome != "Ready" or t.scenario.traffic is None else t.outcome
             t.settle_from = None  # the stability window under traffic restarts once the service is Ready again
@@ -389,6 +393,27 @@ class _Session:
                 return
         if t.outcome is None:
             t.outcome, t.ended_at = outcome, now
+
+    def _after_then(self, t: _Tracked, obj: Mapping[str, Any], now: float) -> bool:
+        """The scenario's `then` change: made once the service is first Ready; True once it is Ready again at the
+        generation the change made (its pods replaced), and the GPUShared condition, if any, shown."""
+        then = t.scenario.then
+        assert then is not None
+        if t.then_generation is None:
+            self.cluster.api.patch_object("vllmservices", t.name, {"spec": then.spec}, t.namespace)
+            changed = self.cluster.api.get_object("vllmservices", t.name, t.namespace) or {}
+            t.then_generation = int((changed.get("metadata") or {}).get("generation") or 0)
+            self.view.line(now, t.name, f"then: {then.title or then.spec}")
+            return False
+        status = obj.get("status") or {}
+        progressing = _conditions(obj).get("Progressing", {}).get("status") == "True"
+        if int(status.get("observedGeneration") or 0) < t.then_generation or progressing:
+            return False
+        shared = _conditions(obj).get("GPUShared")
+        if shared is not None and not t.then_shown:
+            t.then_shown = True
+            self.view.line(now, t.name, f"shared GPU: {_short(str(shared.get('message', '')), 150)}")
+        return True
 
     # --- results -------------------------------------------------------------------------------------------
 
@@ -430,7 +455,7 @@ def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioS
     names = [(m.get("metadata") or {}).get("name", "") for m in manifests]
     view = _View(out, max([len(n) for n in names] + [12]))
     events: queue.Queue[SimEvent] = queue.Queue()
-    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put) as cluster:
+    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put, dra=True) as cluster:
         describe = ", ".join(f"{n} ({p.gpus_per_node}× {p.gpu})" for n, p in zip(cluster.nodes, cluster.pools,
                                                                                   strict=False))
         view.say(f"cluster   {len(cluster.nodes)} GPU nodes: {describe}; API server {cluster.server.url}")

@@ -57,6 +57,7 @@ from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, re
 from vllm_operator.planner.memory import EngineFlags
 from vllm_operator.quantity import quantity_gib
 
+from . import shared_gpu
 from .clock import SimClock
 from .lws import WORKER_INDEX, LWSController
 from .startup import (
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 LABEL_SERVICE = "vllm-operator.dev/service"
 LABEL_HASH = "pod-template-hash"
 GPU = "nvidia.com/gpu"
+GPU_COUNT = "nvidia.com/gpu.count"
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_CAP_S = 300.0
 BACKOFF_RESET_S = 600.0  # a container that ran this long before dying starts its back-off again at 10 s
@@ -182,6 +184,7 @@ class _Pod:
     init_model: str | None = None            # the model-download init container's model, while it has not succeeded
     init_status: dict[str, Any] | None = None  # its initContainerStatuses entry
     init_token: bool = False                 # its env has a Hugging Face token
+    claim: str | None = None  # "<namespace>/<ResourceClaim>": the DRA-shared GPU it runs on (issue 26)
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -300,6 +303,8 @@ class Kubelet:
         self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
+        self._claims: dict[str, str] = {}  # DRA ResourceClaim ("<ns>/<name>") → the node whose GPU it was given
+        self._shared: dict[str, shared_gpu.SharedGPU] = {}  # claim or time-sliced node → its shared GPU
         self._cached: set[tuple[str, str, str]] = set()  # (namespace, cache volume, model) already downloaded
         self._compiled: set[tuple[str, str]] = set()  # (namespace, claim|compile root) holding compiled graphs
         self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
@@ -448,6 +453,7 @@ class Kubelet:
             self._pods[uid] = self._new_record(obj)
         for uid in [u for u in self._pods if u not in seen]:
             pod = self._pods.pop(uid)
+            self._release(pod)
             self._event(pod, self.clock.now(), "deleted", f"pod {pod.name} deleted")
 
     def _new_record(self, obj: Mapping[str, Any]) -> _Pod:
@@ -473,6 +479,7 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.claim = shared_gpu.pod_claim(pod.namespace, spec)
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
         pod.compile_cache = _compile_cache(spec, pod.cache_volume, pod.env)
         rank = str(labels.get(WORKER_INDEX, ""))
@@ -505,6 +512,8 @@ class Kubelet:
                     pod.unschedulable_message = message
                     self._event(pod, now, "unschedulable", message, "FailedScheduling", warning=True)
                 continue
+            if pod.claim is not None:  # the claim is allocated one GPU of this node; its other pods follow it
+                self._claims.setdefault(pod.claim, chosen)
             self._bind(pod, chosen, now)
             self.api.patch_object("pods", pod.name, {"spec": {"nodeName": chosen}}, pod.namespace)
             self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
@@ -518,6 +527,7 @@ class Kubelet:
             if pod.node == node:
                 gpus += pod.gpus
                 memory += pod.memory_request_gib
+        gpus += sum(1 for claimed in self._claims.values() if claimed == node)  # a shared GPU counts once
         return gpus, memory
 
     def _fit(self, pod: _Pod, nodes: list[dict[str, Any]]) -> tuple[str | None, str]:
@@ -537,6 +547,10 @@ class Kubelet:
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             used_gpus, used_memory = self._used(meta["name"])
             if pod.gpus and used_gpus + pod.gpus > int(str(allocatable.get(GPU) or 0)):
+                no_gpu += 1
+                continue
+            if pod.claim is not None and not shared_gpu.claim_fits(
+                    self._claims.get(pod.claim), meta["name"], used_gpus, int(str(labels.get(GPU_COUNT) or 0))):
                 no_gpu += 1
                 continue
             node_memory = quantity_gib(allocatable.get("memory"))
@@ -798,9 +812,24 @@ class Kubelet:
         hidden = self._hidden(pod.namespace, pod.service)
         model_id = _model_arg(pod.args)
         files = self._model(model_id, pod) if model_id else None
+        key = shared_gpu.sharing_key(pod.claim, pod.node or "", self._node_labels(pod.node or ""), pod.gpus)
+        if key is not None and gpu is not None:  # one GPU several pods share: each start sees what the others hold
+            device = self._shared.setdefault(key, shared_gpu.SharedGPU(gpu))
+            return device.start(pod.uid, pod.args, pod.image, files, hidden=hidden, gpu_count=1,
+                                memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version,
+                                env=pod.env)
         return simulate_startup(pod.args, pod.image, gpu if pod.gpus else None, hidden, files, gpu_count=pod.gpus,
                                 memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version,
                                 env=pod.env)
+
+    def _release(self, pod: _Pod) -> None:
+        """A pod's run ended (or the pod is gone): what it held on a shared GPU is free again."""
+        for device in self._shared.values():
+            device.stop(pod.uid)
+
+    def _node_labels(self, node: str) -> dict[str, str]:
+        obj = self.api.get_object("nodes", node) if node else None
+        return dict((_meta(obj).get("labels") or {}) if obj else {})
 
     def _node_gpu(self, node: str) -> GPUSpec | None:
         if node not in self._node_gpus:
@@ -890,6 +919,7 @@ class Kubelet:
         return termination_message(log_text) if pod.logs_as_message else ""
 
     def _die(self, pod: _Pod, t: float) -> None:
+        self._release(pod)
         reason, code, message, summary = pod.death or ("Error", 1, "", "Error")
         was_ready = pod.state == "Ready"
         pod.state = "Terminated"
@@ -1108,6 +1138,7 @@ class Kubelet:
     def _delete_pod(self, pod: _Pod, now: float, why: str) -> None:
         self.api.delete_object("pods", pod.name, pod.namespace)
         self._pods.pop(pod.uid, None)
+        self._release(pod)
         self._event(pod, now, "deleted", f"pod {pod.name} deleted: {why}", "Killing",
                     state=pod.state)
 

@@ -277,8 +277,10 @@ def test_namespaced_rbac(chart: Any) -> None:
                                            "namespace": sa["namespace"]}]
         resources = {res for rule in role[0]["rules"] for res in rule["resources"]}
         assert {"vllmservices", "deployments", "pods", "kopfpeerings"} <= resources
-        # spec.model.configMapRef is read in the service's own namespace: `get configmaps` there, nowhere else
-        assert [r["verbs"] for r in role[0]["rules"] if "configmaps" in r["resources"]] == [["get"]]
+        # spec.model.configMapRef is read, and a share group's record (vllm-share-<group>) written, in the
+        # service's own namespace: configmaps there, nowhere else
+        assert [r["verbs"] for r in role[0]["rules"] if "configmaps" in r["resources"]] == [["get", "create",
+                                                                                              "patch"]]
         peerings = [o for o in chart.find(objects, "KopfPeering") if o["metadata"]["namespace"] == namespace]
         assert [p["metadata"]["name"] for p in peerings] == ["vllm-operator"]
     assert len(chart.find(objects, "Role")) == 2 and not chart.find(objects, "ClusterKopfPeering")
@@ -288,7 +290,7 @@ def test_namespaced_rbac(chart: Any) -> None:
     operator_role = chart.one(objects, "ClusterRole", chart.release)
     assert {(res, verb) for rule in operator_role["rules"] for res in rule["resources"] for verb in rule["verbs"]} == {
         ("nodes", "list"), ("namespaces", "list"), ("namespaces", "watch"), ("storageclasses", "list"),
-        ("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
+        ("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch"), ("deviceclasses", "list")}
     pod_monitor_namespaces = chart.objects("namespaced.yaml", sets=["monitoring.podMonitor.enabled=true"])
     assert chart.one(pod_monitor_namespaces, "PodMonitor")["spec"]["namespaceSelector"] == {
         "matchNames": ["team-a", "team-b"]}

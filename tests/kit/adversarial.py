@@ -191,6 +191,8 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("gpu", "maxCount"): st.sampled_from([1, 2, 8, 64]),
     ("gpu", "maxNodes"): st.sampled_from([1, 2, 4, 64]),
     ("gpu", "memoryGiB"): st.sampled_from([24, 80, 1e-3, 4096]),
+    ("gpu", "share", "group"): st.sampled_from(["team-a", "a", "a" * 63]),
+    ("gpu", "share", "memoryGiB"): st.sampled_from([8, 20.5, 1e-3, 4096]),
     ("image",): st.sampled_from(["vllm/vllm-openai:v0.26.0", "vllm/vllm-openai:v0.11.0", "vllm/vllm-openai:v0.8.5",
                                  "vllm/vllm-openai:v0.17.1", "registry.local:5000/vllm/vllm-openai:v0.26.0",
                                  "vllm/vllm-openai@sha256:" + "a" * 64, "registry.local/vllm:prod"]),

@@ -100,6 +100,7 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.flags.tensorParallelSize#maxCount": ("must not exceed gpu.maxCount",
                                                 {"flags": {"tensorParallelSize": 4}, "gpu": {"maxCount": 2}}),
     ".spec.maxReplicas": ("maxReplicas must be at least replicas", {"replicas": 3, "maxReplicas": 2}),
+    ".spec.gpu.share": ("gpu.share packs one-GPU services", {"gpu": {"count": 2, "share": {"group": "team"}}}),
     ".spec.nodeSelector": ("nodeSelector keys must be label keys", {"nodeSelector": {"bad key/with/slashes": "x"}}),
     ".spec.workload.contextLength": ("must not exceed the pinned flags.maxModelLen",
                                      {"workload": {"contextLength": 8192}, "flags": {"maxModelLen": 4096}}),

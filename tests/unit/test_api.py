@@ -371,6 +371,8 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
      "spec.network.rdmaResources[0].name"),
     (spec(network={"rdmaResources": [{"name": "rdma/rdma_shared_device_a", "count": 1}]}), None, None),
     (spec(gpu={"count": 4, "maxCount": 2}), "gpu-count-within-max-count", "spec.gpu.count"),
+    (spec(gpu={"count": 2, "share": {"group": "team"}}), "gpu-share-one-gpu", "spec.gpu.share"),
+    (spec(gpu={"count": 1, "share": {"group": "team", "memoryGiB": 8}}), None, None),
     (
         spec(flags={"tensorParallelSize": 4}, gpu={"count": 2}),
         "parallelism-matches-gpu-count",

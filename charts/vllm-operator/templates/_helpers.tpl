@@ -107,10 +107,15 @@ never called.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
-# spec.model.configMapRef: a model's config.json kept in a ConfigMap.
+# spec.model.configMapRef: a model's config.json kept in a ConfigMap; spec.gpu.share: the share group's record
+# (vllm-share-<group>, written before any member's pods change).
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get]
+  verbs: [get, create, patch]
+# spec.gpu.share with NVIDIA's DRA driver: one ResourceClaim per shared GPU (immutable: created once).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  verbs: [get, create]
 # Events on VLLMServices (the operator's and kopf's).
 - apiGroups: [""]
   resources: [events]
@@ -139,6 +144,10 @@ never called.
 # StorageClasses: whether the cluster has a default one (the default model cache is then a PVC).
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
+  verbs: [list]
+# spec.gpu.share: whether NVIDIA's DRA driver's device class (gpu.nvidia.com) exists.
+- apiGroups: [resource.k8s.io]
+  resources: [deviceclasses]
   verbs: [list]
 # kopf's resource discovery: notices the VLLMService CRD being installed, upgraded or removed.
 - apiGroups: [apiextensions.k8s.io]

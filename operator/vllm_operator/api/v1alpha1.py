@@ -558,6 +558,32 @@ class ModelSpec(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
+class ShareSpec(_Model):
+    """`spec.gpu.share`: run this service on a GPU it shares with other services of its namespace (issue 26)."""
+
+    group: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS1035_LABEL_PATTERN,
+        description=(
+            "Share group: the services of one namespace that name the same group are packed onto shared GPUs of one "
+            "pool by memory arithmetic (each member's --gpu-memory-utilization is its share of the GPU's total). "
+            "A service alone in its group runs as without `share`."
+        ),
+    )
+    memory_gib: float | None = Field(
+        default=None,
+        alias="memoryGiB",
+        gt=0,
+        le=4096,
+        description=(
+            "This service's budget on the shared GPU in GiB (vLLM's --gpu-memory-utilization × the GPU's total). "
+            "When unset the planner gives it the smallest budget that meets its workload, plus its part of what the "
+            "GPU has left (in proportion to the KV cache each member's workload needs)."
+        ),
+    )
+
+
 class GPURequest(_Model):
     """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset.
 
@@ -565,6 +591,12 @@ class GPURequest(_Model):
     """
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="gpu-share-one-gpu",
+            rule="!has(self.share) || !has(self.count) || self.count == 1",
+            message="gpu.share packs one-GPU services: leave gpu.count unset or 1",
+            field_path=".share",
+        ),
         CelRule(
             id="gpu-count-within-max-count",
             rule=(
@@ -627,7 +659,19 @@ class GPURequest(_Model):
         ),
     )
 
+    share: ShareSpec | None = Field(
+        default=None,
+        description=(
+            "Share a GPU with other services of this namespace (same `share.group`): needs NVIDIA's DRA driver or "
+            "the device plugin's time-slicing; compute and memory bandwidth are shared, and with time-slicing memory "
+            "is not isolated (docs/packing.md)."
+        ),
+    )
+
     def _violations(self) -> list[RuleViolation]:
+        if self.share is not None and self.count is not None and self.count != 1:
+            return [RuleViolation("gpu-share-one-gpu", "share",
+                                  "gpu.share packs one-GPU services: leave gpu.count unset or 1")]
         if self.count is not None and self.count > self.max_count:
             return [
                 RuleViolation(
@@ -2225,6 +2269,35 @@ class MultiNodeStatus(_StatusModel):
     )
 
 
+class ShareMemberStatus(_StatusModel):
+    """One member of a shared GPU, with its share."""
+
+    name: str = Field(description="The member VLLMService.")
+    utilization: float = Field(ge=0, le=1, description="Its --gpu-memory-utilization.")
+    budget_gib: float = Field(alias="budgetGiB", ge=0, description="Its budget: total × utilization, GiB.")
+    footprint_gib: float = Field(alias="footprintGiB", ge=0,
+                                 description="Budget plus what its process holds outside it (CUDA context, NCCL, "
+                                             "graphs where not budgeted), GiB.")
+
+
+class ShareStatus(_StatusModel):
+    """The shared GPU this service runs on, as its group's plan (recorded before any pod changes) gives it."""
+
+    group: str = Field(description="spec.gpu.share.group.")
+    gpu_index: int | None = Field(default=None, ge=0, description="The group's GPU this service is placed on.")
+    mode: str | None = Field(default=None, description="How the GPU is shared: dra or time-slicing.")
+    claim: str | None = Field(default=None, description="DRA: the ResourceClaim of the shared GPU.")
+    node: str | None = Field(default=None, description="Time-slicing: the single-GPU node the members share.")
+    gpu_total_gib: float | None = Field(default=None, alias="gpuTotalGiB", ge=0, description="The GPU's total, GiB.")
+    free_gib: float | None = Field(default=None, alias="freeGiB",
+                                   description="What the members' footprints leave free, GiB.")
+    members: list[ShareMemberStatus] = Field(default_factory=list, max_length=64,
+                                             description="Every member on this GPU, in start order.")
+    start_position: int | None = Field(default=None, ge=0,
+                                       description="Members of one GPU start one at a time: this one's place.")
+    message: str | None = Field(default=None, description="Why it is not placed, when it is not.")
+
+
 class GPUStatus(_StatusModel):
     """The GPUs the plan is for."""
 
@@ -2240,6 +2313,7 @@ class GPUStatus(_StatusModel):
         default=None,
         description="How the product was found: from the spec, from node labels, or from the catalog.",
     )
+    share: ShareStatus | None = Field(default=None, description="The shared GPU, with spec.gpu.share.")
 
 
 class RemediationEvent(_StatusModel):

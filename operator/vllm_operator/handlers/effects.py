@@ -90,7 +90,7 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
                     raise
             written.append(f"created {child['kind']} {name}")
             continue
-        if child["kind"] == "PersistentVolumeClaim":
+        if child["kind"] in ("PersistentVolumeClaim", "ResourceClaim"):
             continue  # immutable spec: created once, never patched
         want = child["metadata"].get("annotations", {}).get(ANNOTATION_SPEC_HASH)
         have = ((existing.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
@@ -98,7 +98,7 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
             body = {"metadata": {"labels": child["metadata"]["labels"],
                                  "annotations": child["metadata"]["annotations"],
                                  "ownerReferences": child["metadata"]["ownerReferences"]},
-                    "spec": child["spec"]}
+                    **({"data": child["data"]} if child["kind"] == "ConfigMap" else {"spec": child["spec"]})}
             _retrying(what, partial(kube.patch, resource, namespace, name, body))
             written.append(f"updated {child['kind']} {name}")
     return written

@@ -93,10 +93,12 @@ SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects")
 INFERENCEPOOLS = Resource("inference.networking.k8s.io", "v1", "inferencepools")
 
 LEADERWORKERSETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+RESOURCECLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims")  # share groups (issue 26)
+DEVICECLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
                   "HorizontalPodAutoscaler": HPAS, "ScaledObject": SCALEDOBJECTS, "InferencePool": INFERENCEPOOLS,
-                  "LeaderWorkerSet": LEADERWORKERSETS}
+                  "LeaderWorkerSet": LEADERWORKERSETS, "ConfigMap": CONFIGMAPS, "ResourceClaim": RESOURCECLAIMS}
 
 
 def serves(resource: Resource) -> bool:

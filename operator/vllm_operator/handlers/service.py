@@ -29,10 +29,12 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.sharing import GROUP_LABEL
 from . import config, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
+from .share import group_members, group_of, observe_share
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
@@ -192,7 +194,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
                                   cache_settings=config.CONFIG.model_cache,
                                   default_storage_class=default_storage_class(),
-                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds())
+                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds(),
+                                  share=observe_share(name, namespace, spec_dict))
     desired = reconcile.desired_state(observed)
     if desired.children is None and desired.plan is not None and not desired.plan.fits:
         previous = previous_workload(namespace, name)
@@ -221,10 +224,12 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
         stored = effects.read_service(namespace, name) or stored
         placement.post_announcement(namespace, _involved(name, namespace, uid), desired)
+    written: list[str] = []
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
         for line in (create_children if new else apply_children)(desired.children, namespace):
+            written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
                 # a new profile: none of its pods runs yet, whatever readyReplicas says
@@ -233,6 +238,10 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
     write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+    group = group_of(spec_dict)
+    if group is not None and any(line.startswith(("created ConfigMap vllm-share-", "updated ConfigMap vllm-share-"))
+                                 for line in written):
+        poke_share_group(namespace, group, besides=name)  # the group's plan changed: the others' shares may have
     nodes_before = (status.get("gpu") or {}).get("nodes") or 1
     nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
     spans = ((spec.get("gpu") or {}).get("maxNodes") or 1) > 1
@@ -483,4 +492,22 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
         return
     if not body.get("status"):
         return  # the Deployment controller has not looked at it yet: the reconcile's status stands
-    rollouts.refresh(namespace, owner, body)
+    changed = rollouts.refresh(namespace, owner, body)
+    group = (meta.get("labels") or {}).get(GROUP_LABEL)
+    if changed and group:  # a share-group member's pods changed: a neighbour may be waiting for it (issue 26)
+        poke_share_group(namespace, group, besides=owner)
+
+
+def poke_share_group(namespace: str, group: str, besides: str) -> None:
+    """Reconcile the other members of a share group soon (off this thread): their shares, or their wait, may have
+    changed with this member."""
+    for member, generation in group_members(namespace, group):
+        if member != besides:
+            RECONCILE_POOL.submit(_poke, member, namespace, generation)
+
+
+def _poke(name: str, namespace: str, generation: int) -> None:
+    try:
+        reconcile_current(name, namespace, generation, log)
+    except Exception as exc:  # noqa: BLE001 - a poke is a courtesy: the watchdog reconciles the member anyway
+        log.info("share group: reconciling %s/%s after a neighbour changed failed: %s", namespace, name, exc)
