@@ -201,6 +201,7 @@ class RealVLLM:
         self.history: list[RealRun] = []            # every run, for tests
         self._lock = threading.RLock()
         self._counter = itertools.count(1)
+        self._closed = False   # after stop_all nothing starts (a kubelet tick may still be running)
 
     # --- what the kubelet calls ------------------------------------------------------------------------------
 
@@ -214,7 +215,7 @@ class RealVLLM:
         """Start the pod's container as a real process; ``None`` while ``max_processes`` already run."""
         with self._lock:
             self.stop(uid)
-            if len(self.runs) >= self.max_processes:
+            if self._closed or len(self.runs) >= self.max_processes:
                 return None
             n = next(self._counter)
             port = _free_port()
@@ -287,8 +288,14 @@ class RealVLLM:
             self.stop(uid)
 
     def stop_all(self) -> None:
+        """Stop every run, and start none from now on."""
+        with self._lock:
+            self._closed = True
         for uid in list(self.runs):
             self.stop(uid)
+        for run in self.history:  # whatever is left of a run that is no longer tracked
+            if any(_alive(pid) for pid in (run.pid, *run.children)):
+                _stop_tree(run)
 
     def leftovers(self) -> list[int]:
         """PIDs of any run's process or descendant still alive (empty after :meth:`stop_all`)."""

@@ -35,8 +35,12 @@ from kit.specs import condition, vllmservice
 
 pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[2]
-#: A tiny model the runner has no directory for: the LeaderWorkerSet's pods are left to the simulator.
-TINY_GROUP = "acme/tiny-llama-group"
+#: A 13B-parameter Llama (26 GB in bfloat16): one L4 cannot hold it, two can, so with `maxNodes: 2` on the cluster's
+#: one-GPU nodes the operator renders a LeaderWorkerSet group of two. The runner has no directory for it, so the
+#: group's pods are left to the simulator.
+GROUP_MODEL = "acme/llama-13b-like"
+GROUP_CONFIG = {**tiny_llama_config(), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
+                "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 32000}
 SERIES = re.compile(r"(vllm:[a-z_]+)\{([^{}]*)\}")
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
@@ -139,9 +143,9 @@ def test_the_operators_metrics_queries_select_exactly_the_serving_pods_of_a_depl
     autoscaling = {"engine": "KEDA", "minReplicas": 1, "maxReplicas": 2, "prometheusAddress": prometheus.url,
                    "metrics": [{"type": "WaitingRequests", "target": 5}, {"type": "RunningRequests", "target": 8},
                                {"type": "KVCacheUsage", "target": 0.8}]}
-    group_spec = {"model": {"name": TINY_GROUP, "config": tiny_llama_config()}, "image": tiny_spec()["image"],
-                  "gpu": {"product": "NVIDIA-L4", "count": 1, "maxNodes": 2},
-                  "flags": {"pipelineParallelSize": 2}, "prometheus": {"enabled": True}, "autoscaling": autoscaling}
+    group_spec = {"model": {"name": GROUP_MODEL, "config": GROUP_CONFIG}, "image": tiny_spec()["image"],
+                  "gpu": {"product": "NVIDIA-L4", "maxNodes": 2}, "prometheus": {"enabled": True},
+                  "autoscaling": autoscaling}
     real.cluster.apply(vllmservice(tiny_spec(prometheus={"enabled": True}, autoscaling=autoscaling), name="metrics"))
     real.cluster.apply(vllmservice(group_spec, name="group"))
     try:
@@ -151,6 +155,7 @@ def test_the_operators_metrics_queries_select_exactly_the_serving_pods_of_a_depl
         assert port is not None
         prometheus.publish(pod, f"{HOST}:{port}")
         real.wait_ready("group")
+        assert real.api.get_object("leaderworkersets.leaderworkerset.x-k8s.io", "group", "default") is not None
         group = real.pods("group")
         leaders = [p for p in group if p["metadata"]["labels"].get(WORKER_INDEX) == "0"]
         workers = [p for p in group if p["metadata"]["labels"].get(WORKER_INDEX) != "0"]

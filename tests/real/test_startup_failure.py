@@ -29,13 +29,16 @@ def test_a_real_kv_cache_refusal_is_classified_and_one_ladder_step_makes_the_ser
         assert int(_flag(first["spec"]["containers"][0]["args"], "--max-model-len")) == LONG_CONTEXT
         obj = real.wait_ready("long", timeout=600)
         # the first real process said why it could not start, in vLLM's own words, and exited non-zero
-        runs = [r for r in real.runner.history if r.key.startswith("default/long-")]
-        assert len(runs) == 2, [r.key for r in runs]
-        failed = runs[0].log_path.read_text(errors="replace")
+        [pod] = real.ready_pods("long")
+        first_runs = [r for r in real.runner.history if r.uid == first["metadata"]["uid"]]
+        new_runs = [r for r in real.runner.history if r.uid == pod["metadata"]["uid"]]
+        assert first_runs and len(new_runs) == 1, [r.key for r in real.runner.history]
+        failed = first_runs[0].log_path.read_text(errors="replace")
         assert KV_TEXT in failed and f"max seq len ({LONG_CONTEXT})" in failed, failed[-3000:]
-        assert runs[0].process.returncode not in (None, 0)
+        assert first_runs[0].process.returncode not in (None, 0)
         # the classifier reads that real text as the operator got it: a KV cache too small, with vLLM's estimate
-        failure = classify_text(failed[-65536:], terminated_reason="Error", exit_code=runs[0].process.returncode)
+        failure = classify_text(failed[-65536:], terminated_reason="Error",
+                                exit_code=first_runs[0].process.returncode)
         assert failure.kind is FailureKind.KV_CACHE_TOO_SMALL, failure
         assert failure.max_model_len == LONG_CONTEXT and failure.estimated_max_model_len, failure
         # one step down the ladder: max-model-len to at most what vLLM said fits; nothing else changed
@@ -45,9 +48,8 @@ def test_a_real_kv_cache_refusal_is_classified_and_one_ladder_step_makes_the_ser
         assert int(event["flagsBefore"]["max_model_len"]) == LONG_CONTEXT, event
         after = int(event["flagsAfter"]["max_model_len"])
         assert after <= failure.estimated_max_model_len, (event, failure)
-        [pod] = real.ready_pods("long")
         assert int(_flag(pod["spec"]["containers"][0]["args"], "--max-model-len")) == after
-        assert runs[1].ready and runs[1].process.poll() is None
+        assert new_runs[0].ready and new_runs[0].process.poll() is None
         assert condition(obj, "Ready")["status"] == "True"
     finally:
         real.delete("long")
