@@ -45,8 +45,8 @@ def test_a_real_kv_cache_refusal_is_classified_and_one_ladder_step_makes_the_ser
         remediation = obj["status"]["remediation"]
         [event] = remediation["history"]
         assert event["failureClass"] == "KVCacheTooSmall", event
-        assert int(event["flagsBefore"]["max_model_len"]) == LONG_CONTEXT, event
-        after = int(event["flagsAfter"]["max_model_len"])
+        assert int(event["flagsBefore"]["maxModelLen"]) == LONG_CONTEXT, event
+        after = int(event["flagsAfter"]["maxModelLen"])
         assert after <= failure.estimated_max_model_len, (event, failure)
         assert int(_flag(pod["spec"]["containers"][0]["args"], "--max-model-len")) == after
         assert new_runs[0].ready and new_runs[0].process.poll() is None
