@@ -198,7 +198,7 @@ def test_the_operators_metrics_queries_select_exactly_the_serving_pods_of_a_depl
             assert matched == pods, (service, selector, matched)
             # the operator's own metrics watch: what it asked Prometheus, and what it wrote
             try:
-                obj = until(lambda s=service: (o := real.service(s)) and condition(o, "MetricsAvailable").get(
+                until(lambda s=service: (o := real.service(s)) and condition(o, "MetricsAvailable").get(
                     "status") == "True" and o, 90, f"{service}'s MetricsAvailable")
             except AssertionError:
                 raise AssertionError((service, condition(real.service(service), "MetricsAvailable"))) from None
