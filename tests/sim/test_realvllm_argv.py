@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_operator_sim.realvllm import MAPPED, real_argv, tiny_llama_config
+from vllm_operator_sim.realvllm import MAPPED, SERVE_SHIM, real_argv, tiny_llama_config
 
 RENDERED = ["vllm", "serve", "acme/tiny", "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "acme/tiny",
             "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.92", "--max-model-len", "4096"]
@@ -13,10 +13,17 @@ RENDERED = ["vllm", "serve", "acme/tiny", "--host", "0.0.0.0", "--port", "8000",
 
 def test_only_the_mapped_parts_of_the_rendered_command_line_change() -> None:
     argv = real_argv(RENDERED, model_dir="/m/tiny", port=41234, python="/venv/bin/python")
-    assert argv == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/tiny",
-                    "--host", "127.0.0.1", "--port", "41234", "--served-model-name", "acme/tiny",
-                    "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.92", "--max-model-len", "4096",
+    assert argv == ["/venv/bin/python", "-c", SERVE_SHIM, "serve", "/m/tiny", "--host", "127.0.0.1", "--port",
+                    "41234", "--served-model-name", "acme/tiny", "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.92", "--max-model-len", "4096",
                     "--load-format", "dummy", "--skip-tokenizer-init"]
+
+
+def test_multi_node_ranks_meet_on_loopback() -> None:
+    rendered = ["vllm", "serve", "m", "--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "1",
+                "--master-addr", "group-0.group.default", "--master-port", "29501", "--headless"]
+    argv = real_argv(rendered, model_dir="/d", port=5, python="py")
+    assert argv[argv.index("--master-addr") + 1] == "127.0.0.1"
+    assert argv[argv.index("--node-rank") + 1] == "1" and "--headless" in argv
 
 
 def test_the_served_name_stays_the_rendered_model_and_host_and_port_are_added_when_absent() -> None:
