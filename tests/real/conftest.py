@@ -23,6 +23,7 @@ waits for its processes (and their EngineCore/Worker children) to be gone.
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,11 +70,16 @@ def real(tmp_path_factory: pytest.TempPathFactory, model_dirs: dict[str, Path],
     cluster = SimulatedCluster(pools=[NodePool("L4", 1, 3)], speed=1.0, image_pull_s=1.0,
                                workdir=tmp_path_factory.mktemp("cluster"))
     cluster.kubelet.real = runner
+
+    def interrupted(signum: int, _frame: Any) -> None:  # a CI timeout's SIGTERM: still stop every process below
+        raise KeyboardInterrupt(f"signal {signum}")
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         cluster.start()
         cluster.start_operator(timeout=120)
         yield RealCluster(cluster, runner)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         cluster.stop()
         runner.stop_all()
         left = runner.leftovers()
