@@ -85,7 +85,7 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
             "remediation": {"minIntervalSeconds": 0}}
     # the first start dies after loading the weights (a larger activation peak than planned), so it downloaded
     # them (a start that dies at the free-memory check, before loading, downloads nothing)
-    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=3.0))
+    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=4.0))
     assert result.remediation_steps >= 1, result
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}
