@@ -54,6 +54,8 @@ ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
 # runs them against the emulator with the LWS CRD installed.
 ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
                        for verb in ("get", "create", "patch", "delete")})
+ALLOWED_UNUSED[("", "events", "get")] = (
+    "only when a recorded step's Event answers 409: whether it exists (tests/handlers/test_ladder_under_faults.py)")
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
     "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 

@@ -111,10 +111,10 @@ never called.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get]
-# Events on VLLMServices (the operator's and kopf's).
+# Events on VLLMServices (the operator's and kopf's); get: whether a recorded step's Event that answered 409 exists.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, get]
 {{- end }}
 
 {{/* kopf's peering object(s): list/watch to see the other replicas, patch to write its own keep-alive. */}}

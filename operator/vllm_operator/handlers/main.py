@@ -14,6 +14,7 @@ import kopf
 from ..render.cache import CacheSettings
 from . import (
     config,
+    decode,
     kube,
     metrics_watch,  # noqa: F401  (registers the metrics daemon on the registry)
     watchdog,  # noqa: F401  (registers the watchdog's index and sweep on the registry)
@@ -62,6 +63,7 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
 
         start_metrics_server(metrics_port)
     kopf.configure(verbose=verbose)
+    decode.install()  # one object nested past Python's recursion limit must not stop every watch
     kopf.run(
         registry=registry,
         clusterwide=all_namespaces,
