@@ -708,9 +708,12 @@ def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, 
     return best, _starts(request, best), candidates
 
 
-def plan(request: PlanRequest) -> Plan:
+def plan(request: PlanRequest, *, options: bool = True) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons. Raises
-    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers)."""
+    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers).
+
+    `options=False`: no alternatives are searched when it does not fit (a search over layouts asks only whether
+    each one fits; the options cost many plans each)."""
     profile = profile_for_model(profile_for(request.vllm_version), request.arch)
     request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
     check_parallelism(request.arch, request.pinned.pipeline_parallel_size)
@@ -731,7 +734,8 @@ def plan(request: PlanRequest) -> Plan:
     if refused is not None:  # no GPU, flag or checkpoint change helps: vLLM refuses --enable-lora for this model
         fits, failure = False, refused
     degenerate = fits and bool(shortfalls(request, result.flags))
-    options = [] if refused or (fits and not degenerate) else list(_options(request, profile, usable_only=degenerate))
+    found = [] if refused or not options or (fits and not degenerate) else list(
+        _options(request, profile, usable_only=degenerate))
     prediction = result.prediction
     if prediction.failure is not None:
         prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
@@ -749,7 +753,7 @@ def plan(request: PlanRequest) -> Plan:
         prediction=prediction,
         failure=failure,
         reasons=reasons,
-        options=options,
+        options=found,
         lora_bytes=lora_bytes(request.arch, result.flags),
     )
 
