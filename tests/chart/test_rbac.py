@@ -54,6 +54,8 @@ ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
 # runs them against the emulator with the LWS CRD installed.
 ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
                        for verb in ("get", "create", "patch", "delete")})
+ALLOWED_UNUSED[("", "secrets", "get")] = (
+    "only for services with spec.hfTokenSecretRef: the service's own hub token (tests/unit/test_tenant_tokens.py)")
 ALLOWED_UNUSED[("", "events", "get")] = (
     "only when a recorded step's Event answers 409: whether it exists (tests/handlers/test_ladder_under_faults.py)")
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (

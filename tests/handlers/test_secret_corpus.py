@@ -6,8 +6,8 @@ or a line of the operator's log."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -32,8 +32,8 @@ NAME = "qwen"
           suppress_health_check=list(HealthCheck))
 @given(corpus=st.lists(secret_shapes.secret_texts(), min_size=8, max_size=8))
 def test_no_generated_secret_reaches_events_status_or_the_operator_log(
-        tmp_path_factory: object, corpus: list[tuple[str, list[str]]]) -> None:
-    tmp = Path(getattr(tmp_path_factory, "mktemp")("secrets"))
+        tmp_path_factory: pytest.TempPathFactory, corpus: list[tuple[str, list[str]]]) -> None:
+    tmp = tmp_path_factory.mktemp("secrets")
     cluster = Cluster(tmp)
     try:
         cluster.add_gpu_node()
