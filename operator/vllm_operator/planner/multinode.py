@@ -37,7 +37,7 @@ from .memory import (
     stage_terms,
     weights_bytes_per_gpu,
 )
-from .plan import Option, Plan, PlanRequest, layer_partition, plan
+from .plan import Option, Plan, PlanRequest, layer_partition, plan, rank_options
 from .versions import VersionProfile, profile_for
 
 __all__ = [
@@ -389,8 +389,8 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
     tried = search.tried_before()
     options = list(single.options)
     spanning = spanning_option(request, gpus_per_node, max_nodes)
-    if spanning is not None:
-        options.insert(0, spanning)
+    if spanning is not None:  # after every single-node option (issue 23): rank_options keeps it there
+        options = rank_options([*options, spanning])
     single = single.model_copy(update={"options": options})
     reasons = [f"Tried spanning nodes: {', '.join(tried)}; none fits."] if tried else []
     return _finish(request, single, single_split, max_nodes, reasons, options)

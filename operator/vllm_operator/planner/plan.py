@@ -1074,7 +1074,33 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
     found.extend(_fp8_kv_option(request, attempt))
     found.extend(_quantized_options(request, attempt))
     found.extend(_one(_larger_gpu(request, attempt)))
-    return found
+    return rank_options(found)
+
+
+#: How much an option asks the user to change, least first (issue 23): flags and context on the same GPUs, more of the
+#: same GPUs, another pool of this cluster, another checkpoint; GPUs the cluster lacks come last, whatever they are.
+_OPTION_TIER = {"flags": 0, "context": 0, "gpus": 1, "nodes": 1, "pool": 2, "quantized-checkpoint": 3,
+                "larger-gpu": 4}
+
+
+def option_spans_nodes(option: Option) -> bool:
+    return option.kind == "nodes"
+
+
+def rank_options(options: Iterable[Option], *, in_cluster: bool = False) -> list[Option]:
+    """Options by what the user must change least: the same GPUs first, then fewer nodes and GPUs, then other pools
+    of this cluster, then another checkpoint, then GPUs the cluster lacks (`in_cluster`: every option whose source
+    is not the cluster). A multi-node option never ranks above a single-node one (of the cluster's GPUs). Stable:
+    equal options keep the order they were found in."""
+    listed = list(options)
+
+    def key(pair: tuple[int, Option]) -> tuple[int, int, int, int, int]:
+        index, option = pair
+        lacking = option.kind == "larger-gpu" or (in_cluster and option.source != "cluster")
+        return (int(lacking), int(option_spans_nodes(option)), _OPTION_TIER.get(option.kind, 4), option.gpu_count,
+                index)
+
+    return [option for _, option in sorted(enumerate(listed), key=key)]
 
 
 def _one(option: Option | None) -> list[Option]:
