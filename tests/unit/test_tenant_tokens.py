@@ -82,3 +82,12 @@ def test_the_chart_setting_reaches_the_operator(monkeypatch: pytest.MonkeyPatch,
     else:
         monkeypatch.setenv(main.HUB_TOKEN_ENV, value)
     assert main.hub_token_for_all_namespaces() is allowed
+
+
+def test_a_catalog_model_reads_no_secret(lookups: list[dict[str, Any]]) -> None:
+    """The built-in catalog needs no hub and no token: a missing Secret is not a reason to stop (the vLLM pods
+    need it, the operator does not)."""
+    files, problem = observe.load_model({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+                                         "hfTokenSecretRef": {"name": "absent"}}, "team-a")
+    assert problem is None and files is not None and files != "files"
+    assert lookups[0]["reads"] == [] and len(lookups) == 1

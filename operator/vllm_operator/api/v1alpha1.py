@@ -2611,12 +2611,18 @@ def _spec_of(obj: Mapping[str, Any]) -> Any:
     except (TypeError, ValueError):  # not JSON at all (a NaN is JSON to Python): pydantic names the field
         return plain
     if size > MAX_SPEC_BYTES and isinstance(plain, dict):
-        sizes = {key: len(json.dumps(item, separators=(",", ":"), default=str)) for key, item in plain.items()}
-        largest = max(sizes, key=lambda key: sizes[key]) if sizes else ""
-        raise SpecValidationError([SpecError(_path_name((largest,)) if largest else "spec", (
+        path: tuple[str | int, ...] = ()
+        node: Any = plain
+        largest = size
+        for _ in range(2):  # the largest field, and the largest inside it (spec.model.config, not spec.model)
+            if not isinstance(node, dict) or not node:
+                break
+            sizes = {key: len(json.dumps(item, separators=(",", ":"), default=str)) for key, item in node.items()}
+            key = max(sizes, key=lambda k: sizes[k])
+            path, node, largest = (*path, key), node[key], sizes[key]
+        raise SpecValidationError([SpecError(_path_name(path), (
             f"makes the spec {size // 1024} KiB, over the {MAX_SPEC_BYTES // 1024} KiB the operator keeps "
-            f"(this field is {sizes.get(largest, 0) // 1024} KiB); shorten it, or move model files to "
-            "model.configMapRef"))])
+            f"(this field is {largest // 1024} KiB); shorten it, or move model files to model.configMapRef"))])
     return plain
 
 

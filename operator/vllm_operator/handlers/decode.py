@@ -14,6 +14,7 @@ import importlib
 import json
 import logging
 import re
+from itertools import accumulate
 from typing import Any
 
 import aiohttp
@@ -33,17 +34,18 @@ _CUT_JSON = json.dumps(CUT)
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
+
+
 def max_depth(text: str) -> int:
-    """How deep a JSON document nests (0 for a scalar), without parsing it and without recursion."""
-    depth = deepest = 0
-    for match in _STRUCTURE.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
-    return deepest
+    """How deep a JSON document nests (0 for a scalar), without parsing it and without recursion (the strings
+    dropped and the brackets summed in C: a few microseconds for a watch event)."""
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    if not brackets:
+        return 0
+    return max(accumulate(map(_STEP.__getitem__, brackets)))
 
 
 def _cut(text: str, limit: int) -> str:

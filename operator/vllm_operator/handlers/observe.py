@@ -21,8 +21,8 @@ from urllib3.exceptions import HTTPError
 
 from .. import reconcile
 from ..api.v1alpha1 import DEFAULT_HF_TOKEN_KEY, DEFAULT_IMAGE
-from ..hub import resolve_model_id
-from ..modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
+from ..hub import is_repo_id, resolve_model_id
+from ..modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
 from . import config, kube
 
 log = logging.getLogger("vllm_operator")
@@ -47,10 +47,13 @@ def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | No
                 return None, f"ConfigMap {ref['name']} has no key {ref.get('configKey', 'config.json')}"
             index_text = data.get(ref.get("safetensorsIndexKey", "model.safetensors.index.json"))
             return model_files_from_inline(config_text, index_text, name), None
+        revision = model.get("revision")
+        if revision is None and is_repo_id(name) and (found := find_in_catalog(name)) is not None:
+            return found, None  # the built-in catalog: no hub, no credentials read
         token, cache_dir, problem = hub_credentials(spec, namespace)
         if problem is not None:
             return None, problem
-        return resolve_model_id(name, revision=model.get("revision"), token=token, cache_dir=cache_dir), None
+        return resolve_model_id(name, revision=revision, token=token, cache_dir=cache_dir), None
     except ModelSourceError as exc:
         return None, str(exc)
 
