@@ -49,6 +49,7 @@ from .planner.gpus import (
 )
 from .planner.lora import allowed_ranks, lora_support, refusal_message, vocab_check
 from .planner.multinode import MultiNodePlan
+from .planner.plan import rank_options
 from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
 from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
@@ -355,17 +356,27 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
     for option in result.options:
         if option.kind == "larger-gpu":
             continue  # replaced by the pools the cluster has
-        if option.kind == "gpus" and (option.gpu_count > per_node or option.gpu_count > spec.gpu.max_count
-                                      or gpu.is_mig):
+        if option.kind == "gpus" and (option.gpu_count > per_node or gpu.is_mig):
             continue
+        if option.kind == "gpus" and option.gpu_count > spec.gpu.max_count:
+            # only the user's own limit stands between the spec and GPUs its nodes have: name it (issue 23)
+            option = option.model_copy(update={
+                "summary": f"{option.summary}: raise spec.gpu.maxCount to {option.gpu_count}"})
         options.append(option.model_copy(update={"source": "cluster"}))
-    for node_gpu, _count, _label in pools:
+    for node_gpu, _count, pool_label in pools:
         if node_gpu.spec.name == gpu.name:
             continue
         res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        limits = [f"{'change' if spec.gpu.product else 'set'} spec.gpu.product to {pool_label or node_gpu.spec.name}"]
+        if not res.fits and node_gpu.count > spec.gpu.max_count:
+            # the pool's nodes have more GPUs than spec.gpu.maxCount lets a pod take: plan with what they have
+            lifted = spec.model_copy(update={"gpu": spec.gpu.model_copy(update={"max_count": node_gpu.count})})
+            res = cached_plan(plan_request(lifted, arch, node_gpu.spec, constraints, node_gpu.count))
+            if res.fits:
+                limits.append(f"raise spec.gpu.maxCount to {res.gpu_count}")
         if res.fits and (res.usable or not result.fits):
             options.append(Option(
-                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
+                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes ({' and '.join(limits)})",
                 kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
                 kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
                 max_concurrency=res.prediction.max_concurrency))
@@ -373,7 +384,7 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
         # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
         options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})
                    for o in result.options]
-    return options
+    return rank_options(options, in_cluster=True)
 
 
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
@@ -1040,7 +1051,8 @@ def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest, node_c
     (issue 13)."""
     spread = multinode.plan_spread(spec, request, node_count)
     if spread is None:
-        return multinode.with_spanning_option(result, spec, request, node_count, pool_nodes), None, 1
+        spanned = multinode.with_spanning_option(result, spec, request, node_count, pool_nodes)
+        return spanned.model_copy(update={"options": rank_options(spanned.options, in_cluster=True)}), None, 1
     return spread.plan, spread, spread.split.nodes
 
 

@@ -62,6 +62,7 @@ import yaml
 
 from vllm_operator_sim.emulator_admission import (
     FieldError,
+    annotation_errors,
     apply_defaults,
     cel_errors,
     name_errors,
@@ -473,7 +474,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _admit_view(self, rdef: ResourceDef, obj: Obj, view: Obj, old: Obj | None, schema: dict[str, Any] | None,
                     builtin: str | None, opts: _WriteOptions) -> None:
-        errors: list[FieldError] = []
+        errors: list[FieldError] = annotation_errors(view.get('metadata')) if view is obj else []
         dropped: list[str] = []
         if schema is not None:
             dropped = prune_unknown(view, schema)

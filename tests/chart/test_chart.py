@@ -718,3 +718,39 @@ def test_the_model_download_init_container_is_switchable(chart: Any) -> None:
     assert "--model-cache-download-init" in default and "--no-model-cache-download-init" in off
     assert build_parser().parse_args(default).model_cache_download_init is True
     assert build_parser().parse_args(off).model_cache_download_init is False
+
+
+# --- issue 20: tenants' model sources and the operator's hub token ---------------------------------------------------
+
+
+def _reads(rules: list[dict[str, Any]]) -> set[str]:
+    return {r for rule in rules if "get" in rule["verbs"] for r in rule["resources"] if r in ("configmaps", "secrets")}
+
+
+def test_model_sources_are_read_only_in_the_listed_namespaces(chart: Any) -> None:
+    """`get configmaps/secrets` was cluster-wide; with rbac.modelSourceNamespaces it is a Role in each listed
+    namespace and nothing in the ClusterRole (or the watched namespaces' Roles)."""
+    default = chart.objects()
+    assert _reads(chart.one(default, "ClusterRole", "vllm-operator")["rules"]) == {"configmaps", "secrets"}
+    for sets in (["json:rbac.modelSourceNamespaces=[\"team-a\",\"team-b\"]"],
+                 ["json:rbac.modelSourceNamespaces=[\"team-a\",\"team-b\"]", "json:watchNamespaces=[\"x\",\"team-a\"]"]):
+        objects = chart.objects(sets=sets)
+        assert _reads(chart.one(objects, "ClusterRole", "vllm-operator")["rules"]) == set()
+        roles = {r["metadata"]["namespace"]: r for r in chart.find(objects, "Role")
+                 if r["metadata"]["name"].endswith("-model-sources")}
+        assert sorted(roles) == ["team-a", "team-b"]
+        assert all(_reads(role["rules"]) == {"configmaps", "secrets"} for role in roles.values())
+        assert not [r for r in chart.find(objects, "Role") if not r["metadata"]["name"].endswith("-model-sources")
+                    and _reads(r["rules"])]
+        bindings = {b["metadata"]["namespace"] for b in chart.find(objects, "RoleBinding")
+                    if b["metadata"]["name"].endswith("-model-sources")}
+        assert bindings == {"team-a", "team-b"}
+
+
+def test_the_operator_hub_token_serves_all_namespaces_only_when_allowed(chart: Any) -> None:
+    env = {e["name"]: e for e in chart.operator_container(chart.objects(
+        sets=["hfToken.existingSecret=hf"]))["env"]}
+    assert "HF_TOKEN" in env and "VLLM_OPERATOR_HUB_TOKEN_FOR_ALL_NAMESPACES" not in env
+    env = {e["name"]: e for e in chart.operator_container(chart.objects(
+        sets=["hfToken.existingSecret=hf", "hfToken.forAllNamespaces=true"]))["env"]}
+    assert env["VLLM_OPERATOR_HUB_TOKEN_FOR_ALL_NAMESPACES"]["value"] == "true"

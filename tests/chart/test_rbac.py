@@ -61,6 +61,10 @@ ALLOWED_UNUSED.update({("", "configmaps", "create"): _SHARE, ("", "configmaps", 
                        ("resource.k8s.io", "resourceclaims", "get"): _SHARE,
                        ("resource.k8s.io", "resourceclaims", "create"): _SHARE,
                        ("resource.k8s.io", "deviceclasses", "list"): _SHARE})
+ALLOWED_UNUSED[("", "secrets", "get")] = (
+    "only for services with spec.hfTokenSecretRef: the service's own hub token (tests/unit/test_tenant_tokens.py)")
+ALLOWED_UNUSED[("", "events", "get")] = (
+    "only when a recorded step's Event answers 409: whether it exists (tests/handlers/test_ladder_under_faults.py)")
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
     "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 

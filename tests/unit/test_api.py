@@ -472,7 +472,7 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     ),
     (spec(modelCache={"size": "1Gi", "storageClassName": "s"}), None, None),
     (
-        spec(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "1", "valueFrom": {"fieldRef": {}}}]),
+        spec(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
         "env-value-or-value-from",
         "spec.env[1].valueFrom",
     ),

@@ -107,8 +107,10 @@ never called.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
-# spec.model.configMapRef: a model's config.json kept in a ConfigMap; spec.gpu.share: the share group's record
-# (vllm-share-<group>, written before any member's pods change).
+{{- if not .Values.rbac.modelSourceNamespaces }}
+{{- include "vllm-operator.rules.modelSources" . }}
+{{- end }}
+# spec.gpu.share: the share group's record (vllm-share-<group>, written before any member's pods change).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, patch]
@@ -116,10 +118,19 @@ never called.
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims]
   verbs: [get, create]
-# Events on VLLMServices (the operator's and kopf's).
+# Events on VLLMServices (the operator's and kopf's); get: whether a recorded step's Event that answered 409 exists.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, get]
+{{- end }}
+
+{{/* What a service names for its model files, in its own namespace (rbac.modelSourceNamespaces narrows it). */}}
+{{- define "vllm-operator.rules.modelSources" }}
+# spec.model.configMapRef: a model's config.json kept in a ConfigMap; spec.hfTokenSecretRef: the service's own
+# hub token, for its model's config.json (the operator's HF_TOKEN is used for it only with hfToken.forAllNamespaces).
+- apiGroups: [""]
+  resources: [configmaps, secrets]
+  verbs: [get]
 {{- end }}
 
 {{/* kopf's peering object(s): list/watch to see the other replicas, patch to write its own keep-alive. */}}

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -46,6 +47,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from ..quantity import quantity_problem
 
 __all__ = [
     "API_VERSION",
@@ -220,10 +223,19 @@ def _quantity_from_int(value: Any) -> Any:
 
 
 #: A Kubernetes quantity such as `64Gi`, `500m` or `4`, stored as a string.
+def _quantity_in_range(value: str) -> str:
+    # the pattern admits `1e400` and `99999999999999999999Ei`; Kubernetes holds a quantity in an int64
+    problem = quantity_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 Quantity = Annotated[
     str,
     BeforeValidator(_quantity_from_int),
     StringConstraints(pattern=QUANTITY_PATTERN),
+    AfterValidator(_quantity_in_range),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -1065,13 +1077,53 @@ class Toleration(_Model):
     )
 
 
-class EnvVarSource(_Model):
-    """Where an environment variable's value comes from, as in the Pod API (the API server checks the inside)."""
+#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
+DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-    secret_key_ref: FreeForm | None = Field(default=None, description="A key of a Secret in the namespace.")
-    config_map_key_ref: FreeForm | None = Field(default=None, description="A key of a ConfigMap in the namespace.")
-    field_ref: FreeForm | None = Field(default=None, description="A field of the pod, e.g. metadata.name.")
-    resource_field_ref: FreeForm | None = Field(default=None, description="A resource of the container.")
+
+#: The Pod API's downward-API selectors: an API version, a field path, a resource name.
+API_VERSION_PATTERN = r"^[a-z0-9./]+$"
+FIELD_PATH_PATTERN = r"^[A-Za-z0-9_.\[\]'/-]+$"
+RESOURCE_NAME_PATTERN = r"^[A-Za-z0-9_./-]+$"
+
+
+class KeySelector(_Model):
+    """A key of a Secret or ConfigMap in the service's namespace, as in the Pod API."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN, description="Object name.")
+    key: str = Field(min_length=1, max_length=253, pattern=DATA_KEY_PATTERN, description="The key.")
+    optional: bool | None = Field(default=None, description="Start the pod even when the object or key is missing.")
+
+
+class ObjectFieldSelector(_Model):
+    """A field of the pod, as in the Pod API (`metadata.name`, `status.podIP`, ...)."""
+
+    api_version: str | None = Field(default=None, min_length=1, max_length=64, pattern=API_VERSION_PATTERN,
+                                    description="Schema version of fieldPath (v1).")
+    field_path: str = Field(min_length=1, max_length=256, pattern=FIELD_PATH_PATTERN,
+                            description="Path of the field, e.g. metadata.name.")
+
+
+class ResourceFieldSelector(_Model):
+    """A resource of a container, as in the Pod API (`limits.memory`, ...)."""
+
+    container_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN,
+                                       description="The container (default: this one).")
+    resource: str = Field(min_length=1, max_length=253, pattern=RESOURCE_NAME_PATTERN,
+                          description="The resource, e.g. limits.memory.")
+    divisor: Quantity | None = Field(default=None, description="Output unit, e.g. 1Mi (default 1).")
+
+
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from, as in the Pod API: typed, so the CRD bounds every field."""
+
+    secret_key_ref: KeySelector | None = Field(default=None, description="A key of a Secret in the namespace.")
+    config_map_key_ref: KeySelector | None = Field(default=None,
+                                                   description="A key of a ConfigMap in the namespace.")
+    field_ref: ObjectFieldSelector | None = Field(default=None,
+                                                  description="A field of the pod, e.g. metadata.name.")
+    resource_field_ref: ResourceFieldSelector | None = Field(default=None,
+                                                             description="A resource of the container.")
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVarSource:
@@ -1082,8 +1134,6 @@ class EnvVarSource(_Model):
         return self
 
 
-#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
-DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 #: The most items of one list inside `spec.affinity` (the Pod API sets no bound; real rules have a handful).
 MAX_AFFINITY_ITEMS = 32
@@ -2621,6 +2671,9 @@ _PATTERN_WORDS = {
     MODEL_SOURCE_PATTERN: "must be a Hugging Face repository id such as org/model, or an absolute path in the "
                           "container without '.' or '..' segments",
     PROMETHEUS_URL_PATTERN: "must be an http(s) URL such as http://prometheus.monitoring:9090",
+    API_VERSION_PATTERN: "must be an API version such as v1",
+    FIELD_PATH_PATTERN: "must be a pod field path such as metadata.name or metadata.labels['app']",
+    RESOURCE_NAME_PATTERN: "must be a container resource such as limits.memory or requests.cpu",
     EXTENDED_RESOURCE_PATTERN: "must be a device plugin's resource name <domain>/<name>, such as rdma/ib or "
                                "nvidia.com/hostdev",
 }
@@ -2662,27 +2715,95 @@ def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
     return errors
 
 
+#: The deepest nesting of a whole spec (the deepest field, an affinity term's values, is 9 levels; an inline config
+#: adds at most MAX_INLINE_JSON_DEPTH). Checked before anything recurses: a stored object may nest 10,000 levels.
+MAX_SPEC_DEPTH = 32
+#: The largest spec, as compact JSON. kopf keeps a copy of the spec as its diff base (an annotation where it fits,
+#: status otherwise) and etcd holds at most 1.5 MiB per object: spec + copy + status stay under it.
+MAX_SPEC_BYTES = 512 * 1024
+
+
+def _path_name(path: tuple[str | int, ...]) -> str:
+    """The field of the spec's schema a deep path is in: `spec.model.config` for a path into the free-form config,
+    `spec.affinity` for a path through unknown keys of affinity."""
+    name = "spec"
+    model: type[BaseModel] | None = VLLMServiceSpec
+    for part in path:
+        if isinstance(part, int):
+            name = _join(name, part)
+            continue
+        if model is None:
+            break
+        field = next((info for key, info in model.model_fields.items() if part in (key, info.alias)), None)
+        if field is None:
+            break
+        name = _join(name, part)
+        model = _model_class(field.annotation)
+    return name
+
+
 def _plain(value: Any) -> Any:
-    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views)."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
+    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views), without recursion:
+    raises SpecValidationError naming the field when the value nests deeper than MAX_SPEC_DEPTH."""
+
+    def copy(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            return {}
+        if isinstance(item, list | tuple):
+            return []
+        return item
+
+    top = copy(value)
+    stack: list[tuple[Any, Any, tuple[str | int, ...]]] = [(value, top, ())]
+    while stack:
+        source, target, path = stack.pop()
+        if len(path) > MAX_SPEC_DEPTH:
+            raise SpecValidationError([SpecError(_path_name(path), (
+                f"nests deeper than {MAX_SPEC_DEPTH} levels (a real value nests a few); remove the nesting")),
+            ])
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, item in items:
+            child = copy(item)
+            if isinstance(target, dict):
+                target[key] = child
+            else:
+                target.append(child)
+            if isinstance(item, Mapping | list | tuple):
+                stack.append((item, child, (*path, key)))
+    return top
 
 
 def _spec_of(obj: Mapping[str, Any]) -> Any:
-    """The spec inside a whole VLLMService object, or the object itself when it is a spec."""
+    """The spec inside a whole VLLMService object, or the object itself when it is a spec, as plain JSON data
+    (bounded in depth and size: SpecValidationError naming the field otherwise)."""
     spec = obj.get("spec")
-    if isinstance(spec, Mapping) and "model" not in obj:
-        return _plain(spec)
-    return _plain(obj)
+    plain = _plain(spec) if isinstance(spec, Mapping) and "model" not in obj else _plain(obj)
+    try:
+        size = len(json.dumps(plain, separators=(",", ":"), default=str))
+    except (TypeError, ValueError):  # not JSON at all (a NaN is JSON to Python): pydantic names the field
+        return plain
+    if size > MAX_SPEC_BYTES and isinstance(plain, dict):
+        path: tuple[str | int, ...] = ()
+        node: Any = plain
+        largest = size
+        for _ in range(2):  # the largest field, and the largest inside it (spec.model.config, not spec.model)
+            if not isinstance(node, dict) or not node:
+                break
+            sizes = {key: len(json.dumps(item, separators=(",", ":"), default=str)) for key, item in node.items()}
+            key = max(sizes, key=lambda k: sizes[k])
+            path, node, largest = (*path, key), node[key], sizes[key]
+        raise SpecValidationError([SpecError(_path_name(path), (
+            f"makes the spec {size // 1024} KiB, over the {MAX_SPEC_BYTES // 1024} KiB the operator keeps "
+            f"(this field is {largest // 1024} KiB); shorten it, or move model files to model.configMapRef"))])
+    return plain
 
 
 def parse_spec(obj: Mapping[str, Any]) -> VLLMServiceSpec:
     """Parse a spec, or a whole VLLMService object's spec. Raises SpecValidationError with field paths."""
     try:
         return VLLMServiceSpec.model_validate(_spec_of(obj))
+    except RecursionError as exc:  # bounded above; kept so that no input can become an InternalError
+        raise SpecValidationError([SpecError("spec", "nests too deep; remove the nesting")]) from exc
     except ValidationError as exc:
         raise SpecValidationError(_spec_errors(exc, "spec")) from exc
 

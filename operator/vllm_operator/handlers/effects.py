@@ -237,3 +237,7 @@ def _post(namespace: str, involved_object: Mapping[str, Any], type_: str, reason
     except ApiException as exc:
         if not (name and exc.status == 409):
             raise
+        # 409 is AlreadyExists only when the Event is there: a 409 Conflict (or a proxy's) posted nothing, and
+        # counting it as posted lost the Event for good (issue 20); it stays unannounced and is posted again
+        if kube.get(kube.EVENTS, namespace, name) is None:
+            raise

@@ -20,6 +20,8 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from . import decode
+
 _lock = threading.Lock()
 _client: kubernetes.client.ApiClient | None = None
 
@@ -174,7 +176,7 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
         return None
     if raw:
         return data.decode(errors="replace") if isinstance(data, bytes) else data
-    return json.loads(data) if data else None
+    return decode.loads(data) if data else None  # bounded in depth: a stored object may nest 10,000 levels
 
 
 _reads = threading.local()

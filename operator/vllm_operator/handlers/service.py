@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import json
 import logging
 import os
 import threading
@@ -30,7 +31,7 @@ from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
 from ..render.sharing import GROUP_LABEL
-from . import config, downloads, effects, kube, lws, measured, placement, rollouts
+from . import config, decode, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
@@ -41,9 +42,18 @@ registry = kopf.OperatorRegistry()
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
+#: The largest diff base kept in an annotation. All annotations of an object share 256 KiB (the API server refuses
+#: more: kopf then stopped handling the service) and `kubectl apply` keeps another copy of the spec in one of them;
+#: a larger diff base is kept in status (`status.kopf.lastHandledConfiguration`), where etcd's object limit applies.
+ANNOTATION_DIFFBASE_BYTES = 96 * 1024
+#: Where a diff base too large for an annotation is kept.
+STATUS_DIFFBASE_FIELD = "lastHandledConfiguration"
+
+
 class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf's annotation diff base with the same essence, built without deep-copying the status and the system
-    metadata it drops at once (kopf copies the whole body first: on every event of every VLLMService)."""
+    metadata it drops at once (kopf copies the whole body first: on every event of every VLLMService); kept in
+    status when it does not fit an annotation."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         if extra_fields:  # fields kopf tracks beyond the essence (none today): kopf's own way
@@ -54,6 +64,27 @@ class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         lean["metadata"] = {key: meta[key] for key in ("labels", "annotations", "ownerReferences") if key in meta}
         return super().build(body=kopf.Body(cast(kopf.RawBody, lean)), extra_fields=extra_fields)
 
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        found = super().fetch(body=body)
+        if found is not None:
+            return found
+        kept = ((body.get("status") or {}).get("kopf") or {}).get(STATUS_DIFFBASE_FIELD)
+        return cast(kopf.BodyEssence, decode.loads(kept)) if isinstance(kept, str) else None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        in_status = ((body.get("status") or {}).get("kopf") or {}).get(STATUS_DIFFBASE_FIELD) is not None
+        encoded = json.dumps(essence, separators=(",", ":"))
+        if len(encoded.encode()) <= ANNOTATION_DIFFBASE_BYTES:
+            super().store(body=body, patch=patch, essence=essence)
+            if in_status:
+                patch.setdefault("status", {}).setdefault("kopf", {})[STATUS_DIFFBASE_FIELD] = None
+            return
+        annotations = body.metadata.annotations
+        for key in self.make_keys(self.key, body=body):
+            if key in annotations:
+                patch.metadata.annotations[key] = None
+        patch.setdefault("status", {}).setdefault("kopf", {})[STATUS_DIFFBASE_FIELD] = encoded
+
 
 #: How long kopf waits for the watch to show its own last patch (seconds; see operator_startup).
 CONSISTENCY_TIMEOUT = 30.0
@@ -61,6 +92,7 @@ CONSISTENCY_TIMEOUT = 30.0
 
 @kopf.on.startup(registry=registry)
 def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    decode.install()  # before any watch starts: objects nested past Python's recursion limit are cut, not fatal
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="vllm-operator.dev", key="last-handled-configuration")
@@ -244,7 +276,8 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         poke_share_group(namespace, group, besides=name)  # the group's plan changed: the others' shares may have
     nodes_before = (status.get("gpu") or {}).get("nodes") or 1
     nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
-    spans = ((spec.get("gpu") or {}).get("maxNodes") or 1) > 1
+    gpu = spec.get("gpu")  # the spec as stored: `gpu: L4` reaches here too (it got InvalidSpec above)
+    spans = isinstance(gpu, Mapping) and isinstance(gpu.get("maxNodes"), int) and gpu["maxNodes"] > 1
     if desired.children is not None and not new and (nodes_before != nodes_now or (node_max_age > 0 and spans)):
         # recorded, then acted: the workload of the other kind goes only now; the watchdog looks again for services
         # that may span nodes (a delete that failed after the status was written), no request for the others

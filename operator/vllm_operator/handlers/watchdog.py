@@ -182,7 +182,8 @@ def watch_service(namespace: str, name: str, watched: Watched, logger: logging.L
     writes only what changed). A permanent failure waits for a spec change, not for the watchdog."""
     if watched.failed:
         return
-    allow_step_up = bool((watched.spec.get("remediation") or {}).get("allowStepUp"))
+    remediation = watched.spec.get("remediation")  # as stored: any JSON, valid or not
+    allow_step_up = isinstance(remediation, Mapping) and remediation.get("allowStepUp") is True
     with kube.shared_reads():  # the service and its Deployment are read once for the three looks (until a write)
         if remediate_service(namespace, name, logger) is None and not (
                 allow_step_up and step_up_service(namespace, name, logger)):

@@ -756,9 +756,12 @@ def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, 
     return best, _starts(request, best), candidates
 
 
-def plan(request: PlanRequest) -> Plan:
+def plan(request: PlanRequest, *, options: bool = True) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons. Raises
-    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers)."""
+    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers).
+
+    `options=False`: no alternatives are searched when it does not fit (a search over layouts asks only whether
+    each one fits; the options cost many plans each)."""
     profile = profile_for_model(profile_for(request.vllm_version), request.arch)
     request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
     check_parallelism(request.arch, request.pinned.pipeline_parallel_size)
@@ -779,7 +782,8 @@ def plan(request: PlanRequest) -> Plan:
     if refused is not None:  # no GPU, flag or checkpoint change helps: vLLM refuses --enable-lora for this model
         fits, failure = False, refused
     degenerate = fits and bool(shortfalls(request, result.flags))
-    options = [] if refused or (fits and not degenerate) else list(_options(request, profile, usable_only=degenerate))
+    found = [] if refused or not options or (fits and not degenerate) else list(
+        _options(request, profile, usable_only=degenerate))
     prediction = result.prediction
     if prediction.failure is not None:
         prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
@@ -798,7 +802,7 @@ def plan(request: PlanRequest) -> Plan:
         prediction=prediction,
         failure=failure,
         reasons=reasons,
-        options=options,
+        options=found,
         lora_bytes=lora_bytes(request.arch, result.flags),
     )
 
@@ -1120,7 +1124,33 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
     found.extend(_fp8_kv_option(request, attempt))
     found.extend(_quantized_options(request, attempt))
     found.extend(_one(_larger_gpu(request, attempt)))
-    return found
+    return rank_options(found)
+
+
+#: How much an option asks the user to change, least first (issue 23): flags and context on the same GPUs, more of the
+#: same GPUs, another pool of this cluster, another checkpoint; GPUs the cluster lacks come last, whatever they are.
+_OPTION_TIER = {"flags": 0, "context": 0, "gpus": 1, "nodes": 1, "pool": 2, "quantized-checkpoint": 3,
+                "larger-gpu": 4}
+
+
+def option_spans_nodes(option: Option) -> bool:
+    return option.kind == "nodes"
+
+
+def rank_options(options: Iterable[Option], *, in_cluster: bool = False) -> list[Option]:
+    """Options by what the user must change least: the same GPUs first, then fewer nodes and GPUs, then other pools
+    of this cluster, then another checkpoint, then GPUs the cluster lacks (`in_cluster`: every option whose source
+    is not the cluster). A multi-node option never ranks above a single-node one (of the cluster's GPUs). Stable:
+    equal options keep the order they were found in."""
+    listed = list(options)
+
+    def key(pair: tuple[int, Option]) -> tuple[int, int, int, int, int]:
+        index, option = pair
+        lacking = option.kind == "larger-gpu" or (in_cluster and option.source != "cluster")
+        return (int(lacking), int(option_spans_nodes(option)), _OPTION_TIER.get(option.kind, 4), option.gpu_count,
+                index)
+
+    return [option for _, option in sorted(enumerate(listed), key=key)]
 
 
 def _one(option: Option | None) -> list[Option]:
