@@ -59,7 +59,10 @@ def test_the_tiers_share_lint_and_contracts_and_differ_in_what_pytest_runs() -> 
     _, lint = _make_recipe("lint")
     assert any("check-jsonschema" in line and ".github/workflows/" in line for line in lint)
     ci = (REPO / ".ci" / "run").read_text()
-    assert ci.rstrip().endswith("make test")
+    commands = [line.strip() for line in ci.splitlines() if line.strip().startswith("make ")]
+    assert commands == ["make test", "make test-real"]  # README's command, then the real-vLLM tier
+    _, real = _make_recipe("test-real")
+    assert any("tests/real" in line for line in real)
 
 
 def test_make_says_what_it_installs_before_the_venv_step() -> None:
