@@ -29,7 +29,12 @@ from .planner.arch import ArchError, ModelArch, arch_from_config, check_arch_bou
 from .planner.gpus import GPUSpec
 from .planner.packing import GroupPlan, MemberShare, PackMember, PackRequest, pack
 from .planner.plan import Constraints, Plan, Workload
-from .remediation.neighbours import explain_free_memory
+from .remediation.neighbours import (
+    explain_free_memory,
+    neighbour_to_move,
+    no_room_message,
+    workload_footprint,
+)
 from .render.manifests import ANNOTATION_SPEC_HASH, spec_hash
 from .render.names import dns1123_subdomain, label_value
 from .render.sharing import (
@@ -254,8 +259,18 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
         ranked = [m.name for m in sorted(observed.members, key=lambda m: m.name)]
         default = (f"the group has more than {MAX_MEMBERS} members; only the first {MAX_MEMBERS} by name are planned"
                    if me in ranked[MAX_MEMBERS:] else "its model could not be read")
-        why = next((u.reason for u in plan.unplaced if u.name == me), default)
+        unplaced = next((u for u in plan.unplaced if u.name == me), None)
+        why = unplaced.reason if unplaced is not None else default
         message = f"{me} has no place in share group {observed.group}: {why}"
+        before = placed_before.get(me)
+        if unplaced is not None and unplaced.footprint_gib is not None and before is not None \
+                and before < len(plan.gpus):
+            # it had a GPU: say which neighbour's move would make room there (remediation/neighbours.py); the
+            # group is planned again, so what a neighbour frees is what its workload needs (the leftover is re-shared)
+            sizes = {m.name: workload_footprint(m) for m in plan.gpus[before].members}
+            room = plan.gpu_total_gib - plan.margin_gib - sum(sizes.values())
+            move = neighbour_to_move(sizes, room, unplaced.footprint_gib)
+            message += "; " + no_room_message(me, before, room, unplaced.footprint_gib, move)
         return ShareDecision(group=plan, share=None, status=empty.model_copy(update={"message": message}),
                              refusal=(cond.SHARE_DOES_NOT_FIT, message), extra_children=[record])
     shared = plan.gpus[share.gpu_index]

@@ -221,3 +221,27 @@ def test_a_member_asking_for_more_than_one_pod_is_refused() -> None:
         model_files=files, share=_group()))
     degraded = next(c for c in desired.status.conditions if c.type == "Degraded")
     assert desired.children is None and degraded.reason == "ShareDoesNotFit" and "one pod" in degraded.message
+
+
+def test_a_member_that_outgrows_a_capped_pool_is_told_which_neighbour_to_move() -> None:
+    """Issue 26: a step that needs more memory than any GPU of the pool can give beside the others' shares reports
+    which neighbour's move would make room on the GPU it had (or that it needs a GPU of its own)."""
+    from vllm_operator.planner.plan import Constraints
+    from vllm_operator.remediation.neighbours import neighbour_to_move, workload_footprint
+
+    record = {RECORD_KEY: json.dumps({"placement": dict.fromkeys(MODELS, 0)})}
+    members = tuple(ShareMember(name=n, uid=f"uid-{n}", arch=_arch(ref),
+                                constraints=Constraints(extra_activation_gib=24.0) if n == "b" else Constraints())
+                    for n, ref in MODELS.items())
+    group = ShareObserved(group="small", members=members, support=_group().support, recorded=record, gpus=1)
+    plan = sharegroup.group_plan(group, _l40s(), None)
+    unplaced = next(u for u in plan.unplaced if u.name == "b")
+    assert unplaced.footprint_gib is not None and plan.member("a") is not None and plan.member("c") is not None
+    decision = sharegroup.decide(group, "b", "team", _l40s(), None)
+    assert decision.share is None and decision.refusal is not None
+    message = decision.refusal[1]
+    sizes = {m.name: workload_footprint(m) for m in plan.gpus[0].members}
+    room = plan.gpu_total_gib - plan.margin_gib - sum(sizes.values())
+    move = neighbour_to_move(sizes, room, unplaced.footprint_gib)
+    assert "no GPU of the pool has room" in message
+    assert move is not None and f"move {move[0]} (" in message and "or give the pool one more GPU" in message

@@ -111,13 +111,29 @@ def step_beside_neighbours(request: PackRequest, group: GroupPlan, name: str, gr
             f"{name} cannot share a GPU with what it needs now: {why}"))
     shared = group.gpus[me.gpu_index]
     room = group.gpu_total_gib - group.margin_gib - shared.used_gib + me.footprint_gib
-    candidates = sorted((n.footprint_gib, n.name) for n in group.neighbours(name) if room + n.footprint_gib >= need)
-    if candidates:
-        footprint, neighbour = candidates[0]
-        return ShareStep(action=ShareAction.REPORT, gpu_index=me.gpu_index, neighbour=neighbour, message=(
-            f"{name} needs {need:.2f} GiB; GPU {me.gpu_index} has {room:.2f} for it beside its neighbours' shares and "
-            f"no GPU of the pool has room: move {neighbour} ({footprint:.2f} GiB) to another GPU, or give the pool "
-            "one more GPU"))
-    return ShareStep(action=ShareAction.REPORT, gpu_index=me.gpu_index, message=(
-        f"{name} needs {need:.2f} GiB, more than GPU {me.gpu_index} could give it even without one of its neighbours, "
-        "and no GPU of the pool has room: give it a GPU of its own (leave its share group)"))
+    found = neighbour_to_move({m.name: m.footprint_gib for m in shared.members if m.name != name}, room, need)
+    return ShareStep(action=ShareAction.REPORT, gpu_index=me.gpu_index, neighbour=found[0] if found else None,
+                     message=no_room_message(name, me.gpu_index, room, need, found))
+
+
+def neighbour_to_move(neighbours: Mapping[str, float], room: float, need: float) -> tuple[str, float] | None:
+    """The smallest neighbour (name → the GiB its move frees) whose move would leave `need` GiB where `room` is free
+    now: (its name, those GiB), or None when no single move would."""
+    candidates = sorted((size, name) for name, size in neighbours.items() if room + size >= need)
+    return (candidates[0][1], candidates[0][0]) if candidates else None
+
+
+def workload_footprint(member: MemberShare) -> float:
+    """What a member needs for its workload (its share of a GPU's leftover aside): what its move frees for a
+    neighbour when the group is planned again."""
+    return member.workload_budget_gib + member.outside_gib
+
+
+def no_room_message(name: str, gpu_index: int, room: float, need: float, found: tuple[str, float] | None) -> str:
+    """What a member that no GPU of the pool can take is told: which neighbour to move, or to leave the group."""
+    if found is not None:
+        return (f"{name} needs {need:.2f} GiB; GPU {gpu_index} has {room:.2f} for it beside its neighbours' shares and "
+                f"no GPU of the pool has room: move {found[0]} ({found[1]:.2f} GiB) to another GPU, or give the pool "
+                "one more GPU")
+    return (f"{name} needs {need:.2f} GiB, more than GPU {gpu_index} could give it even without one of its "
+            "neighbours, and no GPU of the pool has room: give it a GPU of its own (leave its share group)")
