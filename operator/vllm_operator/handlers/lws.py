@@ -82,7 +82,11 @@ def refresh(namespace: str, service: str) -> bool:
         return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,
                                 now=now, ready_replicas=view.ready_groups)
 
-    return effects.update_status(namespace, service, build)
+    changed = effects.update_status(namespace, service, build)
+    from .rollouts import finish_switch  # rollouts imports this module
+
+    finish_switch(namespace, service, lws)
+    return changed
 
 
 def _record_failures(multi: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

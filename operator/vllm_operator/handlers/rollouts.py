@@ -15,7 +15,7 @@ from typing import Any
 from ..api import conditions as cond
 from ..api import rollout
 from ..render.manifests import selector_for
-from . import effects, kube
+from . import effects, kube, lws
 
 log = logging.getLogger("vllm_operator.rollouts")
 
@@ -64,7 +64,26 @@ def refresh(namespace: str, service: str, deployment: Mapping[str, Any] | None =
         return cond.fold_status(status, conditions=updates, observed_generation=generation, now=_now(),
                                 ready_replicas=ready)
 
-    return effects.update_status(namespace, service, build)
+    changed = effects.update_status(namespace, service, build)
+    if lws.api_served():  # a LeaderWorkerSet can be the workload being replaced only where the API serves one
+        finish_switch(namespace, service, deployment)
+    return changed
+
+
+def finish_switch(namespace: str, service: str, workload: Mapping[str, Any]) -> bool:
+    """The new workload of a Deployment ↔ LeaderWorkerSet switch is Ready: reconcile the service now, which moves
+    the Service (and InferencePool) to its pods and then deletes the old workload (`effects.apply_children`).
+    Without this event the watchdog's next round does the same."""
+    if not effects.switch_pending(namespace, workload):
+        return False
+    from .service import reconcile_current  # the reconcile lives above this module (it imports it)
+
+    with kube.api_errors(f"read VLLMService {service}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, service)
+    if fresh is None:
+        return False
+    log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, service, workload.get("kind"))
+    return reconcile_current(service, namespace, int((fresh.get("metadata") or {}).get("generation") or 1), log)
 
 
 def _nodes(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
