@@ -377,6 +377,12 @@ def delete_replaced_workload(namespace: str, name: str, uid: str, children: list
     return _delete_owned(namespace, old, existing, f"replaced by a {now[0]['kind']}")
 
 
+def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:
+    """Change a Deployment's rollout strategy in place (a merge patch: the next render's apply takes it back)."""
+    _retrying(f"patch the strategy of Deployment {name}",
+              lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"strategy": strategy}}))
+
+
 def scale_deployment(namespace: str, name: str, replicas: int) -> None:
     _retrying(f"scale Deployment {name}",
               lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": replicas}}))

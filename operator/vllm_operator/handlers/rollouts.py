@@ -97,11 +97,12 @@ def _roll_without_surge(namespace: str, service: str, deployment: Mapping[str, A
     """Switch once: under the service's lock, on the Deployment as it is now (a pod event and a Deployment event
     may both have seen the surge strategy)."""
     name = (deployment.get("metadata") or {}).get("name") or service
-    with kube.service_lock(namespace, service), kube.api_errors(f"patch the strategy of Deployment {name}"):
-        current = kube.get(kube.DEPLOYMENTS, namespace, name)
+    with kube.service_lock(namespace, service):
+        with kube.api_errors(f"read Deployment {name}"):
+            current = kube.get(kube.DEPLOYMENTS, namespace, name)
         if current is None or not rollout.surges(current):
             return
-        kube.patch(kube.DEPLOYMENTS, namespace, name, NO_SURGE)
+        effects.set_strategy(namespace, name, NO_SURGE["spec"]["strategy"])
     log.info("%s/%s: %s", namespace, name, why)
     owner = next((r for r in (deployment.get("metadata") or {}).get("ownerReferences") or []
                   if r.get("kind") == "VLLMService"), None)
