@@ -89,7 +89,8 @@ def pods_of(name: str, workload: Mapping[str, Any]) -> tuple[list[dict[str, Any]
     (`<name>-<replicaset hash>-<suffix>`), or per LWS group its leader (`<name>-<g>`) and workers (`<name>-<g>-<w>`)."""
     spec = workload["spec"]
     if workload["kind"] == "Deployment":
-        return [_pod(f"{name}-7d9f8b6c5-{chr(97 + i)}x2kq", spec["template"])
+        # names as the ReplicaSet controller makes them: template hash and suffix from Kubernetes' safe alphabet
+        return [_pod(f"{name}-7d9f8b6c5-{'bcdfg'[i % 5]}x2k{i // 5}", spec["template"])
                 for i in range(spec.get("replicas", 1))], []
     lwt = spec["leaderWorkerTemplate"]
     serving, others = [], []
@@ -159,6 +160,12 @@ class Seen:
     args_before_scale: list[str] = field(default_factory=list)
     args_after_scale: list[str] = field(default_factory=list)
     after_removal: dict[str, Any] | None = None
+    # the Deployment <-> LeaderWorkerSet switch (one pod <-> LWS group combinations)
+    switch_old: dict[str, Any] | None = None           # the old workload, as it serves during the switch
+    switch_new: dict[str, Any] | None = None           # the new workload, once applied
+    service_during_switch: dict[str, Any] | None = None
+    old_left: bool = True                              # the old workload still exists at the end
+    service_after_switch: dict[str, Any] | None = None
 
 
 def _containers(workload: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -250,6 +257,57 @@ def _remove_settings(h: Cluster, seen: dict[str, Seen]) -> None:
         s.after_removal = _workload(h, name)
 
 
+SWITCHED = [n for n in COMBOS if not n.startswith("rep")]
+
+
+def _switch_spec(name: str) -> dict[str, Any]:
+    if name.startswith("lws"):
+        return {"model": {"name": QWEN}, "gpu": {"product": L4, "maxNodes": None}}
+    return {"model": {"name": LLAMA_405B}, "gpu": {"product": H100, "maxNodes": 2}}
+
+
+def _play_ready(h: Cluster, name: str, workload: Mapping[str, Any]) -> None:
+    """Play the new workload's controller: every replica (group) ready; an LWS's leader pods appear Ready."""
+    n = workload["spec"].get("replicas", 1)
+    if workload["kind"] == "Deployment":
+        h.server.patch_status("deployments", name, {
+            "observedGeneration": workload["metadata"]["generation"], "replicas": n, "updatedReplicas": n,
+            "readyReplicas": n, "availableReplicas": n}, NS)
+        return
+    h.server.patch_status("leaderworkersets", name, {"replicas": n, "readyReplicas": n, "updatedReplicas": n}, NS)
+    for pod in pods_of(name, workload)[0]:
+        h.server.create_object("pods", {"apiVersion": "v1", "kind": "Pod", **pod,
+                                        "status": {"phase": "Running", "conditions": [
+                                            {"type": "Ready", "status": "True"}]}}, NS)
+
+
+def _switch(h: Cluster, seen: dict[str, Seen]) -> None:
+    """Each one-pod service moves onto a LWS group and each LWS group onto one pod: the old workload keeps the
+    Service until the new one is Ready, then the Service moves and the old workload goes."""
+    new_kind = {n: "LeaderWorkerSet" if n.startswith("pod") else "Deployment" for n in SWITCHED}
+    resource = {"LeaderWorkerSet": "leaderworkersets", "Deployment": "deployments"}
+    for name in SWITCHED:
+        seen[name].switch_old = _workload(h, name) if name.startswith("lws") else h.server.get_object(
+            "deployments", name, NS)
+        h.patch_spec(name, _switch_spec(name))
+    _wait_all(h, lambda n: h.server.get_object(resource[new_kind[n]], n, NS) is not None, "the new workloads",
+              SWITCHED)
+    h.wait_quiet(1.0, timeout=TIMEOUT)
+    for name in SWITCHED:
+        s = seen[name]
+        s.switch_new = h.server.get_object(resource[new_kind[name]], name, NS)
+        s.service_during_switch = h.k8s_service(name)
+        if s.switch_new is not None:
+            _play_ready(h, name, s.switch_new)
+    old_kind = {n: "Deployment" if k == "LeaderWorkerSet" else "LeaderWorkerSet" for n, k in new_kind.items()}
+    _wait_all(h, lambda n: h.server.get_object(resource[old_kind[n]], n, NS) is None, "the old workloads deleted",
+              SWITCHED)
+    h.wait_quiet(1.0, timeout=TIMEOUT)
+    for name in SWITCHED:
+        seen[name].old_left = h.server.get_object(resource[old_kind[name]], name, NS) is not None
+        seen[name].service_after_switch = h.k8s_service(name)
+
+
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Seen]]:
     h = Cluster(tmp_path_factory.mktemp("matrix"))
@@ -260,6 +318,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Seen]
         _create_all(h, seen)
         _step_then_scale(h, seen)
         _remove_settings(h, seen)
+        _switch(h, seen)
         yield seen
     finally:
         h.close()
@@ -325,3 +384,38 @@ def test_removing_a_setting_removes_it(matrix: dict[str, Seen], name: str) -> No
         assert "--enable-lora" in _vllm_args(s.workload)
     assert "--enable-lora" not in _vllm_args(s.after_removal)
     assert not any(a.startswith("sql=") for a in _vllm_args(s.after_removal))
+
+
+def endpoints(service: Mapping[str, Any], pods: list[dict[str, Any]], ready: set[str]) -> set[str]:
+    """The pods a Service sends traffic to: selected by its labels, Ready, and — for a named targetPort — with a
+    container port of that name (the EndpointSlice controller skips a pod without it: the LWS workers)."""
+    target = service["spec"]["ports"][0].get("targetPort")
+    out = set()
+    for name in selected(service["spec"]["selector"], pods) & ready:
+        pod = next(p for p in pods if p["metadata"]["name"] == name)
+        ports = {port.get("name") for c in pod["spec"]["containers"] for port in c.get("ports") or []}
+        if not isinstance(target, str) or target in ports:
+            out.add(name)
+    return out
+
+
+@pytest.mark.parametrize("name", SWITCHED)
+def test_a_switch_keeps_the_service_reachable(matrix: dict[str, Seen], name: str) -> None:
+    """While the new workload starts (its pods run, none Ready yet) the Service sends traffic to exactly the old
+    workload's serving pods; once the new one is Ready, to exactly its serving pods, and the old workload is gone."""
+    s = matrix[name]
+    assert s.switch_old is not None and s.switch_new is not None, "the new workload was not applied"
+    old_pods, old_others = pods_of(name, s.switch_old)
+    new_pods, new_others = pods_of(name, s.switch_new)
+    old_serving = {p["metadata"]["name"] for p in old_pods}
+    new_serving = {p["metadata"]["name"] for p in new_pods}
+    assert s.service_during_switch is not None
+    running = old_pods + old_others + new_pods + new_others
+    ready_then = {p["metadata"]["name"] for p in old_pods + old_others}
+    assert endpoints(s.service_during_switch, running, ready_then) == old_serving, "during the switch"
+    assert not s.old_left, "the old workload was not deleted once the new one was Ready"
+    assert s.service_after_switch is not None
+    now = new_pods + new_others
+    assert endpoints(s.service_after_switch, now, {p["metadata"]["name"] for p in now}) == new_serving, "after"
+    # and by labels alone (what an InferencePool or a `kubectl get pods -l` sees): exactly the new serving pods
+    assert selected(s.service_after_switch["spec"]["selector"], now) == new_serving
