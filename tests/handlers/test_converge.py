@@ -227,3 +227,30 @@ def test_the_conflict_clears_once_the_name_is_free(harness: Cluster) -> None:
                          message="our Service")
     assert service["spec"]["selector"]["vllm-operator.dev/service"] == "chat"
     h.wait_condition("chat", effects.NAME_CONFLICT, "False", effects.NO_CONFLICT)
+
+
+def test_the_emulators_apply_removes_what_a_removal_empties() -> None:
+    """Server-side apply as the real server does it: an item whose fields all go is removed (its key fields last, or
+    it could not be found by them), and so is a map or list the removal leaves empty — unless someone else owns it."""
+    from datetime import UTC, datetime
+
+    from vllm_operator_sim.emulator_apply import apply
+
+    schema = {"properties": {"spec": {"properties": {
+        "env": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"properties": {"name": {"type": "string"}, "value": {"type": "string"}}}},
+        "affinity": {"type": "object"}, "keep": {"type": "object"}}}}}
+    now = lambda: datetime(2026, 11, 27, tzinfo=UTC)  # noqa: E731
+    first = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {
+        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+        "affinity": {"nodeAffinity": {"preferred": [1]}}, "keep": {"a": 1}}}
+    live = apply({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}}, first, "op", schema, force=True,
+                 now=now)
+    live = apply(live, {**first, "spec": {"keep": {"b": 2}}}, "other", schema, force=True, now=now)  # shares keep
+    second = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"env": [{"name": "B", "value": "2"}]}}
+    after = apply(live, second, "op", schema, force=True, now=now)
+    assert after["spec"]["env"] == [{"name": "B", "value": "2"}]
+    assert "affinity" not in after["spec"]
+    assert after["spec"]["keep"] == {"b": 2}  # `a` was op's and went; `b` is other's
+    gone = apply(after, {**second, "spec": {}}, "op", schema, force=True, now=now)
+    assert "env" not in gone["spec"]
