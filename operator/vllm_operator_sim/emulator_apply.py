@@ -296,10 +296,21 @@ def apply(live: Obj, config: Mapping[str, Any], manager: str, schema: Mapping[st
         body['metadata'] = {k: v for k, v in (config.get('metadata') or {}).items() if k in _META_FIELDS}
     new: Obj = _merge(live, body, resolve(schema))
     kept = applied | others
-    # deepest first, and an item's key fields after its other fields (the item is found by its key)
-    for field in sorted(owners.get(me, set()) - applied - others, key=lambda f: (-len(f), _is_key(f))):
+    # deepest first; an item's key fields are not removed one by one (the item is found by them): an item left with
+    # nothing but its keys, none of them owned by someone else, goes whole
+    items: set[Field] = set()
+    for field in sorted(owners.get(me, set()) - applied - others, key=lambda f: (-len(f), f)):
+        if _is_key(field):
+            items.add(field[:-1])
+            continue
         _remove(new, field)
         _prune(new, field, kept)
+    for item in sorted(items, key=lambda f: (-len(f), f)):
+        value = value_at(new, item)
+        keys = set(json.loads(item[-1][2:]))
+        if isinstance(value, dict) and set(value) <= keys and not any(f[:len(item)] == item for f in kept):
+            _remove(new, item)
+            _prune(new, (*item, 'f:_'), kept)
     owners[me] = applied
     new.setdefault('metadata', {})['managedFields'] = _entries(owners, live.get('apiVersion', ''), now, previous, me)
     return new

@@ -117,6 +117,12 @@ def test_a_child_created_by_post_is_taken_over_so_a_later_removal_still_removes(
     assert "A" not in _env(d)
     assert not any(m["operation"] == "Update" and m["manager"] == kube.FIELD_MANAGER and not m.get("subresource")
                    for m in d["metadata"]["managedFields"])
+    # the Service, POSTed too: a new port replaces the old one (an item keyed by port and protocol)
+    h.wait_settled("chat")
+    h.patch_spec("chat", {"service": {"port": 8080}})
+    service = h.wait_for(lambda: (s := h.k8s_service("chat")) and s["spec"]["ports"][-1]["port"] == 8080 and s,
+                         message="the Service's new port")
+    assert [p["port"] for p in service["spec"]["ports"]] == [8080]
 
 
 def test_adopted_fields_moves_only_the_operators_update_entries() -> None:
@@ -239,18 +245,24 @@ def test_the_emulators_apply_removes_what_a_removal_empties() -> None:
     schema = {"properties": {"spec": {"properties": {
         "env": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                 "items": {"properties": {"name": {"type": "string"}, "value": {"type": "string"}}}},
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
+                  "items": {"properties": {"port": {"type": "integer"}}}},
         "affinity": {"type": "object"}, "keep": {"type": "object"}}}}}
     now = lambda: datetime(2026, 11, 27, tzinfo=UTC)  # noqa: E731
     first = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {
         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+        "ports": [{"name": "http", "port": 8000, "protocol": "TCP", "targetPort": "http"}],
         "affinity": {"nodeAffinity": {"preferred": [1]}}, "keep": {"a": 1}}}
     live = apply({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}}, first, "op", schema, force=True,
                  now=now)
     live = apply(live, {**first, "spec": {"keep": {"b": 2}}}, "other", schema, force=True, now=now)  # shares keep
-    second = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"env": [{"name": "B", "value": "2"}]}}
+    port = {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"}
+    second = {"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"},
+              "spec": {"env": [{"name": "B", "value": "2"}], "ports": [port]}}
     after = apply(live, second, "op", schema, force=True, now=now)
     assert after["spec"]["env"] == [{"name": "B", "value": "2"}]
+    assert after["spec"]["ports"] == [port]  # the item of two keys went whole
     assert "affinity" not in after["spec"]
     assert after["spec"]["keep"] == {"b": 2}  # `a` was op's and went; `b` is other's
     gone = apply(after, {**second, "spec": {}}, "op", schema, force=True, now=now)
-    assert "env" not in gone["spec"]
+    assert "env" not in gone["spec"] and "ports" not in gone["spec"]
