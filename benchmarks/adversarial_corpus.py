@@ -10,7 +10,11 @@ children valid for Kubernetes 1.33 or their upstream CRD, least privilege, no sh
 the children rendered by kind, how many the spec validation admits, every failure (first 20), and the time per
 reconcile.
 
-Usage: python benchmarks/adversarial_corpus.py [--examples 12500] [--seed 0]
+Also the CPU time per spec (process time: what a reconcile takes from the others under one GIL), with the worst
+specs and, with --expensive, the hand-picked expensive ones (issue 20: large models on small GPUs with high
+gpu.maxNodes / maxCount on several clusters).
+
+Usage: python benchmarks/adversarial_corpus.py [--examples 12500] [--seed 0] [--expensive]
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=12500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--expensive", action="store_true", help="also the hand-picked expensive specs")
     args = parser.parse_args()
 
     outcomes: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     failures: list[str] = []
     timings: list[float] = []
+    cpu: list[tuple[float, str]] = []
     admitted = 0
 
     @seed(args.seed)
@@ -55,7 +61,7 @@ def main() -> int:
         valid = not validate_spec(spec) if isinstance(spec, dict) else False
         admitted += valid
         observed = adversarial.observe(spec, name, cluster)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         try:
             desired = reconcile.desired_state(observed)
         except Exception:  # noqa: BLE001 - counted: the property is that this never happens
@@ -64,6 +70,7 @@ def main() -> int:
             return
         finally:
             timings.append(time.perf_counter() - started)
+            cpu.append((time.process_time() - started_cpu, _describe(spec, cluster)))
         try:
             outcome = adversarial.check(observed, desired)
             if not valid and adversarial.CALLS:
@@ -85,11 +92,54 @@ def main() -> int:
     timings.sort()
     print(f"reconcile time per spec: p50 {statistics.median(timings) * 1e3:.2f} ms, "
           f"p99 {timings[int(len(timings) * 0.99)] * 1e3:.2f} ms, max {timings[-1] * 1e3:.1f} ms; wall {wall:.0f} s")
+    cpu.sort(key=lambda pair: pair[0])
+    seconds = [c for c, _ in cpu]
+    print(f"CPU per spec: p50 {statistics.median(seconds) * 1e3:.1f} ms, p95 {seconds[int(len(seconds) * 0.95)] * 1e3:.1f}"
+          f" ms, p99 {seconds[int(len(seconds) * 0.99)] * 1e3:.1f} ms, max {seconds[-1] * 1e3:.1f} ms; worst:")
+    for spent, what in cpu[-5:][::-1]:
+        print(f"  {spent * 1e3:8.1f} ms  {what}")
+    if args.expensive:
+        print("expensive specs (CPU per reconcile):")
+        for what, spent in expensive_specs():
+            print(f"  {spent * 1e3:8.1f} ms  {what}")
     bad = outcomes["EXCEPTION"] + outcomes["CHECK FAILED"]
     print(f"exceptions escaping the core: {outcomes['EXCEPTION']}; failed checks: {outcomes['CHECK FAILED']}")
     for failure in failures[:20]:
         print("---\n" + failure)
     return 1 if bad else 0
+
+
+def _describe(spec: Any, cluster: Any) -> str:
+    if not isinstance(spec, dict):
+        return f"{type(spec).__name__} spec"
+    model = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    return (f"model {str((model or {}).get('name'))[:50]} gpu {str(spec.get('gpu'))[:80]} on "
+            f"{len(cluster.nodes)} node(s)")
+
+
+#: Large models on 24 GB GPUs allowed many nodes and GPUs (issue 20: Maverick with maxNodes/maxCount 64 cost 4.7 s).
+EXPENSIVE_MODELS = ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "deepseek-ai/DeepSeek-R1",
+                    "meta-llama/Llama-3.1-405B-Instruct")
+EXPENSIVE_NODES = {
+    "2x L4": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "2"},
+    "1x RTX 4090": {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-4090", "nvidia.com/gpu.count": "1"},
+    "8x H100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+}
+
+
+def expensive_specs() -> list[tuple[str, float]]:
+    out = []
+    for model in EXPENSIVE_MODELS:
+        for label, node in EXPENSIVE_NODES.items():
+            for gpu in ({"maxNodes": 64, "maxCount": 64}, {"maxNodes": 64, "maxCount": 64, "count": 1}):
+                spec = {"model": {"name": model}, "gpu": gpu}
+                observed = adversarial.observe(spec, "svc", (node, dict(EXPENSIVE_NODES["2x L4"])))
+                started = time.process_time()
+                desired = reconcile.desired_state(observed)
+                spent = time.process_time() - started
+                out.append((f"{model.split('/')[-1]} on {label} (+2x L4) gpu {gpu}: "
+                            f"{adversarial.check(observed, desired)}", spent))
+    return out
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ fails, each node that failed of its own counts one failed start, and LeaderWorke
 the failed container restarts (the kubelet's first back-off, 10 s, then new pods: no growing back-off).
 
 All three count the same simulated time: 1 s to schedule, 30 s to pull the image (first pod on a node), 2 s to
-create the container, vLLM's startup as the simulator times it, and the back-off after each failure. (c) also
-includes the operator's own reaction time (real seconds × the clock's speed).
+create the container, vLLM's startup as the simulator times it, and the back-off after each failure. In (c) the
+clock is paced (vllm_operator_sim.pacer): it stands still while the operator works, so the operator's reaction costs
+no simulated time, however busy the machine.
 
-Then the evaluation of `--kv-cache-memory-bytes` as a remediation step (README, "Pinning the KV cache in bytes"):
+Then the evaluation of `--kv-cache-memory-bytes` as a remediation step (docs/planner.md, "Pinning the KV cache in bytes"):
 for every scenario the operator brought to Ready, its final flags are restarted (i) as they are and (ii) with
 `--kv-cache-memory-bytes` pinned to the "Available KV cache memory" the Ready start logged, each with the same
 hidden facts plus a drift of persistent non-KV memory between the two starts (NCCL/cuBLAS workspaces, CUDA-graph

@@ -7,16 +7,18 @@ Exit codes of `plan`: 0 fits, 1 does not fit (the plan says why and what would),
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, get_args
 
 import yaml
 from pydantic.alias_generators import to_camel
 
+from . import __version__
 from .api.v1alpha1 import (
     API_VERSION,
     DEFAULT_GPU_MAX_COUNT,
@@ -29,6 +31,7 @@ from .api.v1alpha1 import (
     ModelDType,
     PinnedFlags,
     SpeculativeConfig,
+    _managed_flag_of,
 )
 from .modelfiles import find_in_catalog
 from .planner import (
@@ -53,6 +56,7 @@ from .planner.speculative import (
 )
 from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
 from .render.cache import CacheSettings
+from .render.flags import cli_flag_table
 
 if TYPE_CHECKING:
     from .planner.multinode import MultiNodePlan
@@ -118,6 +122,17 @@ def _non_negative(text: str) -> float:
     return value
 
 
+#: `--max-model-len auto` (and -1): vLLM fits the longest context whose KV cache fits (0.14.0+, the flag table says)
+AUTO = "auto"
+
+
+def _model_len_or_auto(text: str) -> int | str:
+    """`--max-model-len` as vLLM reads it: a length (32k, 32K) or `auto` / -1 (auto-fit)."""
+    if text.strip().lower() in (AUTO, "-1"):
+        return AUTO
+    return _model_len(text)
+
+
 def _model_len(text: str) -> int:
     """vLLM accepts human-readable lengths: 32k = 32000, 32K = 32768."""
     raw = text.strip()
@@ -146,12 +161,16 @@ BLOCK_SIZES: tuple[int, ...] = get_args(BlockSize)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="vllm-operator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("plan", help="plan vLLM flags for a model on a GPU and say whether it fits",
                        description="Plan vLLM flags for a model on a GPU. Flags given here are pinned; the planner "
                                    "chooses the rest. Exit 0 fits, 1 does not fit, 2 bad input.")
     p.add_argument("--model", required=True, help="Hugging Face id, catalog alias, directory or config.json path")
+    p.add_argument("--pack", action="store_true",
+                   help="several models on shared GPUs: `plan --pack --gpu G --model A --model B[:context=N,"
+                        "concurrency=N,memory=GiB,name=X] ...` (see `plan --pack --help`)")
     p.add_argument("--revision", help="model revision on the hub")
     p.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
     p.add_argument("--gpu-count", type=_positive_int, default=None,
@@ -180,8 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "check --gpu L4 -- vllm serve MODEL FLAGS...",
                        description="Predict a pasted `vllm serve MODEL FLAGS...` (or `python -m "
                                    "vllm.entrypoints.openai.api_server --model MODEL ...`) on a GPU, as it stands: "
-                                   "flags not given take vLLM's defaults. Flags this checker does not know are named "
-                                   "(exit 2), never ignored. Exit 0 starts, 1 fails, 2 bad input.")
+                                   "flags not given take vLLM's defaults. Every flag the command's vLLM release "
+                                   "accepts is accepted (read from its own parser; those whose memory effect is not "
+                                   "modelled are listed); one it does not have is named with the release that added "
+                                   "or removed it (exit 2). Exit 0 starts, 1 fails, 2 bad input.")
     c.add_argument("--gpu", required=True, help="catalog name, alias, GFD product label, or a size like 24GB")
     c.add_argument("--gpu-count", type=_positive_int, default=None, help="GPUs (default: TP x PP of the command)")
     c.add_argument("--gpu-free-gib", type=_non_negative, help="free memory per GPU when others hold some")
@@ -209,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Prometheus to read vLLM's metrics from (env VLLM_OPERATOR_PROMETHEUS_URL)")
     r.add_argument("--prometheus-selector", default=os.environ.get("VLLM_OPERATOR_PROMETHEUS_SELECTOR"),
                    help="PromQL label matcher template for a service's vLLM series, with {namespace}, {service}, "
-                        "{service_regex}, {model} (default: namespace and pod name)")
+                        "{service_regex}, {model}, {pods_regex} (default: namespace and the serving pods' names)")
     r.add_argument("--metrics-interval", type=_positive_int, default=60,
                    help="seconds between reads of vLLM's metrics from Prometheus (default 60)")
     r.add_argument("--gpu-catalog", default=os.environ.get("VLLM_OPERATOR_GPU_CATALOG"),
@@ -239,7 +260,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--examples", default=None, help="directory of VLLMService manifests (default: examples/)")
     d.add_argument("--speed", type=float, default=None, help="simulated seconds per real second")
     d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("completion", help="print a shell completion script (bash: eval \"$(vllm-operator "
+                       "completion bash)\"; zsh: vllm-operator completion zsh > ~/.zfunc/_vllm-operator)")
+    s.add_argument("shell", choices=("bash", "zsh"))
+    s.set_defaults(func=cmd_completion)
     return parser
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """The completion script for every subcommand, option and choice, generated from this parser (shtab)."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
@@ -251,7 +285,9 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-expert-parallel", action="store_true", default=None,
                    help="MoE layers hold whole experts per TP x DP rank instead of a slice of every expert")
     p.add_argument("--gpu-memory-utilization", type=_utilization)
-    p.add_argument("--max-model-len", type=_model_len)
+    p.add_argument("--max-model-len", type=_model_len_or_auto,
+                   help="the longest prompt + output (8192, 32k); auto or -1: vLLM fits the longest whose KV cache "
+                        "fits (0.14.0+), and the plan says which length that is")
     p.add_argument("--max-num-seqs", type=_positive_int)
     p.add_argument("--max-num-batched-tokens", type=_positive_int)
     p.add_argument("--kv-cache-dtype", choices=KV_DTYPES)
@@ -260,6 +296,9 @@ def _add_vllm_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enforce-eager", action="store_true", default=None)
     p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--cpu-offload-gb", type=_non_negative)
+    p.add_argument("--kv-cache-memory-bytes", type=_memory_bytes,
+                   help="KV cache size per GPU (bytes, or 8G / 8GiB style): vLLM then skips sizing it from "
+                        "--gpu-memory-utilization")
     p.add_argument("--speculative-config", type=_speculative_config, metavar="JSON",
                    help='speculative decoding as vLLM takes it, e.g. \'{"method": "eagle3", "model": "…", '
                         '"num_speculative_tokens": 3}\'; a draft from the model catalog is sized from its config')
@@ -294,6 +333,25 @@ _NO_VALUE = frozenset({
     "--disable-frontend-multiprocessing", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
     "--worker-use-ray",
 })
+
+
+def _memory_bytes(text: str) -> int:
+    """`--kv-cache-memory-bytes` as vLLM's human_readable_int reads it: 1000-based k/m/g/t, 1024-based K/M/G/T."""
+    raw = text.strip()
+    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    try:
+        if raw[-1:] in decimal:
+            value = int(float(raw[:-1]) * decimal[raw[-1]])
+        elif raw[-1:] in binary:  # vLLM refuses decimals with a binary suffix
+            value = int(raw[:-1]) * binary[raw[-1]]
+        else:
+            value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a byte count like 8000000000, 8g or 8G, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _speculative_config(text: str) -> Speculation:
@@ -378,6 +436,7 @@ def _pinned(args: argparse.Namespace) -> PinnedFlags:
         enforce_eager=args.enforce_eager,
         block_size=args.block_size,
         cpu_offload_gb=args.cpu_offload_gb,
+        kv_cache_memory_bytes=getattr(args, "kv_cache_memory_bytes", None),
         enable_prefix_caching=args.prefix_caching,
         speculative_config=_pinned_speculation(getattr(args, "speculative_config", None)),
     )
@@ -472,10 +531,12 @@ def plan_document(result: Plan) -> dict[str, Any]:
 def as_is_answer(result: Plan) -> str:
     """What vLLM would do with the command as it stands, in the words of its startup log."""
     pred = result.prediction
+    auto = next((r for r in result.reasons if r.startswith("max-model-len auto:")), "") \
+        if result.max_model_len_auto else ""
     if result.failure is None:
         return (f"vLLM {result.vllm_version} would start: GPU KV cache size: {pred.kv_cache_tokens:,} tokens; "
                 f"Maximum concurrency for {result.flags.get('max_model_len'):,} tokens per request: "
-                f"{pred.max_concurrency:.2f}x")
+                f"{pred.max_concurrency:.2f}x" + (f"\n{auto}" if auto else ""))
     return f"vLLM {result.vllm_version} would fail ({result.failure.kind}); it would print: {result.failure.message}"
 
 
@@ -486,7 +547,7 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
     name = "".join(ch if ch.isalnum() else "-" for ch in result.model_id.rsplit("/", 1)[-1].lower()).strip("-")
     flags: dict[str, Any] = {}
     lora = lora_request(args, result.vllm_version, adapters_as_spec=True)
-    for snake, value in result.flags.items():
+    for snake, value in result.rendered_flags().items():  # `maxModelLen: auto` stays auto
         if lora is not None and snake in ("enable_lora", *_LORA_SIZING):
             continue  # spec.lora says them
         info = PinnedFlags.model_fields.get(snake)
@@ -510,6 +571,8 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
         spec["gpu"]["maxCount"] = spec["gpu"]["count"]
     if args.image and args.vllm_version:
         spec["vllmVersion"] = result.vllm_version
+    if getattr(args, "extra_args", None):
+        spec["extraArgs"] = list(args.extra_args)
     if args.context_length or args.concurrency:
         spec["workload"] = {k: v for k, v in (("contextLength", args.context_length),
                                                ("concurrency", args.concurrency)) if v}
@@ -517,9 +580,37 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
             "spec": spec}
 
 
+def plan_vllm_args(args: argparse.Namespace) -> CheckedFlags:
+    """`plan`'s words that are none of its own options: vLLM flags of the release, passed through unplanned (the
+    manifest carries them as spec.extraArgs); a flag the release lacks, or one `plan` plans under its own name, is
+    bad input."""
+    version = _version(args)
+    release = version.version if version else NEWEST_KNOWN_VERSION
+    read = read_flags(list(getattr(args, "vllm_args", None) or []), release)
+    if read.modelled:
+        read.refused.append(f"{' '.join(read.modelled)}: `plan` takes this as its own option (see vllm-operator "
+                            "plan --help; --prefix-caching for --enable-prefix-caching)")
+    if args.output == "manifest":
+        managed = [w for w in read.passed if _managed_flag_of(w)]
+        if managed:
+            read.refused.append(f"{', '.join(managed)}: the operator sets this (spec.model, spec.service, "
+                                "spec.lora); it cannot go into the manifest's extraArgs")
+    if read.refused:
+        raise UsageError("; ".join(dict.fromkeys(read.refused)))
+    return read
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .planner.multinode import plan_across_nodes
 
+    passed = plan_vllm_args(args)
+    args.extra_args = passed.passed
+    if args.output == "text" and passed.passed:
+        if passed.no_effect:
+            print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(passed.no_effect)))}")
+        if passed.not_modelled:
+            print(f"Not modelled (any effect on GPU memory is left out of the plan): "
+                  f"{', '.join(sorted(set(passed.not_modelled)))}")
     request = build_request(args)
     spread = plan_across_nodes(request, gpus_per_node=request.gpu_count, max_nodes=args.nodes)
 
@@ -590,6 +681,8 @@ def _print_plan(result: Plan, args: argparse.Namespace, spread: MultiNodePlan | 
             document["as_is"] = as_is_answer(result)
         if lora is not None:
             document["lora"] = lora
+        if getattr(args, "flags_accepted", None) is not None:
+            document["flags_accepted"] = args.flags_accepted
         if args.output == "json":
             print(json.dumps(document, indent=2))
         else:
@@ -655,39 +748,139 @@ def _check_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flag_like(word: str) -> bool:
+    """Whether a word is a flag rather than a value (-1 and -0.5 are values, as argparse reads them)."""
+    if not word.startswith("-") or word == "-":
+        return False
+    try:
+        float(word)
+    except ValueError:
+        return True
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _modelled_flags() -> dict[str, str]:
+    """The flags `check` plans (its own parser reads their values): option string → the long flag."""
+    out: dict[str, str] = {}
+    for action in _check_parser()._actions:
+        longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+        for option in action.option_strings:
+            out[option] = option if option.startswith("--") else (longs[0] if longs else option)
+    return out
+
+
+class CheckedFlags(NamedTuple):
+    """A pasted command's flags read against its release's parser (catalog/vllm_flags_cli.yaml)."""
+
+    modelled: list[str]      # for `check`'s own parser: the flags whose memory effect is planned
+    no_effect: list[str]     # accepted; no effect on GPU memory at startup
+    not_modelled: list[str]  # accepted; an effect on memory this checker does not model (or may not)
+    refused: list[str]       # sentences: flags (or values) the release does not have
+    load_format: str
+    passed: list[str]        # the accepted, unplanned flags with their values, as written (for spec.extraArgs)
+    values: dict[str, list[str]]  # the accepted, unplanned flags (long names) → their values
+    planned_as: list[str]    # sentences: a flag planned as the flag with the same memory effect
+
+
+def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
+    """Sort a command line's flags by what `check` does with them, as `vllm serve` of `release` reads them: every
+    flag the release has is accepted, a flag it lacks is refused with the release that added or removed it."""
+    table = cli_flag_table()
+    covered = table.covers(release)
+    modelled_options = _modelled_flags()
+    out = CheckedFlags([], [], [], [], "auto", [], {}, [])
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not _flag_like(word):
+            out.refused.append(f"{word!r} is not a flag (vllm serve takes the model as its only positional "
+                               "argument)")
+            continue
+        if covered:
+            read = table.read_word(word, release)
+            flag, inline, takes, refusal = read.flag, read.inline, read.takes, read.refusal
+        else:  # older than the table: what this checker knows of the flag
+            name, eq, value = word.partition("=")
+            flag, inline = name, (value if eq else None)
+            flag = modelled_options.get(flag, flag)
+            takes = "none" if flag in _NO_VALUE or _takes_no_value(flag) else "one"
+            refusal = "" if flag in modelled_options or flag in NO_MEMORY_EFFECT else (
+                f"{flag}: unknown to this checker for vLLM {release}, which is older than the flag table "
+                f"({table.releases[0]} on)")
+        values: list[str] = []
+        if inline is None and takes != "none":
+            while i < len(words) and not _flag_like(words[i]):
+                values.append(words[i])
+                i += 1
+                if takes != "many":
+                    break
+        if refusal:
+            out.refused.append(refusal)
+        elif flag in modelled_options:
+            if inline is not None:
+                out.modelled.append(f"{flag}={inline}")
+            elif len(values) == 1 and takes != "many":
+                out.modelled.append(f"{flag}={values[0]}")  # "-1" stays a value
+            else:
+                out.modelled.extend([flag, *values])
+        else:
+            out.passed.extend([word, *values])
+            out.values[flag] = [inline] if inline is not None else values
+        if refusal or flag in modelled_options:
+            continue
+        if flag == "--load-format" and (inline if inline is not None else values[:1] or [""])[0] == "ipc_cache":
+            out = out._replace(load_format="ipc_cache")  # weights held by a weight-cache daemon: vLLM 0.32+ takes
+            # them out of its budget
+        elif flag in NO_MEMORY_EFFECT or flag.startswith("--no-") and "--" + flag[5:] in NO_MEMORY_EFFECT:
+            out.no_effect.append(flag)
+        else:
+            out.not_modelled.append(flag)
+    return out
+
+
+def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
+    """`-O0` / `--optimization-level 0` (0.12.0+, where the flag exists): vLLM applies OPTIMIZATION_LEVEL_00
+    (config/vllm.py, unchanged to 0.33): cudagraph_mode NONE and, unless set otherwise, compilation mode NONE - what
+    --enforce-eager sets. Planned as --enforce-eager unless --compilation-config says otherwise."""
+    if read.values.get("--optimization-level") != ["0"] or "--compilation-config" in read.values:
+        return read
+    not_modelled = [f for f in read.not_modelled if f != "--optimization-level"]
+    modelled = read.modelled if "--enforce-eager" in read.modelled else [*read.modelled, "--enforce-eager"]
+    why = ("--optimization-level 0 planned as --enforce-eager (vLLM's optimization level 0 captures no CUDA graphs "
+           "and compiles nothing, as --enforce-eager)")
+    return read._replace(modelled=modelled, not_modelled=not_modelled, planned_as=[*read.planned_as, why])
+
+
+def _takes_no_value(flag: str) -> bool:
+    for action in _check_parser()._actions:
+        if flag in action.option_strings:
+            return action.nargs == 0
+    return False
+
+
 def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | None = None,
                   gpu_free_gib: float | None = None, vllm_version: str | None = None,
                   image: str | None = None) -> tuple[PlanRequest, argparse.Namespace, list[str]]:
     """`vllm-operator check`'s question as a request: the pasted command's flags pinned, vLLM's own defaults for the
-    rest (as `plan --as-is`). Returns the request, the parsed flags and the flags with no memory effect.
+    rest (as `plan --as-is`). Returns the request, the parsed flags and the flags with no memory effect; the parsed
+    flags carry `not_modelled`, the accepted flags whose effect on memory is not planned.
 
+    Every flag the command's release accepts (catalog/vllm_flags_cli.yaml, read from its own parser) is accepted;
+    one it does not have is bad input that names the release that added or removed it.
     The accuracy benchmark (benchmarks/planner_accuracy.py) asks each record's question through this function."""
     model, words = parse_command_line(command_line)
-    kept: list[str] = []
-    no_effect: list[str] = []
-    load_format = "auto"
-    i = 0
-    while i < len(words):
-        name, _, inline = words[i].partition("=")
-        if name in NO_MEMORY_EFFECT:
-            takes_value = name not in _NO_VALUE and not inline
-            value = inline
-            if takes_value and i + 1 < len(words) and not words[i + 1].startswith("--"):
-                value = words[i + 1]
-                i += 1
-            if name == "--load-format" and value == "ipc_cache":
-                load_format = value  # weights held by a weight-cache daemon: vLLM 0.32+ takes them out of its budget
-            else:
-                no_effect.append(name)
-            i += 1
-            continue
-        kept.append(words[i])
-        i += 1
-    parsed, unknown = _check_parser().parse_known_args(kept)
-    named = [word.split("=", 1)[0] for word in unknown if word.startswith("-")]
-    if named or unknown:
-        raise UsageError(f"unknown to this checker: {', '.join(named or unknown)} (not a vLLM flag it knows the "
-                         "memory effect of; remove it or plan with `vllm-operator plan`)")
+    declared = image_version(image, vllm_version, field="--vllm-version") if (vllm_version or image) else None
+    release = declared.version if declared else NEWEST_KNOWN_VERSION
+    read = _planned_as_eager(read_flags(words, release))
+    parsed = _check_parser().parse_args(read.modelled)
+    if parsed.max_model_len == AUTO and not cli_flag_table().accepts_value("--max-model-len auto", release):
+        since = cli_flag_table().value_since("--max-model-len auto")
+        read.refused.append(f"--max-model-len auto (or -1) was added in vLLM {since} (the command runs vLLM "
+                            f"{release})")
+    if read.refused:
+        raise UsageError("; ".join(dict.fromkeys(read.refused)))
     parsed.model = model
     parsed.gpu = gpu
     tp, pp = parsed.tensor_parallel_size or 1, parsed.pipeline_parallel_size or 1
@@ -701,12 +894,18 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     parsed.prefix_caching = parsed.enable_prefix_caching
     parsed.as_is = True
     parsed.from_check = True
-    no_effect += ignored_lora_flags(parsed)
-    request = build_request(parsed).model_copy(update={"load_format": load_format})
+    parsed.not_modelled = sorted(set(read.not_modelled))
+    parsed.planned_as = read.planned_as
+    no_effect = read.no_effect + ignored_lora_flags(parsed)
+    request = build_request(parsed).model_copy(update={"load_format": read.load_format})
     if parsed.enable_chunked_prefill is not None:
         request = request.model_copy(update={"pinned": request.pinned.model_copy(
             update={"enable_chunked_prefill": parsed.enable_chunked_prefill})})
     return request, parsed, no_effect
+
+
+def request_release(request: PlanRequest) -> str:
+    return request.vllm_version or NEWEST_KNOWN_VERSION
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -715,8 +914,17 @@ def cmd_check(args: argparse.Namespace) -> int:
                                                image=args.image)
     parsed.output = args.output
     result = plan(request)
-    if no_effect and args.output == "text":
-        print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")
+    not_modelled = list(parsed.not_modelled)
+    if args.output == "text":
+        if no_effect:
+            print(f"Not modelled (no effect on GPU memory at startup): {', '.join(sorted(set(no_effect)))}")
+        if not_modelled:
+            print(f"Not modelled (accepted by vLLM {request_release(request)}; any effect on GPU memory is left out "
+                  f"of the prediction): {', '.join(not_modelled)}")
+        for sentence in parsed.planned_as:
+            print(sentence[0].upper() + sentence[1:] + ".")
+    parsed.flags_accepted = {"no_memory_effect": sorted(set(no_effect)), "effect_not_modelled": not_modelled,
+                             "planned_as": list(parsed.planned_as)}
     return _print_plan(result, parsed, lora=lora_effect(request, result, plan))
 
 
@@ -777,7 +985,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     _Parser.json_errors = _wants_json(words)
-    args = parser.parse_args(words)
+    if words[:1] == ["plan"] and "--pack" in words:  # several models on shared GPUs: cli_pack.py
+        from .cli_pack import cmd_plan_pack
+
+        args = argparse.Namespace(func=lambda _: cmd_plan_pack(words[1:]))
+    else:
+        args, unknown = parser.parse_known_args(words)
+        if unknown and args.command != "plan":
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.vllm_args = unknown  # `plan`: other vLLM flags, checked against the release's own parser
 
     def fail(message: str, code: int) -> int:
         if _Parser.json_errors:

@@ -122,7 +122,7 @@ class HubClient(Protocol):
         filename: str,
         *,
         revision: str | None,
-        token: str | None,
+        token: str | bool | None,
         cache_dir: str | Path | None,
         offline: bool,
     ) -> Path | None:
@@ -135,7 +135,7 @@ class HubClient(Protocol):
         filename: str,
         *,
         revision: str | None,
-        token: str | None,
+        token: str | bool | None,
         offline: bool,
     ) -> int | None:
         """Size in bytes of ``filename`` from the hub's file metadata, or None when unknown or absent."""
@@ -175,7 +175,7 @@ class HuggingFaceHubClient:
         filename: str,
         *,
         revision: str | None,
-        token: str | None,
+        token: str | bool | None,
         cache_dir: str | Path | None,
         offline: bool,
     ) -> Path | None:
@@ -225,7 +225,7 @@ class HuggingFaceHubClient:
         filename: str,
         *,
         revision: str | None,
-        token: str | None,
+        token: str | bool | None,
         offline: bool,
     ) -> int | None:
         if offline:
@@ -310,6 +310,15 @@ def _commit_from_path(path: Path) -> str | None:
     return None
 
 
+def _token_advice(token: str | bool | None) -> str:
+    """What to set so that a lookup has a token: the operator looks a service's model up with the service's own
+    token (token False: none was given, and the operator's own is not used for tenants)."""
+    if token is False:
+        return ("give the VLLMService a token with spec.hfTokenSecretRef (the operator's own HF_TOKEN is not used "
+                "for other namespaces' models)")
+    return "set HF_TOKEN (spec.hfTokenSecretRef for a VLLMService) to a valid token"
+
+
 def _hint(ref: str) -> str:
     matches = catalog_matches(ref)
     return f"; close catalog matches: {', '.join(matches)}" if matches else ""
@@ -319,7 +328,7 @@ def load_from_hub(
     repo_id: str,
     *,
     revision: str | None,
-    token: str | None,
+    token: str | bool | None,
     cache_dir: str | Path | None,
     offline: bool,
     hub: HubClient,
@@ -348,18 +357,18 @@ def load_from_hub(
         if e.gated:
             raise ModelSourceError(
                 f"'{repo_id}' is a gated repository on the {hub.describe()}: accept its licence at "
-                f"{DEFAULT_ENDPOINT}/{repo_id} and set HF_TOKEN to a token of an account that has access"
+                f"{DEFAULT_ENDPOINT}/{repo_id} and {_token_advice(token)} of an account that has access"
             ) from None
         status = f"HTTP {e.status}" if e.status else "access denied"
         detail = f", {e}" if str(e) and str(e) != f"HTTP {e.status}" else ""
         raise ModelSourceError(
-            f"the {hub.describe()} refused access to '{repo_id}' ({status}{detail}): set HF_TOKEN to a valid token "
-            "that can read this repository"
+            f"the {hub.describe()} refused access to '{repo_id}' ({status}{detail}): {_token_advice(token)} that "
+            "can read this repository"
         ) from None
     except HubRepoNotFound:
         raise ModelSourceError(
             f"model '{repo_id}' is not a local path, not in the built-in catalog, and unknown on the "
-            f"{hub.describe()} (if it is private, set HF_TOKEN){_hint(repo_id)}"
+            f"{hub.describe()} (if it is private, {_token_advice(token)}){_hint(repo_id)}"
         ) from None
     except HubRevisionNotFound:
         raise ModelSourceError(
@@ -419,7 +428,7 @@ def resolve_model_id(
     ref: str,
     *,
     revision: str | None = None,
-    token: str | None = None,
+    token: str | bool | None = None,
     cache_dir: str | Path | None = None,
     offline: bool | None = None,
     hub: HubClient | None = None,

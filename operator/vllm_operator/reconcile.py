@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from . import sharegroup
 from .api import conditions as cond
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
+    ColdStartStatus,
     GPUStatus,
     ModelCacheStatus,
     MultiNodeStatus,
@@ -47,12 +49,13 @@ from .planner.gpus import (
 )
 from .planner.lora import allowed_ranks, lora_support, refusal_message, vocab_check
 from .planner.multinode import MultiNodePlan
+from .planner.plan import rank_options
 from .planner.speculative import Speculation, parse_speculative_config, with_draft_arch
 from .planner.versions import ImageVersion, VersionError, image_version
 from .remediation.redact import secret_findings
 from .render import multinode
-from .render.autoscaling import pod_matchers
 from .render.cache import (
+    ENGINE_START_SECONDS,
     MODEL_CACHE,
     CachePlan,
     CacheSettings,
@@ -61,17 +64,19 @@ from .render.cache import (
     plan_cache,
     startup_failure_threshold,
 )
+from .render.coldstart import engine_seconds_budget
 from .render.ecosystem import ecosystem_children
+from .render.flags import extra_args_refusals, pinned_value_refusals
 from .render.manifests import (
     OwnerRef,
     RenderInput,
     child_names,
     labels_for,
     render_args,
-    selector_for,
     spec_hash,
     unsupported_pinned,
 )
+from .render.pods import ServingPods, serving_pods
 
 log = logging.getLogger("vllm_operator.reconcile")
 
@@ -140,7 +145,9 @@ class Observed:
     lws_installed: Callable[[], bool] | None = None  # the shell's LeaderWorkerSet API check (multi-node plans only)
     cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
     default_storage_class: str | None = None        # the cluster's default StorageClass, if any
+    shared_storage_class: str | None = None         # a StorageClass whose claims can be ReadWriteMany, if any
     served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
+    share: sharegroup.ShareObserved | None = None   # spec.gpu.share: the group as observed (issue 26)
 
 
 @dataclass
@@ -349,17 +356,27 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
     for option in result.options:
         if option.kind == "larger-gpu":
             continue  # replaced by the pools the cluster has
-        if option.kind == "gpus" and (option.gpu_count > per_node or option.gpu_count > spec.gpu.max_count
-                                      or gpu.is_mig):
+        if option.kind == "gpus" and (option.gpu_count > per_node or gpu.is_mig):
             continue
+        if option.kind == "gpus" and option.gpu_count > spec.gpu.max_count:
+            # only the user's own limit stands between the spec and GPUs its nodes have: name it (issue 23)
+            option = option.model_copy(update={
+                "summary": f"{option.summary}: raise spec.gpu.maxCount to {option.gpu_count}"})
         options.append(option.model_copy(update={"source": "cluster"}))
-    for node_gpu, _count, _label in pools:
+    for node_gpu, _count, pool_label in pools:
         if node_gpu.spec.name == gpu.name:
             continue
         res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        limits = [f"{'change' if spec.gpu.product else 'set'} spec.gpu.product to {pool_label or node_gpu.spec.name}"]
+        if not res.fits and node_gpu.count > spec.gpu.max_count:
+            # the pool's nodes have more GPUs than spec.gpu.maxCount lets a pod take: plan with what they have
+            lifted = spec.model_copy(update={"gpu": spec.gpu.model_copy(update={"max_count": node_gpu.count})})
+            res = cached_plan(plan_request(lifted, arch, node_gpu.spec, constraints, node_gpu.count))
+            if res.fits:
+                limits.append(f"raise spec.gpu.maxCount to {res.gpu_count}")
         if res.fits and (res.usable or not result.fits):
             options.append(Option(
-                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes (set spec.gpu.product)",
+                summary=f"Use the cluster's {node_gpu.count}× {node_gpu.spec.name} nodes ({' and '.join(limits)})",
                 kind="pool", source="cluster", flags=res.flags, gpu=node_gpu.spec.name, gpu_count=res.gpu_count,
                 kv_cache_tokens=res.prediction.kv_cache_tokens, max_model_len=int(res.flags["max_model_len"]),
                 max_concurrency=res.prediction.max_concurrency))
@@ -367,7 +384,7 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
         # nothing this cluster has would run it: say what would, from the catalog, and say that it is not here
         options = [o.model_copy(update={"source": "catalog", "summary": o.summary + " (not in this cluster)"})
                    for o in result.options]
-    return options
+    return rank_options(options, in_cluster=True)
 
 
 def constraints_from_status(status: Mapping[str, Any]) -> Constraints:
@@ -537,6 +554,10 @@ def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
               for name, why in unsupported_pinned(spec.flags.to_vllm(), version)]
     errors += [SpecError("spec.lora", f"{why}; remove spec.lora or use another image")
                for _name, why in unsupported_pinned(lora_flags(spec), version)]
+    errors += [SpecError(spec.flags.field_path(name), f"{why}; pin a length or use another image")
+               for name, why in pinned_value_refusals(spec.flags.to_vllm(), version)]
+    errors += [SpecError(f"spec.extraArgs[{index}]", f"{why}; remove it or use another image")
+               for index, why in extra_args_refusals(spec.extra_args, version)]
     return errors + _lora_rank_errors(spec, version)
 
 
@@ -625,12 +646,69 @@ def _desired_state(observed: Observed) -> Desired:
     if isinstance(pool, Desired):
         return pool
     planned = _plan(observed, spec, resolved, arch, catalog, pool)
+    shared = _shared(observed, planned)  # spec.gpu.share with neighbours: the group's plan decides (issue 26)
+    if isinstance(shared, Desired):
+        return shared
+    planned, decision = shared
     if not planned.result.fits:
         return _infeasible_status(observed, planned)
     gated = _multinode_gate(observed, planned, pool[4])  # a replica spanning nodes needs LeaderWorkerSet (issue 13)
     if isinstance(gated, Desired):
         return gated
-    return _deployable_status(observed, gated, _render_children(observed, gated))
+    rendered = _render_children(observed, gated)
+    if decision is None:
+        return _deployable_status(observed, gated, rendered)
+    rendered = replace(rendered, children=sharegroup.shared_children(rendered.children, decision, decision.status.group))
+    return _share_conditions(observed, decision, _deployable_status(observed, gated, rendered))
+
+
+def _shared(observed: Observed, planned: _Planned) -> tuple[_Planned, sharegroup.ShareDecision | None] | Desired:
+    """A member of a share group with neighbours: its plan is its share of the group's plan, or the answer says why
+    it has none. A service alone in its group (or not sharing) keeps its own plan."""
+    group = observed.share
+    if planned.spec.gpu.share is None or group is None or len(group.members) < 2:
+        return planned, None
+    decision = sharegroup.decide(group, observed.name, observed.namespace, planned.gpu, planned.resolved.version)
+    spec = planned.spec
+    if spec.replicas > 1 or spec.max_replicas or spec.autoscaling is not None:
+        # every pod of a member would take the member's whole share of the one GPU
+        decision.refusal = (cond.SHARE_DOES_NOT_FIT, (
+            f"{observed.name} asks for more than one pod (replicas, maxReplicas or autoscaling); a share group "
+            "member runs one pod on its share of a GPU: set replicas 1 without autoscaling, or leave the group"))
+    if decision.refusal is not None or decision.plan is None:
+        reason, message = decision.refusal or (cond.SHARE_DOES_NOT_FIT, "no share")
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, reason, message),
+                   cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, reason, message),
+                   cond.ConditionUpdate(cond.READY, cond.FALSE, reason, "no share of a GPU")]
+        events = [] if _already_said(observed, reason, message) else [Event(EVENT_WARNING, reason, message)]
+        gpu_status = planned.gpu_status.model_copy(update={"share": decision.status})
+        return Desired(status=_status(observed, updates, gpu=gpu_status), children=None, events=events,
+                       retry_after=60)
+    result = decision.plan
+    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    before = observed.status.get("plan") or {}
+    return replace(planned, result=result, args=args, dropped=dropped,
+                   status_plan=plan_status(result, args, planned.status_plan.spec_hash or ""),
+                   gpu_status=planned.gpu_status.model_copy(update={"share": decision.status}),
+                   changed=(before.get("fits"), before.get("args")) != (result.fits, args)), decision
+
+
+def _share_conditions(observed: Observed, decision: sharegroup.ShareDecision, desired: Desired) -> Desired:
+    """GPUShared (how the GPU is shared; with time-slicing, that memory is not isolated), and Progressing while the
+    member waits for a neighbour earlier in its GPU's start order."""
+    updates = []
+    if decision.condition is not None:
+        _, reason, message = decision.condition
+        updates.append(cond.ConditionUpdate(sharegroup.GPU_SHARED, cond.TRUE, reason, message))
+    if decision.waiting_for is not None:
+        message = (f"waiting for {decision.waiting_for} to be Ready with its share: members of one GPU start one at "
+                   "a time")
+        updates += [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.WAITING_FOR_NEIGHBOUR, message),
+                    cond.ConditionUpdate(cond.READY, cond.FALSE, cond.WAITING_FOR_NEIGHBOUR, message)]
+        desired.retry_after = 5 if desired.retry_after is None else min(desired.retry_after, 5)
+    desired.status = cond.fold_status(desired.status, conditions=updates,
+                                      observed_generation=observed.generation, now=observed.now)
+    return desired
 
 
 def _validate(observed: Observed) -> VLLMServiceSpec | Desired:
@@ -734,7 +812,7 @@ def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arc
     gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
                            count=result.gpu_count // nodes_per_replica, source=how)
     secret_updates, secret_events = _secret_warning(observed, spec)
-    args, dropped = render_args(result.flags, result.vllm_version, tuple(result.pinned))
+    args, dropped = render_args(result.rendered_flags(), result.vllm_version, tuple(result.pinned))
     digest = spec_hash({"spec": dict(observed.spec), "constraints": constraints.model_dump(), "gpu": gpu.name})
     before = observed.status.get("plan") or {}
     decided_before = (before.get("fits"), before.get("args"), (observed.status.get("gpu") or {}).get("product"))
@@ -768,6 +846,19 @@ def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
     return Desired(status=status, children=None, events=events, plan=result)
 
 
+def previous_still_serves(status: VLLMServiceStatus, *, kind: str, name: str, ready: int, generation: int,
+                          now: datetime) -> VLLMServiceStatus:
+    """An infeasible plan renders nothing and deletes nothing: the workload of the last plan that fit (`kind`
+    `name`, `ready` pods ready, as observed now) still runs. Say so instead of "no Deployment"."""
+    pods = f"{ready} pod{'s' if ready != 1 else ''} ready"
+    serving = (f"the previous {kind} {name} still serves ({pods}); this spec's plan does not fit, so it is not "
+               "rolled out" if ready else
+               f"the previous {kind} {name} is kept ({pods}); this spec's plan does not fit, so it is not rolled out")
+    updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.PLAN_INFEASIBLE, serving),
+               cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, serving)]
+    return cond.fold_status(status, conditions=updates, observed_generation=generation, now=now, ready_replicas=ready)
+
+
 def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
     """Where the weights live: spec.modelCache, else the operator-wide default (a claim that survives restarts and
     remediation steps when the cluster can provide one, an emptyDir otherwise)."""
@@ -776,9 +867,10 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       revision=spec.model.revision, spec=spec.model_cache, settings=observed.cache_settings,
                       default_storage_class=observed.default_storage_class,
                       checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
-                      max_pods=max_pods(spec) * planned.nodes_per_replica,  # a multi-node replica is several pods
+                      max_pods=cache_pods(spec, observed.status) * planned.nodes_per_replica,  # a group: several
                       labels=labels_for(observed.name),
-                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s())
+                      owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s(),
+                      shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1)
 
 
 @dataclass(frozen=True)
@@ -789,6 +881,7 @@ class _Download:
     why: str
     rate_mib_per_s: float | None
     checkpoint_bytes: int
+    shape_pods: int | None   # the pods a persistent cache was shaped for (None: not persistent, nothing to keep)
 
     def status(self, observed: Observed) -> ModelCacheStatus:
         """status.modelCache: the measurement as recorded (pod hook), the init choice, the checkpoint's size and
@@ -796,7 +889,7 @@ class _Download:
         budget = int(self.rate_mib_per_s * 2**20) if self.rate_mib_per_s else None
         current = ModelCacheStatus.model_validate(observed.status.get("modelCache") or {})
         return current.model_copy(update={"download_init": self.init, "budget_bytes_per_second": budget,
-                                          "checkpoint_bytes": self.checkpoint_bytes})
+                                          "checkpoint_bytes": self.checkpoint_bytes, "shape_pods": self.shape_pods})
 
 
 def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Download:
@@ -805,7 +898,27 @@ def _download(observed: Observed, planned: _Planned, cache: CachePlan) -> _Downl
                                      spec.extra_args)
     return _Download(init=init, why=why, rate_mib_per_s=budget_rate(observed.status.get("modelCache"),
                                                                     args_changed=planned.changed),
-                     checkpoint_bytes=checkpoint_bytes(planned.arch))
+                     checkpoint_bytes=checkpoint_bytes(planned.arch),
+                     shape_pods=cache_pods(spec, observed.status) if cache.persistent else None)
+
+
+def _engine_budget(observed: Observed, planned: _Planned) -> float:
+    """Seconds the startup probe allows for vLLM's engine start: from the measured starts (status.coldStart) when
+    vLLM's arguments change anyway, else what the current template was budgeted with (no rollout for a
+    measurement alone)."""
+    stored = observed.status.get("coldStart") or {}
+    if planned.changed:
+        return engine_seconds_budget(stored, ENGINE_START_SECONDS)
+    kept = stored.get("budgetEngineSeconds")
+    return float(kept) if isinstance(kept, (int, float)) and not isinstance(kept, bool) else ENGINE_START_SECONDS
+
+
+def _cold_start_status(observed: Observed, engine_seconds: float) -> ColdStartStatus | None:
+    stored = observed.status.get("coldStart")
+    if not stored and engine_seconds == ENGINE_START_SECONDS:
+        return None
+    current = ColdStartStatus.model_validate(stored or {})
+    return current.model_copy(update={"budget_engine_seconds": engine_seconds})
 
 
 def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, download: _Download) -> RenderInput:
@@ -815,7 +928,7 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         name=observed.name, namespace=observed.namespace, owner=OwnerRef(name=observed.name, uid=observed.uid),
         model=spec.model.name, revision=spec.model.revision, served_name=spec.model.served_name,
         image=spec.image or DEFAULT_IMAGE, image_pull_policy=spec.image_pull_policy or "IfNotPresent",
-        vllm_version=result.vllm_version, flags=result.flags, pinned=tuple(result.pinned),
+        vllm_version=result.vllm_version, flags=result.rendered_flags(), pinned=tuple(result.pinned),
         extra_args=tuple(spec.extra_args), gpu_count=result.gpu_count // planned.nodes_per_replica,
         gpu_product_label=planned.product_label,
         weights_gib_total=checkpoint_bytes(planned.arch) / 2**30, replicas=desired_replicas(spec, observed.status),
@@ -824,10 +937,12 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_volume=cache.volume, roll_without_surge=cache.exclusive, download_init=download.init,
+        cache_volume=cache.volume, cache_claim_template=cache.claim_template, roll_without_surge=cache.exclusive,
+        download_init=download.init, compile_cache=cache.persistent,
         startup_failure_threshold=startup_failure_threshold(
             checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s,
-            measured_mib_per_s=download.rate_mib_per_s, download=not download.init),
+            measured_mib_per_s=download.rate_mib_per_s, download=not download.init,
+            engine_seconds=_engine_budget(observed, planned)),
         cache_mount_path=spec.model_cache.mount_path if spec.model_cache else "/root/.cache/huggingface",
         memory=str(spec.resources.memory) if spec.resources.memory else (
             f"{int(constraints.host_memory_gib)}Gi" if constraints.host_memory_gib else None),
@@ -849,6 +964,12 @@ class _Rendered:
     updates: list[cond.ConditionUpdate]
     stale: list[tuple[str, str]]
     model_cache: ModelCacheStatus
+    cold_start: ColdStartStatus | None
+
+
+def _serving(observed: Observed, planned: _Planned) -> ServingPods:
+    """The pods that serve the service in this plan's shape (a Deployment's pods, or a LeaderWorkerSet's leaders)."""
+    return serving_pods(observed.name, observed.namespace, multinode=planned.nodes_per_replica > 1)
 
 
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
@@ -865,10 +986,10 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
         name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
-        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pod_selector=selector_for(observed.name),
-        prometheus_selector=pod_matchers(observed.namespace, deployment), served=observed.served_kinds,
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, planned),
+        served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
-        persistent_cache=cache.persistent)
+        persistent_cache=cache.persistent, cold_start=observed.status.get("coldStart"))
     message = f"{cache.message}; {download.why}" if download.why else cache.message
     failing = (observed.status.get("modelCache") or {}).get("downloadError") if download.init else None
     if failing:
@@ -877,7 +998,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
-                     model_cache=download.status(observed))
+                     model_cache=download.status(observed),
+                     cold_start=_cold_start_status(observed, _engine_budget(observed, planned)))
 
 
 def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendered) -> Desired:
@@ -915,10 +1037,10 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     events.extend(planned.secret_events)
     updates.extend(planned.secret_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
-    selector = ",".join(f"{k}={v}" for k, v in selector_for(observed.name).items())
+    selector = _serving(observed, planned).label_selector()  # the /scale subresource's: the HPA's pods
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
-                     model_cache=rendered.model_cache)
+                     model_cache=rendered.model_cache, cold_start=rendered.cold_start)
     return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 
 
@@ -929,7 +1051,8 @@ def _plan_maybe_across_nodes(spec: VLLMServiceSpec, request: PlanRequest, node_c
     (issue 13)."""
     spread = multinode.plan_spread(spec, request, node_count)
     if spread is None:
-        return multinode.with_spanning_option(result, spec, request, node_count, pool_nodes), None, 1
+        spanned = multinode.with_spanning_option(result, spec, request, node_count, pool_nodes)
+        return spanned.model_copy(update={"options": rank_options(spanned.options, in_cluster=True)}), None, 1
     return spread.plan, spread, spread.split.nodes
 
 
@@ -971,6 +1094,14 @@ def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
     if spec.max_replicas is None or not isinstance(scaled, int) or not (spec.prometheus and spec.prometheus.enabled):
         return spec.replicas
     return max(spec.replicas, min(scaled, spec.max_replicas))
+
+
+def cache_pods(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:
+    """The pods the model cache is shaped for: what the service may become (max_pods), and never fewer than it was
+    shaped for before (status.modelCache.shapePods) — a scale back to one pod keeps the shared cache, so no scale
+    changes the pod template twice."""
+    before = (status.get("modelCache") or {}).get("shapePods")
+    return max(max_pods(spec), before if isinstance(before, int) and not isinstance(before, bool) else 0)
 
 
 def max_pods(spec: VLLMServiceSpec) -> int:

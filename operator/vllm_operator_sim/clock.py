@@ -1,9 +1,15 @@
-"""The simulated cluster's compressed clock.
+"""The simulated cluster's clock.
 
-Simulated time runs ``speed`` times faster than real time (``speed`` simulated seconds per real second), so a vLLM
-startup that takes a minute on a real GPU takes a few real seconds here, while every duration the cluster reports
-(back-off delays, timestamps, "time to Ready") stays in simulated seconds. A clock made with
-:meth:`SimClock.manual` does not move by itself: tests advance it explicitly, so they are deterministic.
+Simulated time runs up to ``speed`` times faster than real time (``speed`` simulated seconds per real second), so a
+vLLM startup that takes a minute on a real GPU takes a few real seconds here, while every duration the cluster
+reports (back-off delays, timestamps, "time to Ready") stays in simulated seconds. Three ways to run it:
+
+* free-running (``SimClock(speed)``): simulated time follows the wall clock, compressed;
+* paced (``SimClock(speed, paced=True)``): the clock does not move by itself; a
+  :class:`~vllm_operator_sim.pacer.Pacer` advances it at ``speed`` while the operator is idle, stops it while the
+  operator works, and never past the kubelet's next transition — so what the operator decides does not depend on how
+  fast the machine runs it;
+* manual (:meth:`SimClock.manual`): tests advance it explicitly.
 
 Kubernetes timestamps (``startedAt``, ``lastTransitionTime``, …) are ``epoch`` + simulated seconds, in RFC 3339.
 """
@@ -23,11 +29,13 @@ DEFAULT_SPEED = 20.0
 class SimClock:
     """Simulated seconds since the clock started; thread-safe."""
 
-    def __init__(self, speed: float = DEFAULT_SPEED, *, epoch: datetime | None = None) -> None:
+    def __init__(self, speed: float = DEFAULT_SPEED, *, epoch: datetime | None = None, paced: bool = False) -> None:
         if speed < 0:
             raise ValueError(f"speed must not be negative, got {speed}")
         self._lock = threading.Lock()
         self._speed = float(speed)
+        #: the clock moves only through advance(); ``speed`` is then the pace a Pacer keeps while nothing happens
+        self.paced = paced
         self._real0 = time.monotonic()
         self._sim0 = 0.0
         self.epoch = epoch or datetime.now(UTC).replace(microsecond=0)
@@ -54,6 +62,8 @@ class SimClock:
             return self._now_locked()
 
     def _now_locked(self) -> float:
+        if self.paced:
+            return self._sim0
         return self._sim0 + (time.monotonic() - self._real0) * self._speed
 
     def advance(self, seconds: float) -> float:
@@ -62,6 +72,14 @@ class SimClock:
             raise ValueError("time does not run backwards")
         with self._lock:
             self._sim0 += seconds
+            return self._now_locked()
+
+    def advance_to(self, sim_seconds: float) -> float:
+        """Move simulated time forward to ``sim_seconds`` (no-op when it is already later). Returns the new time."""
+        with self._lock:
+            now = self._now_locked()
+            if sim_seconds > now:
+                self._sim0 += sim_seconds - now
             return self._now_locked()
 
     def real_seconds(self, sim_seconds: float) -> float:

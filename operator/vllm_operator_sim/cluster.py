@@ -34,10 +34,12 @@ from vllm_operator.api.crd import build_crd
 from vllm_operator.api.v1alpha1 import GROUP, PLURAL
 from vllm_operator.planner.gpus import GPUSpec, load_gpu_catalog
 
+from . import dra
 from .clock import DEFAULT_SPEED, SimClock
 from .emulator import APIError, EmulatedAPIServer, KubeEmulator
 from .kubelet import Kubelet, SimEvent
 from .lws import slim_crd
+from .pacer import DEFAULT_QUIET_S, Pacer
 from .scenarios import ScenarioSet, load_scenarios
 
 __all__ = ["DEFAULT_POOLS", "NodePool", "SimulatedCluster", "gpu_node"]
@@ -122,17 +124,22 @@ class SimulatedCluster:
                  *, speed: float = DEFAULT_SPEED, clock: SimClock | None = None, workdir: str | Path | None = None,
                  image_pull_s: float = 30.0, tick_s: float = 0.02,
                  on_event: Callable[[SimEvent], None] | None = None,
-                 default_storage_class: str | None = "standard", leaderworkerset: bool = True) -> None:
+                 default_storage_class: str | None = "standard", leaderworkerset: bool = True,
+                 paced: bool = True, quiet_s: float = DEFAULT_QUIET_S, dra: bool = False) -> None:
         self.pools = [_pool(p) for p in pools]
         #: a StorageClass marked default, as most clusters have: the operator's default model cache is then a claim
         self.default_storage_class = default_storage_class
         self.leaderworkerset = leaderworkerset
+        self.dra = dra  # the resource.k8s.io/v1 API and NVIDIA's DRA driver's device class (vllm_operator_sim.dra)
         self.scenarios = scenarios if scenarios is not None else load_scenarios()
-        self.clock = clock or SimClock(speed)
+        self.clock = clock or SimClock(speed, paced=paced)
         # One clock for the API server and the kubelet: creation times, status times and ages agree.
         self.server = EmulatedAPIServer(KubeEmulator(now=self.clock.datetime_at))
         self.kubelet = Kubelet(self.server.emulator, self.clock, hidden=self.scenarios.hidden,
                                image_pull_s=image_pull_s, tick_s=tick_s, on_event=on_event)
+        #: drives a paced clock: time moves only while the API and the operator are idle (vllm_operator_sim.pacer)
+        self.pacer = Pacer(self.clock, self.kubelet, self.server.emulator, tick_s=tick_s, quiet_s=quiet_s,
+                           processes=self._operator_pids) if self.clock.paced else None
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="vllm-sim-"))
         self.kubeconfig_path = self.workdir / "kubeconfig"
@@ -164,6 +171,10 @@ class SimulatedCluster:
                     "provisioner": "sim.vllm-operator.dev/local", "volumeBindingMode": "WaitForFirstConsumer"})
             if self.leaderworkerset:  # the engine multi-node services run on (vllm_operator_sim.lws)
                 self.api.create_object("customresourcedefinitions", slim_crd())
+            if self.dra:  # GPUs shared by share groups (issue 26)
+                for crd in dra.slim_crds():
+                    self.api.create_object("customresourcedefinitions", crd)
+                self.api.create_object("deviceclasses", dra.nvidia_device_class())
             catalog = load_gpu_catalog()
             for pool in self.pools:
                 spec = catalog.get(pool.gpu)
@@ -172,7 +183,10 @@ class SimulatedCluster:
                     self.api.create_object("nodes", gpu_node(name, spec, pool.gpus_per_node,
                                                              memory_gib=pool.memory_gib, cpu=pool.cpu))
                     self.nodes.append(name)
-            self.kubelet.start()
+            if self.pacer is not None:
+                self.pacer.start()
+            else:
+                self.kubelet.start()
         except BaseException:
             self.stop()
             raise
@@ -182,6 +196,8 @@ class SimulatedCluster:
     def stop(self) -> None:
         """Stop the operator, the kubelet and the API server (idempotent); remove a temporary workdir."""
         self.stop_operator()
+        if self.pacer is not None:
+            self.pacer.stop()
         self.kubelet.stop()
         self.server.stop()
         self._started = False
@@ -222,6 +238,15 @@ class SimulatedCluster:
             with contextlib.suppress(TimeoutError):
                 self.api.wait_for(self._operator_watching, timeout=0.2, interval=0.05)
         return self.operator.pid
+
+    def _operator_pids(self) -> tuple[int, ...]:
+        process = self.operator
+        return (process.pid,) if process is not None and process.returncode is None else ()
+
+    @property
+    def errors(self) -> list[str]:
+        """What failed inside the simulation (kubelet ticks, the pacer), for tests and logs."""
+        return [*self.kubelet.errors, *(self.pacer.errors if self.pacer is not None else [])]
 
     def _operator_watching(self) -> bool:
         return any(r.verb == "watch" and r.group == GROUP and r.resource == PLURAL for r in self.api.accessed())

@@ -11,7 +11,8 @@ ended as expected, 1 otherwise.
 Examples come from ``--examples DIR`` (or a single file), else ``./examples`` or the repository's ``examples/``,
 else the built-in scenario manifests (so an installed package can run the demo too).
 
-Environment: ``VLLM_OPERATOR_DEMO_TIMEOUT`` (real seconds to wait for every service, default 100) and
+Environment: ``VLLM_OPERATOR_DEMO_TIMEOUT`` (real seconds to wait for every service, default 600: a safety net, the
+limit that matters is two simulated hours) and
 ``VLLM_OPERATOR_DEMO_REPORT`` (write the results as JSON to this path).
 """
 
@@ -41,7 +42,11 @@ from .scenarios import Scenario, ScenarioSet, load_scenarios
 
 __all__ = ["ServiceResult", "find_manifests", "format_flags", "run_demo", "run_services", "service_outcome"]
 
-DEFAULT_TIMEOUT_S = 100.0
+#: Real seconds to wait for every service: a safety net — the paced clock stands still while the operator works, so
+#: a busy machine takes longer in real time, and the limit that matters is DEFAULT_SIM_TIMEOUT_S.
+DEFAULT_TIMEOUT_S = 600.0
+#: Simulated seconds after which a service that reached no terminal state counts as timed out.
+DEFAULT_SIM_TIMEOUT_S = 7200.0
 STABLE_AFTER_TRAFFIC_S = 60.0
 _OPERATOR_COMPONENT = "vllm-operator"
 _SKIP_OPERATOR_REASONS = ("Planned", "PlanInfeasible")
@@ -180,6 +185,8 @@ class _Tracked:
     traffic_at: float | None = None
     last_failures: int = 0
     settle_from: float | None = None
+    then_generation: int | None = None  # the generation the scenario's `then` change made
+    then_shown: bool = False
 
 
 def _pod_label(pod: str, service: str) -> str:
@@ -233,15 +240,16 @@ class _Session:
 
     # --- watching ------------------------------------------------------------------------------------------
 
-    def watch(self, timeout_s: float) -> None:
+    def watch(self, timeout_s: float, sim_timeout_s: float = DEFAULT_SIM_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
+        sim_deadline = self.view.t0 + sim_timeout_s
         while True:
             self._drain_events()
             self._poll_services()
             if all(t.outcome is not None for t in self.tracked.values()):
                 return
-            if time.monotonic() > deadline or (self.cluster.operator is not None
-                                               and self.cluster.operator.poll() is not None):
+            if time.monotonic() > deadline or self.cluster.clock.now() > sim_deadline or (
+                    self.cluster.operator is not None and self.cluster.operator.poll() is not None):
                 break
             with contextlib.suppress(TimeoutError):
                 self.cluster.api.wait_for(lambda: False, timeout=0.1, interval=0.1)
@@ -363,6 +371,8 @@ class _Session:
             elif outcome is not None:
                 reason = _conditions(obj).get("Degraded", {}).get("reason", "")
                 self.view.line(now, t.name, f"VLLMService {outcome} ({reason})")
+        if outcome == "Ready" and t.scenario.then is not None and not self._after_then(t, obj, now):
+            return
         if outcome is None:
             t.outcome = None if t.outcome != "Ready" or t.scenario.traffic is None else t.outcome
             t.settle_from = None  # the stability window under traffic restarts once the service is Ready again
@@ -383,6 +393,27 @@ class _Session:
                 return
         if t.outcome is None:
             t.outcome, t.ended_at = outcome, now
+
+    def _after_then(self, t: _Tracked, obj: Mapping[str, Any], now: float) -> bool:
+        """The scenario's `then` change: made once the service is first Ready; True once it is Ready again at the
+        generation the change made (its pods replaced), and the GPUShared condition, if any, shown."""
+        then = t.scenario.then
+        assert then is not None
+        if t.then_generation is None:
+            self.cluster.api.patch_object("vllmservices", t.name, {"spec": then.spec}, t.namespace)
+            changed = self.cluster.api.get_object("vllmservices", t.name, t.namespace) or {}
+            t.then_generation = int((changed.get("metadata") or {}).get("generation") or 0)
+            self.view.line(now, t.name, f"then: {then.title or then.spec}")
+            return False
+        status = obj.get("status") or {}
+        progressing = _conditions(obj).get("Progressing", {}).get("status") == "True"
+        if int(status.get("observedGeneration") or 0) < t.then_generation or progressing:
+            return False
+        shared = _conditions(obj).get("GPUShared")
+        if shared is not None and not t.then_shown:
+            t.then_shown = True
+            self.view.line(now, t.name, f"shared GPU: {_short(str(shared.get('message', '')), 150)}")
+        return True
 
     # --- results -------------------------------------------------------------------------------------------
 
@@ -410,19 +441,21 @@ class _Session:
 
 def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioSet | None = None,
                  speed: float = DEFAULT_SPEED, pools: Iterable[NodePool | Sequence[Any]] = DEFAULT_POOLS,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, out: TextIO | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, sim_timeout_s: float = DEFAULT_SIM_TIMEOUT_S,
+                 out: TextIO | None = None,
                  on_results: Callable[[SimulatedCluster, list[ServiceResult]], None] | None = None
                  ) -> list[ServiceResult]:
     """Apply ``manifests`` to a fresh simulated cluster running the real operator; wait; return the results.
 
-    ``out`` receives the live view (None: quiet). ``on_results``, if given, is called with the cluster still
+    A service that reached no terminal state after ``sim_timeout_s`` simulated seconds (or, as a safety net,
+    ``timeout_s`` real ones) ends as ``Timeout``. ``out`` receives the live view (None: quiet). ``on_results``, if given, is called with the cluster still
     running once the results are known (the demo prints its summary there, and waits with --keep-running).
     """
     scenarios = scenarios if scenarios is not None else load_scenarios()
     names = [(m.get("metadata") or {}).get("name", "") for m in manifests]
     view = _View(out, max([len(n) for n in names] + [12]))
     events: queue.Queue[SimEvent] = queue.Queue()
-    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put) as cluster:
+    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put, dra=True) as cluster:
         describe = ", ".join(f"{n} ({p.gpus_per_node}× {p.gpu})" for n, p in zip(cluster.nodes, cluster.pools,
                                                                                   strict=False))
         view.say(f"cluster   {len(cluster.nodes)} GPU nodes: {describe}; API server {cluster.server.url}")
@@ -431,7 +464,7 @@ def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioS
         view.say("")
         session = _Session(cluster, manifests, scenarios, view, events)
         session.apply_all()
-        session.watch(timeout_s)
+        session.watch(timeout_s, sim_timeout_s)
         results = session.results()
         if cluster.operator is not None and cluster.operator.poll() is not None:
             view.say(f"the operator exited with code {cluster.operator.returncode}; its log:\n"
@@ -499,7 +532,7 @@ def run_demo(keep_running: bool = False, examples: str | None = None, speed: flo
         return 1
     timeout_s = float(os.environ.get("VLLM_OPERATOR_DEMO_TIMEOUT") or DEFAULT_TIMEOUT_S)
     out.write(f"vllm-operator demo: the operator in a simulated GPU cluster (no GPU needed); simulated time runs "
-              f"{speed:g}x real time.\n")
+              f"up to {speed:g}x real time and stands still while the operator works.\n")
     out.write(f"examples  {len(manifests)} VLLMService(s) from {source}\n")
     out.flush()
 

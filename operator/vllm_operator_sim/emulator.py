@@ -62,6 +62,7 @@ import yaml
 
 from vllm_operator_sim.emulator_admission import (
     FieldError,
+    annotation_errors,
     apply_defaults,
     cel_errors,
     name_errors,
@@ -255,6 +256,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _previous_logs: dict[tuple[str, str, str | None], str] = attrs.field(factory=dict, init=False)
     _accessed: set[AccessRecord] = attrs.field(factory=set, init=False)
     _rv: int = attrs.field(default=0, init=False)
+    _http_marks: int = attrs.field(default=0, init=False)  # HTTP requests begun plus requests ended
 
     def __attrs_post_init__(self) -> None:
         # Deliberately not calling kmock's: its fallback reactions are replaced by _serve().
@@ -384,6 +386,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
         with self._state_lock:
             return set(self._accessed)
 
+    def activity(self) -> tuple[int, int, int]:
+        """What changes while anyone works against the API: (the latest resourceVersion, HTTP requests begun plus
+        ended, watch events not yet written to their streams). The simulated cluster's pacer waits for it to stand
+        still (:mod:`vllm_operator_sim.pacer`)."""
+        with self._state_lock:
+            return self._rv, self._http_marks, sum(w.queue.qsize() for w in self._watchers)
+
     def wait_for(self, predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
                  message: str = '') -> T:
         """Poll ``predicate`` (waking up early on every change) until truthy; return its result.
@@ -465,7 +474,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _admit_view(self, rdef: ResourceDef, obj: Obj, view: Obj, old: Obj | None, schema: dict[str, Any] | None,
                     builtin: str | None, opts: _WriteOptions) -> None:
-        errors: list[FieldError] = []
+        errors: list[FieldError] = annotation_errors(view.get('metadata')) if view is obj else []
         dropped: list[str] = []
         if schema is not None:
             dropped = prune_unknown(view, schema)
@@ -832,6 +841,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         """The aiohttp entry point: parse (as kmock does, where it can), record, handle."""
+        self._http_marks += 1
+        try:
+            return await self._receive(raw_request)
+        finally:
+            self._http_marks += 1
+
+    async def _receive(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await raw_request.read()
         try:
             request = await kmock.Request._parse(raw_request, id=len(self._requests))

@@ -92,6 +92,22 @@ def name_errors(plural: str, group: str, name: Any) -> list[FieldError]:
     return []
 
 
+#: ValidateAnnotationsSize: all of an object's annotations (keys and values) together, in bytes.
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+
+def annotation_errors(metadata: Any) -> list[FieldError]:
+    """``metadata.annotations`` as the API server bounds them (every kind): at most 256 KiB in all."""
+    annotations = (metadata or {}).get('annotations') if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return []
+    total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        return [FieldError('metadata.annotations', 'FieldValueTooLong',
+                           f'Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes')]
+    return []
+
+
 # --- unknown fields (pruning) -----------------------------------------------------------------------------------
 
 

@@ -31,8 +31,9 @@ through the emulator's thread-safe direct API:
 * **Traffic**: :meth:`Kubelet.send_traffic` gives a service a standing load; a Ready pod whose hidden facts say the
   batch does not fit dies of a CUDA OOM while serving (and so does every later pod with the same flags).
 
-Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds) or call :meth:`tick`
-yourself with a manual :class:`~vllm_operator_sim.clock.SimClock` (tests).
+Drive it with :meth:`start` (a background thread ticking every ``tick_s`` real seconds on a compressed clock), with a
+:class:`~vllm_operator_sim.pacer.Pacer` (the clock moves only while the operator is idle, and stops at every
+:meth:`next_due`), or call :meth:`tick` yourself with a manual :class:`~vllm_operator_sim.clock.SimClock` (tests).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -55,8 +57,10 @@ from vllm_operator.planner.gpus import GPUCatalog, GPUSpec, load_gpu_catalog, re
 from vllm_operator.planner.memory import EngineFlags
 from vllm_operator.quantity import quantity_gib
 
+from . import shared_gpu
 from .clock import SimClock
 from .lws import WORKER_INDEX, LWSController
+from .realvllm import RealVLLM, advance_real_pod, start_real_run
 from .startup import (
     HiddenFacts,
     LogLine,
@@ -74,6 +78,7 @@ log = logging.getLogger(__name__)
 LABEL_SERVICE = "vllm-operator.dev/service"
 LABEL_HASH = "pod-template-hash"
 GPU = "nvidia.com/gpu"
+GPU_COUNT = "nvidia.com/gpu.count"
 BACKOFF_INITIAL_S = 10.0
 BACKOFF_CAP_S = 300.0
 BACKOFF_RESET_S = 600.0  # a container that ran this long before dying starts its back-off again at 10 s
@@ -174,11 +179,14 @@ class _Pod:
     written: dict[str, Any] | None = None
     cache_volume: str = ""   # where the weights are cached: "pvc:<claim>" (outlives the pod) or "pod:<uid>" (emptyDir)
     env: dict[str, str] = field(default_factory=dict)   # the vLLM container's literal env (VLLM_PP_LAYER_PARTITION)
+    compile_cache: str = ""   # "<claim>|<VLLM_CACHE_ROOT>" when vLLM's compile cache outlives the pod, else ""
     node_rank: int | None = None   # a pod of a LeaderWorkerSet group: its worker index (vLLM --node-rank)
     death_kind: str | None = None  # what a Ready container dies of, when not a serving CUDA OOM
     init_model: str | None = None            # the model-download init container's model, while it has not succeeded
     init_status: dict[str, Any] | None = None  # its initContainerStatuses entry
     init_token: bool = False                 # its env has a Hugging Face token
+    claim: str | None = None  # "<namespace>/<ResourceClaim>": the DRA-shared GPU it runs on (issue 26)
+    real: bool = False                       # its vLLM container runs as a real process (realvllm.py)
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -188,6 +196,22 @@ def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
         if volume.get("name") == "model-cache" and volume.get("persistentVolumeClaim"):
             return f"pvc:{volume['persistentVolumeClaim'].get('claimName', '')}"
     return f"pod:{uid}"
+
+
+def _compile_cache(spec: Mapping[str, Any], cache_volume: str, env: Mapping[str, str]) -> str:
+    """Where the vLLM container's compile cache outlives it: "<claim volume>|<VLLM_CACHE_ROOT>" when that root lies
+    on the model-cache claim (render/coldstart.py), else "" (compiled again on every start)."""
+    root = env.get("VLLM_CACHE_ROOT", "")
+    if not root or not cache_volume.startswith("pvc:"):
+        return ""
+    mounts = [str(m.get("mountPath") or "") for c in spec.get("containers") or [] for m in c.get("volumeMounts") or []
+              if m.get("name") == "model-cache"]
+    return f"{cache_volume}|{root}" if any(m and root.startswith(m.rstrip("/") + "/") for m in mounts) else ""
+
+
+#: A warm compile cache: loading the compiled graphs takes this share of compiling them (at least a second).
+WARM_COMPILE_SHARE = 0.1
+_ENGINE_INIT = re.compile(r"^(init engine \(profile, create kv cache, warmup model\) took )([0-9.]+)( seconds)$")
 
 
 @dataclass
@@ -260,8 +284,10 @@ class Kubelet:
                  catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
                  post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S,
-                 gated_models: Collection[str] = ()) -> None:
+                 gated_models: Collection[str] = (), real: RealVLLM | None = None) -> None:
         self.api = api
+        #: runs the vLLM containers of the models it has a directory for as real processes (realvllm.py)
+        self.real = real
         self.clock = clock
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
@@ -281,7 +307,10 @@ class Kubelet:
         self._traffic: dict[tuple[str, str], tuple[int, int]] = {}
         self._models: dict[str, ModelFiles | None] = {}
         self._node_gpus: dict[str, GPUSpec | None] = {}
+        self._claims: dict[str, str] = {}  # DRA ResourceClaim ("<ns>/<name>") → the node whose GPU it was given
+        self._shared: dict[str, shared_gpu.SharedGPU] = {}  # claim or time-sliced node → its shared GPU
         self._cached: set[tuple[str, str, str]] = set()  # (namespace, cache volume, model) already downloaded
+        self._compiled: set[tuple[str, str]] = set()  # (namespace, claim|compile root) holding compiled graphs
         self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
         self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
         self._lock = threading.RLock()
@@ -304,6 +333,8 @@ class Kubelet:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self.real is not None:
+            self.real.stop_all()
 
     def __enter__(self) -> Kubelet:
         return self.start()
@@ -344,6 +375,13 @@ class Kubelet:
                     return pod.outcome
         return None
 
+    def next_due(self) -> float:
+        """The simulated time of the next pod transition (image pulled, container started, vLLM Ready or dead,
+        back-off over, …); inf when nothing is scheduled. A pacer stops the clock there, so that one tick never
+        makes two transitions of a pod that an observer should see one at a time."""
+        with self._lock:
+            return min((pod.due for pod in self._pods.values()), default=float("inf"))
+
     # --- one pass ------------------------------------------------------------------------------------------
 
     def tick(self) -> None:
@@ -351,6 +389,8 @@ class Kubelet:
         with self._lock:
             now = self.clock.now()
             self._sync_pods()
+            if self.real is not None:  # a deleted pod's real process stops with it
+                self.real.keep_only(set(self._pods))
             self._control_deployments(now)
             self.lws.control()
             self._sync_pods()
@@ -421,6 +461,7 @@ class Kubelet:
             self._pods[uid] = self._new_record(obj)
         for uid in [u for u in self._pods if u not in seen]:
             pod = self._pods.pop(uid)
+            self._release(pod)
             self._event(pod, self.clock.now(), "deleted", f"pod {pod.name} deleted")
 
     def _new_record(self, obj: Mapping[str, Any]) -> _Pod:
@@ -446,7 +487,9 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.claim = shared_gpu.pod_claim(pod.namespace, spec)
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
+        pod.compile_cache = _compile_cache(spec, pod.cache_volume, pod.env)
         rank = str(labels.get(WORKER_INDEX, ""))
         pod.node_rank = int(rank) if rank.isdigit() else None
         pod.init_model = _download_init(spec)
@@ -477,6 +520,8 @@ class Kubelet:
                     pod.unschedulable_message = message
                     self._event(pod, now, "unschedulable", message, "FailedScheduling", warning=True)
                 continue
+            if pod.claim is not None:  # the claim is allocated one GPU of this node; its other pods follow it
+                self._claims.setdefault(pod.claim, chosen)
             self._bind(pod, chosen, now)
             self.api.patch_object("pods", pod.name, {"spec": {"nodeName": chosen}}, pod.namespace)
             self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
@@ -490,6 +535,7 @@ class Kubelet:
             if pod.node == node:
                 gpus += pod.gpus
                 memory += pod.memory_request_gib
+        gpus += sum(1 for claimed in self._claims.values() if claimed == node)  # a shared GPU counts once
         return gpus, memory
 
     def _fit(self, pod: _Pod, nodes: list[dict[str, Any]]) -> tuple[str | None, str]:
@@ -509,6 +555,10 @@ class Kubelet:
             allocatable = (node.get("status") or {}).get("allocatable") or {}
             used_gpus, used_memory = self._used(meta["name"])
             if pod.gpus and used_gpus + pod.gpus > int(str(allocatable.get(GPU) or 0)):
+                no_gpu += 1
+                continue
+            if pod.claim is not None and not shared_gpu.claim_fits(
+                    self._claims.get(pod.claim), meta["name"], used_gpus, int(str(labels.get(GPU_COUNT) or 0))):
                 no_gpu += 1
                 continue
             node_memory = quantity_gib(allocatable.get("memory"))
@@ -555,6 +605,8 @@ class Kubelet:
             pod.conditions[kind] = (status, now)
 
     def _advance(self, pod: _Pod, now: float) -> None:
+        if pod.real:  # a real process: its /health and its exit decide when the next transition is due
+            advance_real_pod(self, pod, now)
         for _ in range(100):  # several transitions may be due at once
             if pod.state == "Ready":
                 self._check_traffic(pod, now)
@@ -598,6 +650,9 @@ class Kubelet:
                 return
 
     def _start_run(self, pod: _Pod, t: float) -> None:
+        if self.real is not None and pod.vllm and self.real.wants(pod.args):
+            start_real_run(self, pod, t)
+            return
         if pod.run_started is not None:  # a restart: the finished run's log is what ``logs --previous`` shows
             self.api.set_pod_log(pod.namespace, pod.name, self._log_text(pod, None), previous=True)
         pod.state = "Running"
@@ -613,7 +668,7 @@ class Kubelet:
             pod.due = t + GENERIC_READY_S
             self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
             return
-        outcome = self._with_download(pod, t, self._simulate(pod))
+        outcome = self._with_download(pod, t, self._with_compile_cache(pod, self._simulate(pod)))
         pod.outcome = outcome
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
         stats.last_outcome = outcome
@@ -646,6 +701,34 @@ class Kubelet:
                     f"{seconds:.0f} s) into {place}", volume=pod.cache_volume, container=container, bytes=size,
                     seconds=seconds)
         return seconds
+
+    def _with_compile_cache(self, pod: _Pod, outcome: StartupOutcome) -> StartupOutcome:
+        """vLLM's compile cache on the model-cache claim: the first run that compiles fills it; a later run with the
+        same root (same vLLM release and GPU, render/coldstart.py) loads the compiled graphs instead, as vLLM logs
+        ("Directly load the compiled graph(s) … from the cache"), and the rest of its start moves earlier."""
+        at = next((i for i, line in enumerate(outcome.log) if line.text.startswith("torch.compile takes ")), None)
+        if at is None or not pod.compile_cache:
+            return outcome
+        key = (pod.namespace, pod.compile_cache)
+        if key not in self._compiled:
+            self._compiled.add(key)
+            return outcome
+        line = outcome.log[at]
+        compile_s = float(line.text.split()[2])
+        load_s = max(round(compile_s * WARM_COMPILE_SHARE, 2), 1.0)
+        saved = max(compile_s - load_s, 0.0)
+        loaded = line.model_copy(update={
+            "offset_s": round(line.offset_s - saved, 3), "source": "backends.py:197",
+            "text": f"Directly load the compiled graph(s) for dynamic shape from the cache, took {load_s:.3f} s"})
+        total = line.model_copy(update={"offset_s": round(line.offset_s - saved, 3),
+                                        "text": f"torch.compile takes {load_s:.2f} s in total"})
+
+        def earlier(x: LogLine) -> LogLine:
+            found = _ENGINE_INIT.match(x.text)
+            text = f"{found[1]}{max(float(found[2]) - saved, 0.0):.2f}{found[3]}" if found else x.text
+            return x.model_copy(update={"offset_s": round(max(x.offset_s - saved, 0.0), 3), "text": text})
+        log = [*outcome.log[:at], loaded, total, *(earlier(x) for x in outcome.log[at + 1:])]
+        return outcome.model_copy(update={"log": log, "duration_s": round(max(outcome.duration_s - saved, 0.0), 3)})
 
     def _with_download(self, pod: _Pod, t: float, outcome: StartupOutcome) -> StartupOutcome:
         """vLLM fetches the weights after "Starting to load model" (weight_utils.download_weights_from_hf): a
@@ -742,9 +825,24 @@ class Kubelet:
         hidden = self._hidden(pod.namespace, pod.service)
         model_id = _model_arg(pod.args)
         files = self._model(model_id, pod) if model_id else None
+        key = shared_gpu.sharing_key(pod.claim, pod.node or "", self._node_labels(pod.node or ""), pod.gpus)
+        if key is not None and gpu is not None:  # one GPU several pods share: each start sees what the others hold
+            device = self._shared.setdefault(key, shared_gpu.SharedGPU(gpu))
+            return device.start(pod.uid, pod.args, pod.image, files, hidden=hidden, gpu_count=1,
+                                memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version,
+                                env=pod.env)
         return simulate_startup(pod.args, pod.image, gpu if pod.gpus else None, hidden, files, gpu_count=pod.gpus,
                                 memory_limit_gib=pod.memory_limit_gib, declared_version=pod.declared_version,
                                 env=pod.env)
+
+    def _release(self, pod: _Pod) -> None:
+        """A pod's run ended (or the pod is gone): what it held on a shared GPU is free again."""
+        for device in self._shared.values():
+            device.stop(pod.uid)
+
+    def _node_labels(self, node: str) -> dict[str, str]:
+        obj = self.api.get_object("nodes", node) if node else None
+        return dict((_meta(obj).get("labels") or {}) if obj else {})
 
     def _node_gpu(self, node: str) -> GPUSpec | None:
         if node not in self._node_gpus:
@@ -834,6 +932,7 @@ class Kubelet:
         return termination_message(log_text) if pod.logs_as_message else ""
 
     def _die(self, pod: _Pod, t: float) -> None:
+        self._release(pod)
         reason, code, message, summary = pod.death or ("Error", 1, "", "Error")
         was_ready = pod.state == "Ready"
         pod.state = "Terminated"
@@ -1052,6 +1151,7 @@ class Kubelet:
     def _delete_pod(self, pod: _Pod, now: float, why: str) -> None:
         self.api.delete_object("pods", pod.name, pod.namespace)
         self._pods.pop(pod.uid, None)
+        self._release(pod)
         self._event(pod, now, "deleted", f"pod {pod.name} deleted: {why}", "Killing",
                     state=pod.state)
 

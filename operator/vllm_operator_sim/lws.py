@@ -15,7 +15,8 @@ Pending (an init container still failing) or fewer than `size` pods exist. A tem
 ready, else `Progressing`. Sources: lws `pkg/controllers/{leaderworkerset,pod}_controller.go`,
 `pkg/utils/pod/pod_utils.go` (research notes: ../shared/research/multinode.md §1, §5).
 
-No StatefulSets and no headless Service are materialised (the operator reads neither).
+No StatefulSets and no headless Service are materialised (the operator reads neither); `volumeClaimTemplates` give
+each pod a claim `<template>-<pod>` as the StatefulSets would, kept across group recreation.
 """
 
 from __future__ import annotations
@@ -204,6 +205,7 @@ class LWSController:
                     container[key] = [_expand(str(a), values) for a in container[key]]
         spec.setdefault("restartPolicy", "Always")
         spec["hostname"], spec["subdomain"] = pod_name, name
+        self._claims(lws, pod_name, namespace, spec)
         body = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": pod_name, "namespace": namespace, "labels": labels, "annotations": annotations,
                              "ownerReferences": [{"apiVersion": f"{GROUP}/v1", "kind": "LeaderWorkerSet",
@@ -211,6 +213,24 @@ class LWSController:
                                                   "blockOwnerDeletion": True}]},
                 "spec": spec, "status": {"phase": "Pending"}}
         self.api.create_object("pods", body, namespace)
+
+    def _claims(self, lws: Mapping[str, Any], pod_name: str, namespace: str, spec: dict[str, Any]) -> None:
+        """volumeClaimTemplates, as the group's StatefulSets do: a claim `<template>-<pod>` per pod, created once and
+        kept when the pod (or its group) is recreated; the pod's volume of that name refers to it."""
+        templates = ((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("volumeClaimTemplates") or []
+        for template in templates:
+            volume = str((template.get("metadata") or {}).get("name") or "")
+            if not volume:
+                continue
+            claim = f"{volume}-{pod_name}"
+            if not self.api.list_objects("persistentvolumeclaims", namespace, field_selector=f"metadata.name={claim}"):
+                self.api.create_object("persistentvolumeclaims", {
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim, "namespace": namespace,
+                                 "labels": dict((template.get("metadata") or {}).get("labels") or {})},
+                    "spec": copy.deepcopy(template.get("spec") or {})}, namespace)
+            volumes = [v for v in spec.get("volumes") or [] if v.get("name") != volume]
+            spec["volumes"] = [*volumes, {"name": volume, "persistentVolumeClaim": {"claimName": claim}}]
 
     def _write_status(self, lws: Mapping[str, Any], replicas: int, size: int, revision: str) -> None:
         meta = _meta(lws)

@@ -19,7 +19,7 @@ from vllm_operator.api.v1alpha1 import GROUP, KIND, VERSION
 
 from .startup import HiddenFacts
 
-__all__ = ["Expectation", "Outcome", "Scenario", "ScenarioSet", "Traffic", "load_scenarios"]
+__all__ = ["Expectation", "Outcome", "Scenario", "ScenarioSet", "Then", "Traffic", "load_scenarios"]
 
 Outcome = Literal["Ready", "Infeasible", "Exhausted", "Degraded", "Timeout"]
 
@@ -69,6 +69,16 @@ class Traffic(BaseModel):
     context: int = Field(ge=1)
 
 
+class Then(BaseModel):
+    """A change the user makes once the service is first Ready (e.g. a longer context): a merge patch of the spec;
+    the service is judged once it is Ready again at the new generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str = ""
+    spec: dict[str, Any] = Field(description="merged into the VLLMService's spec")
+
+
 class Scenario(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -79,6 +89,7 @@ class Scenario(BaseModel):
     expect: Expectation = Expectation()
     needs: tuple[str, ...] = ()
     traffic: Traffic | None = None
+    then: Then | None = None
     manifest: dict[str, Any] | None = Field(None, description="the VLLMService spec used without examples/")
 
     def vllmservice(self, namespace: str = "default") -> dict[str, Any]:

@@ -120,14 +120,14 @@ def chart(helm: Path) -> Chart:
 
 @pytest.fixture(scope="session")
 def argocd_health_script() -> str:
-    """The Argo CD health check for VLLMService, as docs/install.md gives it (in an argocd-cm ConfigMap)."""
-    text = (ROOT / "docs" / "install.md").read_text()
+    """The Argo CD health check for VLLMService, as docs/ecosystem.md gives it (in an argocd-cm ConfigMap)."""
+    text = (ROOT / "docs" / "ecosystem.md").read_text()
     for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         data = (yaml.safe_load(block) or {}).get("data") or {}
         script = data.get("resource.customizations.health.vllm-operator.dev_VLLMService")
         if script:
             return str(script)
-    raise AssertionError("docs/install.md has no Argo CD health check for vllm-operator.dev/VLLMService")
+    raise AssertionError("docs/ecosystem.md has no Argo CD health check for vllm-operator.dev/VLLMService")
 
 
 @pytest.fixture(scope="session")

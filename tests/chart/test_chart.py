@@ -277,8 +277,10 @@ def test_namespaced_rbac(chart: Any) -> None:
                                            "namespace": sa["namespace"]}]
         resources = {res for rule in role[0]["rules"] for res in rule["resources"]}
         assert {"vllmservices", "deployments", "pods", "kopfpeerings"} <= resources
-        # spec.model.configMapRef is read in the service's own namespace: `get configmaps` there, nowhere else
-        assert [r["verbs"] for r in role[0]["rules"] if "configmaps" in r["resources"]] == [["get"]]
+        # spec.model.configMapRef (and spec.hfTokenSecretRef) is read, and a share group's record
+        # (vllm-share-<group>) written, in the service's own namespace: configmaps there, nowhere else
+        assert [(r["resources"], r["verbs"]) for r in role[0]["rules"] if "configmaps" in r["resources"]] == [
+            (["configmaps", "secrets"], ["get"]), (["configmaps"], ["get", "create", "patch"])]
         peerings = [o for o in chart.find(objects, "KopfPeering") if o["metadata"]["namespace"] == namespace]
         assert [p["metadata"]["name"] for p in peerings] == ["vllm-operator"]
     assert len(chart.find(objects, "Role")) == 2 and not chart.find(objects, "ClusterKopfPeering")
@@ -288,7 +290,7 @@ def test_namespaced_rbac(chart: Any) -> None:
     operator_role = chart.one(objects, "ClusterRole", chart.release)
     assert {(res, verb) for rule in operator_role["rules"] for res in rule["resources"] for verb in rule["verbs"]} == {
         ("nodes", "list"), ("namespaces", "list"), ("namespaces", "watch"), ("storageclasses", "list"),
-        ("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
+        ("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch"), ("deviceclasses", "list")}
     pod_monitor_namespaces = chart.objects("namespaced.yaml", sets=["monitoring.podMonitor.enabled=true"])
     assert chart.one(pod_monitor_namespaces, "PodMonitor")["spec"]["namespaceSelector"] == {
         "matchNames": ["team-a", "team-b"]}
@@ -565,10 +567,11 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
 # --- docs/install.md --------------------------------------------------------------------------------------------
 
 DOCS = ROOT / "docs" / "install.md"
+ECOSYSTEM = ROOT / "docs" / "ecosystem.md"  # GitOps (Argo CD, Flux) lives there
 
 
 def _doc_yaml_blocks() -> list[Any]:
-    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), re.S)]
+    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", ECOSYSTEM.read_text(), re.S)]
 
 
 def test_docs_install_commands_and_columns() -> None:
@@ -715,3 +718,40 @@ def test_the_model_download_init_container_is_switchable(chart: Any) -> None:
     assert "--model-cache-download-init" in default and "--no-model-cache-download-init" in off
     assert build_parser().parse_args(default).model_cache_download_init is True
     assert build_parser().parse_args(off).model_cache_download_init is False
+
+
+# --- issue 20: tenants' model sources and the operator's hub token ---------------------------------------------------
+
+
+def _reads(rules: list[dict[str, Any]]) -> set[str]:
+    return {r for rule in rules if "get" in rule["verbs"] for r in rule["resources"] if r in ("configmaps", "secrets")}
+
+
+def test_model_sources_are_read_only_in_the_listed_namespaces(chart: Any) -> None:
+    """`get configmaps/secrets` was cluster-wide; with rbac.modelSourceNamespaces it is a Role in each listed
+    namespace. What stays where the operator watches is the share groups' own record (`vllm-share-<group>`
+    ConfigMaps: get, create, patch), never secrets."""
+    default = chart.objects()
+    assert _reads(chart.one(default, "ClusterRole", "vllm-operator")["rules"]) == {"configmaps", "secrets"}
+    for sets in (["json:rbac.modelSourceNamespaces=[\"team-a\",\"team-b\"]"],
+                 ["json:rbac.modelSourceNamespaces=[\"team-a\",\"team-b\"]", "json:watchNamespaces=[\"x\",\"team-a\"]"]):
+        objects = chart.objects(sets=sets)
+        assert _reads(chart.one(objects, "ClusterRole", "vllm-operator")["rules"]) <= {"configmaps"}
+        roles = {r["metadata"]["namespace"]: r for r in chart.find(objects, "Role")
+                 if r["metadata"]["name"].endswith("-model-sources")}
+        assert sorted(roles) == ["team-a", "team-b"]
+        assert all(_reads(role["rules"]) == {"configmaps", "secrets"} for role in roles.values())
+        assert not [r for r in chart.find(objects, "Role") if not r["metadata"]["name"].endswith("-model-sources")
+                    and _reads(r["rules"]) - {"configmaps"}]
+        bindings = {b["metadata"]["namespace"] for b in chart.find(objects, "RoleBinding")
+                    if b["metadata"]["name"].endswith("-model-sources")}
+        assert bindings == {"team-a", "team-b"}
+
+
+def test_the_operator_hub_token_serves_all_namespaces_only_when_allowed(chart: Any) -> None:
+    env = {e["name"]: e for e in chart.operator_container(chart.objects(
+        sets=["hfToken.existingSecret=hf"]))["env"]}
+    assert "HF_TOKEN" in env and "VLLM_OPERATOR_HUB_TOKEN_FOR_ALL_NAMESPACES" not in env
+    env = {e["name"]: e for e in chart.operator_container(chart.objects(
+        sets=["hfToken.existingSecret=hf", "hfToken.forAllNamespaces=true"]))["env"]}
+    assert env["VLLM_OPERATOR_HUB_TOKEN_FOR_ALL_NAMESPACES"]["value"] == "true"

@@ -54,6 +54,17 @@ ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
 # runs them against the emulator with the LWS CRD installed.
 ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
                        for verb in ("get", "create", "patch", "delete")})
+# share groups only (spec.gpu.share, issue 26); the scenario has none. tests/e2e/test_share_group_process.py runs
+# them against the simulated cluster with the DRA API.
+_SHARE = "share groups only (spec.gpu.share, issue 26; tests/e2e/test_share_group_process.py)"
+ALLOWED_UNUSED.update({("", "configmaps", "create"): _SHARE, ("", "configmaps", "patch"): _SHARE,
+                       ("resource.k8s.io", "resourceclaims", "get"): _SHARE,
+                       ("resource.k8s.io", "resourceclaims", "create"): _SHARE,
+                       ("resource.k8s.io", "deviceclasses", "list"): _SHARE})
+ALLOWED_UNUSED[("", "secrets", "get")] = (
+    "only for services with spec.hfTokenSecretRef: the service's own hub token (tests/unit/test_tenant_tokens.py)")
+ALLOWED_UNUSED[("", "events", "get")] = (
+    "only when a recorded step's Event answers 409: whether it exists (tests/handlers/test_ladder_under_faults.py)")
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
     "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 

@@ -17,7 +17,7 @@ import copy
 import functools
 import io
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,14 +222,27 @@ def _failed_at_least(cluster: SimulatedCluster, name: str, count: int) -> bool:
     return cluster.kubelet.stats(name, NAMESPACE).failed_starts >= count
 
 
-def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float = 50.0, timeout_s: float = 90.0,
-              serving_s: float = 60.0, failures_after_verdict: int = 2, verdict_speed: float = 200.0,
-              verdict_timeout_s: float = 30.0) -> Run:
+def _wait_simulated(cluster: SimulatedCluster, predicate: Callable[[], bool], sim_s: float, real_s: float) -> None:
+    """Wait until ``predicate`` holds, for at most ``sim_s`` more simulated seconds (``real_s`` real ones as a safety
+    net); TimeoutError otherwise."""
+    until = cluster.clock.now() + sim_s
+    cluster.wait_for(lambda: predicate() or cluster.clock.now() > until, timeout=real_s)
+    if not predicate():
+        raise TimeoutError(f"not within {sim_s:g} simulated seconds")
+
+
+def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float = 50.0,
+              sim_timeout_s: float = 3600.0, timeout_s: float = 900.0, serving_s: float = 60.0,
+              failures_after_verdict: int = 2, verdict_speed: float = 200.0) -> Run:
     """Apply every case at once to one simulated cluster running the real operator; wait for each to end; observe.
 
-    A Ready service given traffic is observed once its current pod has served it for ``serving_s`` simulated
-    seconds. Services that end with a verdict (Exhausted) are watched further, on a faster clock, until their pods
-    failed ``failures_after_verdict`` more times; that look is ``Observed.later``. Everything is stopped on return.
+    The cluster's clock is paced (``vllm_operator_sim.pacer``): simulated time moves at ``speed`` only while the
+    operator is idle, so how the cases end does not depend on the machine's load. A case that reached no terminal
+    state after ``sim_timeout_s`` simulated seconds ends as Timeout; ``timeout_s`` real seconds is a safety net for
+    each wait, not a bound the cases are meant to meet. A Ready service given traffic is observed once its current pod
+    has served it for ``serving_s`` simulated seconds. Services that end with a verdict (Exhausted) are watched
+    further, at ``verdict_speed``, until their pods failed ``failures_after_verdict`` more times; that look is
+    ``Observed.later``. Everything is stopped on return.
     """
     cases = list(cases)
     by_name = {c.name: c for c in cases}
@@ -240,7 +253,7 @@ def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float 
 
     def observe(cluster: SimulatedCluster, results: list[ServiceResult]) -> None:
         extra["log"] = cluster.operator_log()
-        extra["errors"] = list(cluster.kubelet.errors)
+        extra["errors"] = list(cluster.errors)
         for result in results:
             case = by_name[result.name]
             observed[case.name] = Observed(case=case, result=result, now=_snapshot(cluster, case.name),
@@ -251,7 +264,8 @@ def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float 
                 # judge used to call it Ready too early: see the tests)
                 name = o.case.name
                 with contextlib.suppress(TimeoutError):
-                    cluster.wait_for(functools.partial(_serving_steadily, cluster, name, serving_s), timeout=timeout_s)
+                    _wait_simulated(cluster, functools.partial(_serving_steadily, cluster, name, serving_s),
+                                    sim_timeout_s, timeout_s)
                 o.now = _snapshot(cluster, o.case.name)
         verdicts = [o for o in observed.values() if o.result.outcome == "Exhausted"]
         if verdicts:
@@ -260,8 +274,8 @@ def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float 
                 want = o.now.stats.failed_starts + failures_after_verdict
                 # on timeout the test sees it: later.stats.failed_starts is lower than it expects
                 with contextlib.suppress(TimeoutError):
-                    cluster.wait_for(functools.partial(_failed_at_least, cluster, o.case.name, want),
-                                     timeout=verdict_timeout_s)
+                    _wait_simulated(cluster, functools.partial(_failed_at_least, cluster, o.case.name, want),
+                                    sim_timeout_s, timeout_s)
                 o.later = _snapshot(cluster, o.case.name)
         events = list(cluster.kubelet.events)
         for o in observed.values():
@@ -271,7 +285,7 @@ def run_cases(cases: Iterable[Case], *, pools: Iterable[NodePool], speed: float 
 
     started = time.monotonic()
     run_services([c.manifest() for c in cases], scenarios=scenarios, speed=speed, pools=pools, timeout_s=timeout_s,
-                 out=out, on_results=observe)
+                 sim_timeout_s=sim_timeout_s, out=out, on_results=observe)
     wall = time.monotonic() - started
     view = out.getvalue()
     for o in observed.values():

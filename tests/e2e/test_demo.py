@@ -21,10 +21,12 @@ from vllm_operator_sim.demo import run_services
 from vllm_operator_sim.scenarios import Scenario, ScenarioSet, Traffic
 from vllm_operator_sim.startup import HiddenFacts
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
-WALL_LIMIT_S = 60.0
+#: A safety net only: the demo's clock is paced (it stands still while the operator works), so on a busy machine it
+#: takes longer in real time but ends the same way; what bounds it is its limit in simulated time.
+SAFETY_NET_S = 900.0
 
 
 @dataclass
@@ -41,11 +43,11 @@ class DemoRun:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     report = tmp_path_factory.mktemp("demo") / "report.json"
-    env = {**os.environ, "VLLM_OPERATOR_DEMO_REPORT": str(report), "VLLM_OPERATOR_DEMO_TIMEOUT": "50",
+    env = {**os.environ, "VLLM_OPERATOR_DEMO_REPORT": str(report), "VLLM_OPERATOR_DEMO_TIMEOUT": str(SAFETY_NET_S),
            "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "vllm_operator.cli", "demo"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=WALL_LIMIT_S + 30)
+                            capture_output=True, text=True, timeout=SAFETY_NET_S + 30)
     seconds = time.monotonic() - started
     rows = json.loads(report.read_text()) if report.exists() else []
     return DemoRun(result.returncode, result.stdout + result.stderr, rows, seconds)
@@ -61,7 +63,7 @@ def test_the_demo_prints_a_live_view_and_a_summary_table(demo: DemoRun) -> None:
     assert "service" in out and "failed starts" in out and "time to Ready" in out
     assert "services ended as expected" in out
     assert "plan:" in out and "Ready" in out
-    assert demo.seconds < WALL_LIMIT_S, f"the demo took {demo.seconds:.1f} s"
+    assert "stands still while the operator works" in out
 
 
 def test_every_scenario_that_does_not_need_remediation_ends_as_expected(demo: DemoRun) -> None:
@@ -103,7 +105,7 @@ def test_a_serving_time_oom_under_traffic_is_remediated() -> None:
                 "metadata": {"name": "busy", "namespace": "default"},
                 "spec": {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"},
                          "remediation": {"minIntervalSeconds": 0}}}
-    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], timeout_s=60)
+    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], sim_timeout_s=3600)
     assert result.outcome == "Ready", result
     assert result.serving_failures >= 1 and result.failed_starts == 0
     assert result.remediation_steps >= 1

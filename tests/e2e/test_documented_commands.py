@@ -44,6 +44,10 @@ ALLOWED: dict[str, str] = {
     "make demo": "the Makefile target is `vllm-operator demo` (checked below); the demo itself is run by "
                  "tests/e2e/test_demo.py and test_demo_readme.py",
     "make test": "the whole suite (CI runs it); a test running it would run itself",
+    "make test-real": "installs vLLM's CPU build (about 3.5 GB) and runs real vLLM processes: .ci/run runs it "
+                      "after make test",
+    "make test-real VLLM_REAL_VERSION=0.32.0": "the same tier with its release named (.ci/run runs the default, "
+                                               "0.32.0)",
     "helm install lws oci://registry.k8s.io/lws/charts/lws --version=0.10.0 -n lws-system --create-namespace":
         "pulls a chart from registry.k8s.io: no network here (tests/data/crds holds the LWS CRD the tests use)",
     "docker build -t vllm-operator:dev .": "no container runtime here (the Dockerfile is built by the release "

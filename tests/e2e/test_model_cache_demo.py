@@ -43,7 +43,8 @@ def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
                                 if e.service == name and e.kind in ("download", "cache-hit")]
         seen["downloaded"] = [e.details for e in cluster.kubelet.events if e.service == name and e.kind == "download"]
 
-    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], timeout_s=60, on_results=inspect)
+    [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], sim_timeout_s=3600,
+                            on_results=inspect)
     SEEN[name] = seen
     return result, seen["events"], seen["condition"]
 
@@ -84,7 +85,7 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
             "remediation": {"minIntervalSeconds": 0}}
     # the first start dies after loading the weights (a larger activation peak than planned), so it downloaded
     # them (a start that dies at the free-memory check, before loading, downloads nothing)
-    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=3.0))
+    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=4.0))
     assert result.remediation_steps >= 1, result
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}

@@ -104,14 +104,16 @@ def test_a_rollout_that_fails_after_the_record_is_completed_not_undone(cluster: 
     assert rolled["metadata"]["resourceVersion"] == cluster.deployment(NAME)["metadata"]["resourceVersion"]  # type: ignore[index]
 
 
-def test_a_lost_event_of_a_recorded_step_is_posted(cluster: Cluster) -> None:
+# 409: a Conflict on the Event's create posted nothing; it was taken for AlreadyExists and never posted again (issue 20)
+@pytest.mark.parametrize(("status", "fires"), [(503, 4), (409, 1)], ids=["503", "409"])
+def test_a_lost_event_of_a_recorded_step_is_posted(cluster: Cluster, status: int, fires: int) -> None:
     deployment, service = deploy(cluster, NAME)
     faults = proxy(cluster)
     # every immediate retry of the step's Event fails
-    rule = faults.add(method="POST", path=r"/events$", body="RemediatedNoKVCacheMemory", status=503, times=4)
+    rule = faults.add(method="POST", path=r"/events$", body="RemediatedNoKVCacheMemory", status=status, times=fires)
     cluster.crashed_pod(deployment, "qwen-a", message=no_kv_crash(service))
     cluster.wait_history(NAME, 1, timeout=PROMPT)
-    cluster.wait_for(lambda: rule.fired == 4, PROMPT, "the Event's posts failed")
+    cluster.wait_for(lambda: rule.fired == fires, PROMPT, "the Event's posts failed")
     # the kubelet re-reports the dead container: the operator looks again, finds the step recorded, posts its Event
     cluster.touch_pod_status("qwen-a", 1)
     cluster.wait_events(NAME, "RemediatedNoKVCacheMemory", timeout=PROMPT)

@@ -165,7 +165,7 @@ def test_a_full_cache_with_a_queue_scales_within_max_replicas_until_the_watch_is
     h.wait_condition("busy", watch.METRICS_AVAILABLE, "False", watch.NO_METRICS_FOUND, timeout=15)
 
     # A full cache, 8 running and 8 waiting, no preemption: twice the capacity is needed → 2 replicas.
-    stack.add_pod("default", "busy-5f6d7c8b9-abcde", "busy", kv_cache_usage=0.97, waiting=8, running=8)
+    stack.add_pod("default", "busy-5f6d7c8b9-bcdfg", "busy", kv_cache_usage=0.97, waiting=8, running=8)
     scaled = h.wait_deployment("busy", lambda d: d["spec"].get("replicas") == 2, timeout=30)
     assert scaled["spec"]["replicas"] == 2
     service = h.wait_for(lambda: s if (((s := h.service("busy")) or {}).get("status", {}).get("remediation") or {})

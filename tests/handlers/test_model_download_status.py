@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from kit.inprocess import Cluster, harness_fixture  # noqa: F401 (`harness`)
+from vllm_operator.render.cache import startup_failure_threshold
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 GATED = ("huggingface_hub.errors.GatedRepoError: 401 Client Error.\nCannot access gated repo for url "
@@ -55,3 +56,66 @@ def test_a_failing_then_measured_download_is_recorded(harness: Cluster) -> None:
     assert cache["measuredBy"] == "init-container" and cache["measuredAt"] == "2025-01-01T00:00:12Z"
     h.wait_for(lambda: "downloadError" not in (_model_cache(h, "bytesPerSecond") or {"downloadError": 1}) or None,
                message="the error cleared")
+
+
+VLLM_LOG = """\
+INFO 01-01 00:02:00 [gpu_model_runner.py:2602] Model loading took 0.9277 GiB memory and 4.500000 seconds
+INFO 01-01 00:02:20 [monitor.py:34] torch.compile takes 15.00 s in total
+INFO 01-01 00:02:30 [gpu_model_runner.py:3480] Graph capturing finished in 6 secs, took 0.12 GiB
+INFO 01-01 00:02:31 [core.py:210] init engine (profile, create kv cache, warmup model) took 100.00 seconds
+"""
+
+
+def _arg(deployment: dict[str, Any], flag: str) -> str | None:
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
+
+
+def _probe_budget(deployment: dict[str, Any]) -> int:
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return int(container["startupProbe"]["failureThreshold"])
+
+
+def test_a_ready_pods_start_is_recorded_and_budgets_the_next_rollout(harness: Cluster) -> None:
+    """status.coldStart from the pod's timestamps, the init container and vLLM's own lines; the startup probe takes
+    the measured engine start at the next change of vLLM's arguments, never by itself."""
+    h = harness
+    h.add_node("gpu-1", "NVIDIA-L4")
+    h.server.create_object("storageclasses", {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "x",
+        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}})
+    h.create("chat", {"model": {"name": QWEN}})
+    deployment = h.wait_deployment("chat", lambda d: bool(d["spec"]["template"]["spec"].get("initContainers")))
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "/vllm-compile/" in env["VLLM_CACHE_ROOT"]  # compile caches on the claim
+    before = _probe_budget(deployment)
+    report = {"downloadedBytes": 2**30, "seconds": 30.0}
+    pod = _pod(h, deployment, "chat-a", {"restartCount": 0, "state": {"terminated": {
+        "exitCode": 0, "reason": "Completed", "message": json.dumps(report), "startedAt": "2025-01-01T00:00:30Z",
+        "finishedAt": "2025-01-01T00:01:00Z"}}})
+    h.server.set_pod_log(h.namespace, "chat-a", VLLM_LOG, container="vllm")
+    pod["status"] = {"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"},
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:03:00Z"}],
+        "initContainerStatuses": pod["status"]["initContainerStatuses"],
+        "containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0,
+                               "state": {"running": {"startedAt": "2025-01-01T00:01:01Z"}}}]}
+    h.server.patch_status("pods", "chat-a", pod["status"], h.namespace)
+
+    def cold_start() -> dict[str, Any] | None:
+        found = ((h.service("chat") or {}).get("status") or {}).get("coldStart") or {}
+        return found if found.get("measuredPod") == "chat-a" else None
+    start = h.wait_for(cold_start, message="the start recorded")
+    assert start["readySeconds"] == 180.0 and start["podStartSeconds"] == 30.0
+    assert start["downloadSeconds"] == 30.0 and start["loadSeconds"] == 4.5 and start["compileSeconds"] == 15.0
+    assert start["engineInitSeconds"] == 100.0 and start["slowestEngineInitSeconds"] == 100.0
+    assert start["compileCache"] == "persistent" and start["starts"] == 1
+    assert _probe_budget(h.deployment("chat")) == before  # a measurement alone rolls nothing out
+    h.patch_spec("chat", {"flags": {"maxNumSeqs": 8}})  # vLLM's arguments change: the budget follows the measure
+    h.wait_for(lambda: (h.service("chat")["status"].get("observedGeneration") or 0) >= 2, message="re-planned")
+    after = h.wait_deployment("chat", lambda d: _arg(d, "--max-num-seqs") == "8")
+    checkpoint_gib = h.service("chat")["status"]["modelCache"]["checkpointBytes"] / 2**30
+    assert before == startup_failure_threshold(checkpoint_gib, download_mib_per_s=100, download=False)
+    assert _probe_budget(after) == startup_failure_threshold(checkpoint_gib, download_mib_per_s=100, download=False,
+                                                             engine_seconds=200.0) < before  # 2 × 100 s measured
+    assert cold_start()["budgetEngineSeconds"] == 200.0

@@ -387,9 +387,10 @@ def test_the_same_failure_redelivered_never_causes_two_steps(cluster: Cluster) -
     same = cluster.deployment(NAME)
     assert same is not None and same["metadata"]["resourceVersion"] == stepped["metadata"]["resourceVersion"]
 
-    # A spec change resets the ladder: the Deployment is back on the first plan, so the pod is of the current
-    # template again, and only the failure key kept in the history stops it from being acted on twice.
-    cluster.patch_spec(NAME, {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]})
+    # A change of the plan's inputs resets the ladder (workload.concurrency 1: the same plan as before): the
+    # Deployment is back on the first plan, so the pod is of the current template again, and only the failure key
+    # kept in the history stops it from being acted on twice.
+    cluster.patch_spec(NAME, {"workload": {"concurrency": 1}})
     cluster.wait_remediation(NAME, lambda r: r.get("step") == 0 and not r.get("profile"))
     replanned = cluster.wait_deployment(NAME, lambda d: flag(args_of(d), "--max-model-len") == "32768")
     assert plan_annotation(replanned) == plan_annotation(pod)
@@ -432,14 +433,21 @@ def test_a_pinned_max_model_len_is_never_changed(cluster: Cluster) -> None:
     assert final["metadata"]["resourceVersion"] == stepped["metadata"]["resourceVersion"]
 
 
-def test_a_spec_change_resets_the_profile_but_keeps_the_history(cluster: Cluster) -> None:
+def test_a_plan_input_change_resets_the_profile_but_keeps_the_history(cluster: Cluster) -> None:
     deployment, service = deploy(cluster)
     cluster.crashed_pod(deployment, "qwen-s1", message=crash_message(kv_error(service, 32768, 20000)))
     cluster.wait_history(NAME, 1)
     stepped = cluster.wait_deployment(NAME, changed_from(deployment))
     assert flag(args_of(stepped), "--max-model-len") == "19456"
 
+    # an env var leaves the plan's inputs as they were: the learned max-model-len stays
     cluster.patch_spec(NAME, {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]})
+    with_env = cluster.wait_deployment(NAME, lambda d: any(e["name"] == "VLLM_LOGGING_LEVEL"
+                                                           for e in vllm_container(d).get("env") or []))
+    assert flag(args_of(with_env), "--max-model-len") == "19456"
+    assert remediation(cluster.service(NAME))["step"] == 1
+
+    cluster.patch_spec(NAME, {"workload": {"concurrency": 1}})
     obj = cluster.wait_remediation(NAME, lambda r: r.get("step") == 0 and not r.get("profile"),
                                    message="the ladder was reset")
     rem = remediation(obj)

@@ -173,7 +173,6 @@ def bounds(path: Path) -> list[Any]:
 _lit = _literal
 _k8s_name = st.sampled_from(["models", "a", "models.fast", "x" * 63, "hf-token", "a-b.c-d"])
 _label_value = st.sampled_from(["gpu", "a100_80gb", "x" * 63, "A.b-c_d", ""])
-_env_source = st.sampled_from([{"name": "hf", "key": "token"}, {"name": "cm", "key": "k", "optional": True}])
 
 #: A pool of valid values for every leaf of the spec (`test_every_spec_field_has_a_valid_generator` keeps it whole).
 VALID: dict[Path, st.SearchStrategy[Any]] = {
@@ -191,6 +190,8 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("gpu", "maxCount"): st.sampled_from([1, 2, 8, 64]),
     ("gpu", "maxNodes"): st.sampled_from([1, 2, 4, 64]),
     ("gpu", "memoryGiB"): st.sampled_from([24, 80, 1e-3, 4096]),
+    ("gpu", "share", "group"): st.sampled_from(["team-a", "a", "a" * 63]),
+    ("gpu", "share", "memoryGiB"): st.sampled_from([8, 20.5, 1e-3, 4096]),
     ("image",): st.sampled_from(["vllm/vllm-openai:v0.26.0", "vllm/vllm-openai:v0.11.0", "vllm/vllm-openai:v0.8.5",
                                  "vllm/vllm-openai:v0.17.1", "registry.local:5000/vllm/vllm-openai:v0.26.0",
                                  "vllm/vllm-openai@sha256:" + "a" * 64, "registry.local/vllm:prod"]),
@@ -242,10 +243,15 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("tolerations", 0, "tolerationSeconds"): st.sampled_from([0, 300, -(2**63), 2**63 - 1]),
     ("env", 0, "name"): st.sampled_from(["A", "HF_TOKEN", "API_KEY", "HF_HOME", "LD_PRELOAD", "a.b-c"]),
     ("env", 0, "value"): st.sampled_from(["1", "hf_" + "a" * 34, "debug", "x\nprivileged: true", "$(rm -rf /)"]),
-    ("env", 0, "valueFrom", "secretKeyRef"): _env_source,
-    ("env", 0, "valueFrom", "configMapKeyRef"): _env_source,
-    ("env", 0, "valueFrom", "fieldRef"): st.just({"fieldPath": "metadata.name"}),
-    ("env", 0, "valueFrom", "resourceFieldRef"): st.just({"resource": "limits.memory"}),
+    **{("env", 0, "valueFrom", ref, leaf): pool for ref in ("secretKeyRef", "configMapKeyRef") for leaf, pool in (
+        ("name", st.sampled_from(["hf", "cm", "a.b-c"])), ("key", st.sampled_from(["token", "k", "HF_TOKEN"])),
+        ("optional", st.booleans()))},
+    ("env", 0, "valueFrom", "fieldRef", "fieldPath"): st.sampled_from(["metadata.name", "status.podIP",
+                                                                       "metadata.labels['app']"]),
+    ("env", 0, "valueFrom", "fieldRef", "apiVersion"): st.just("v1"),
+    ("env", 0, "valueFrom", "resourceFieldRef", "resource"): st.sampled_from(["limits.memory", "requests.cpu"]),
+    ("env", 0, "valueFrom", "resourceFieldRef", "containerName"): st.just("vllm"),
+    ("env", 0, "valueFrom", "resourceFieldRef", "divisor"): st.sampled_from(["1Mi", "1"]),
     ("hfTokenSecretRef", "name"): _k8s_name,
     ("hfTokenSecretRef", "key"): st.sampled_from(["token", "HF_TOKEN", "a.b-c_d"]),
     ("modelCache", "claimName"): _k8s_name,

@@ -52,13 +52,14 @@ def serve_args(model_id: str, **flags: Any) -> list[str]:
 
 def deployment(name: str, model_id: str, flags: Mapping[str, Any], *, product: str = "NVIDIA-L4", gpus: int = 1,
                image: str = IMAGE_026, replicas: int = 1, memory: str | None = None,
-               vllm_version: str | None = None, cached: bool = False,
+               vllm_version: str | None = None, cached: bool = False, compile_cache: bool = False,
                hf_token_secret: str | None = None) -> dict[str, Any]:
     """A Deployment exactly as the operator renders it (labels, nodeSelector, tolerations, resources, args);
-    `cached`: the model cache on a claim (`<name>-model-cache`) filled by the model-download init container."""
+    `cached`: the model cache on a claim (`<name>-model-cache`) filled by the model-download init container;
+    `compile_cache`: vLLM's compile caches on that claim too (what the operator renders for a persistent cache)."""
     files = model(model_id)
     cache: dict[str, Any] = {"cache_volume": {"persistentVolumeClaim": {"claimName": f"{name}-model-cache"}},
-                             "download_init": True} if cached else {}
+                             "download_init": True, "compile_cache": compile_cache} if cached else {}
     inp = RenderInput(name=name, namespace="default", owner=OwnerRef(name=name, uid=f"uid-{name}"), model=model_id,
                       image=image, vllm_version=vllm_version or image.rsplit(":v", 1)[-1], flags=dict(flags), gpu_count=gpus,
                       gpu_product_label=product, weights_gib_total=(files.total_size or 0) / 2**30,

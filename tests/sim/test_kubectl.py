@@ -76,10 +76,15 @@ def test_an_unknown_field_is_refused_by_strict_validation_and_dropped_without_it
 
 
 def test_a_wrong_type_is_a_422_naming_the_field(with_crd: Kubectl, api: EmulatedAPIServer, tmp_path: Path) -> None:
+    result = _apply_manifest(with_crd, tmp_path, _service(flags={"maxNumSeqs": "lots"}))
+    assert result.returncode != 0
+    assert 'The VLLMService "bad" is invalid: spec.flags.maxNumSeqs: Invalid value: "string"' in result.stderr
+    assert "must be of type integer" in result.stderr
+    assert api.get_object("vllmservices", "bad") is None
+    # maxModelLen takes a number or "auto" (vLLM's own fit): any other string is refused naming the field
     result = _apply_manifest(with_crd, tmp_path, _service(flags={"maxModelLen": "lots"}))
     assert result.returncode != 0
-    assert 'The VLLMService "bad" is invalid: spec.flags.maxModelLen: Invalid value: "string"' in result.stderr
-    assert "must be of type integer" in result.stderr
+    assert 'spec.flags.maxModelLen: Invalid value: "lots"' in result.stderr and "^auto$" in result.stderr
     assert api.get_object("vllmservices", "bad") is None
 
 
@@ -100,6 +105,7 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
     ".spec.flags.tensorParallelSize#maxCount": ("must not exceed gpu.maxCount",
                                                 {"flags": {"tensorParallelSize": 4}, "gpu": {"maxCount": 2}}),
     ".spec.maxReplicas": ("maxReplicas must be at least replicas", {"replicas": 3, "maxReplicas": 2}),
+    ".spec.gpu.share": ("gpu.share packs one-GPU services", {"gpu": {"count": 2, "share": {"group": "team"}}}),
     ".spec.nodeSelector": ("nodeSelector keys must be label keys", {"nodeSelector": {"bad key/with/slashes": "x"}}),
     ".spec.workload.contextLength": ("must not exceed the pinned flags.maxModelLen",
                                      {"workload": {"contextLength": 8192}, "flags": {"maxModelLen": 4096}}),

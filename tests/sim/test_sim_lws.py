@@ -395,3 +395,46 @@ def test_a_group_downloading_the_model_says_downloading_with_its_ranks_then_read
         cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=90,
                          message="never Ready after the download")
         assert _condition(service(), "Degraded").get("status") != "True"
+
+
+def test_volume_claim_templates_give_each_pod_a_claim_that_outlives_its_group() -> None:
+    """As the group's StatefulSets do: `model-cache-<pod>` per pod, created once; a recreated group's pods mount
+    the same claims (the weights and compiled graphs are still there)."""
+    template = {"metadata": {"name": "model-cache"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+    lws = {"metadata": {"name": "big", "namespace": "default", "uid": "lws-1"},
+           "spec": {"replicas": 1, "leaderWorkerTemplate": {
+               "size": 2, "restartPolicy": "RecreateGroupOnPodRestart", "volumeClaimTemplates": [template],
+               "workerTemplate": {"metadata": {"labels": {"app": "x"}}, "spec": {
+                   "containers": [{"name": "vllm"}], "volumes": [{"name": "dshm", "emptyDir": {}}]}}}}}
+    api = _ClaimAPI(lws)
+    controller = LWSController(api)
+    controller.control()
+    claims = {p["metadata"]["name"]: next(v["persistentVolumeClaim"]["claimName"] for v in p["spec"]["volumes"]
+                                          if v["name"] == "model-cache") for p in api.pods.values()}
+    assert claims == {"big-0": "model-cache-big-0", "big-0-1": "model-cache-big-0-1"}
+    assert sorted(api.claims) == ["model-cache-big-0", "model-cache-big-0-1"]
+    api.pods.clear()  # the group recreated: same pod names, same claims, none created again
+    controller.control()
+    assert sorted(api.claims) == ["model-cache-big-0", "model-cache-big-0-1"] and api.claim_creates == 2
+    assert all(any(v.get("persistentVolumeClaim") for v in p["spec"]["volumes"]) for p in api.pods.values())
+
+
+class _ClaimAPI(_FakeAPI):
+    def __init__(self, lws: dict[str, Any]) -> None:
+        super().__init__(lws)
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.claim_creates = 0
+
+    def list_objects(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
+                     field_selector: str | None = None) -> list[dict[str, Any]]:
+        if resource == "persistentvolumeclaims":
+            name = (field_selector or "").removeprefix("metadata.name=")
+            return [self.claims[name]] if name in self.claims else []
+        return super().list_objects(resource, namespace, label_selector=label_selector, field_selector=field_selector)
+
+    def create_object(self, resource: str, obj: Any, namespace: str | None = None) -> dict[str, Any]:
+        if resource == "persistentvolumeclaims":
+            self.claim_creates += 1
+            self.claims[obj["metadata"]["name"]] = obj
+            return dict(obj)
+        return super().create_object(resource, obj, namespace)

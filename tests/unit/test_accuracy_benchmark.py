@@ -89,3 +89,44 @@ def test_the_logged_expert_parallel_start_is_asked_with_the_flag() -> None:
     record = next(r for r in RECORDS if r.get("enable_expert_parallel"))
     assert "--enable-expert-parallel" in BENCH.command_for(record, DATA)
     assert BENCH.request_for(record, DATA).pinned.enable_expert_parallel is True
+
+
+def test_the_2026_set_is_checked_in_and_its_excluded_records_are_never_scored(tmp_path: Path) -> None:
+    records = BENCH.load_records(DATA)
+    sets = {r["_set"] for r in records}
+    assert sets == {"public", "2026"}
+    new = [r for r in records if r["_set"] == "2026"]
+    assert any(r.get("exclude") for r in new) and any(not r.get("exclude") and BENCH.logged_tokens(r) for r in new)
+    for record in new:  # every scored record's model files are in the checkout
+        if not record.get("exclude"):
+            assert (BENCH.model_folder(DATA, record) / "config.json").is_file(), record["model_id"]
+    out = tmp_path / "rows.json"
+    BENCH.main(["--json", str(out)])
+    rows = json.loads(out.read_text())
+    scored = {(row["set"], row["i"]) for row in rows}
+    excluded = {("2026", r["_line"]) for r in new if r.get("exclude")}
+    assert scored and not scored & excluded
+
+
+def test_a_block_size_vllm_derived_is_not_pinned() -> None:
+    record = next(r for r in BENCH.load_records(DATA) if r.get("block_size") not in (None, *BENCH.BLOCK_SIZES))
+    assert "--block-size" not in BENCH.command_for(record, DATA)
+
+
+def test_a_wsl2_gpu_is_asked_as_its_own_catalog_row() -> None:
+    assert BENCH._catalog_query("NVIDIA GeForce RTX 4090 24GB (WSL2)") == "4090-wsl2"
+    assert BENCH._catalog_query("NVIDIA GeForce RTX 4090 24GB") == "4090"
+
+
+def _rows(set_name: str, errors: list[float]) -> list[dict[str, Any]]:
+    return [{"set": set_name, "error": e} for e in errors]
+
+
+def test_the_2026_targets_bound_the_median_the_share_within_10_percent_and_the_low_side() -> None:
+    good = [0.01, -0.02, 0.0, 0.03, -0.01, 0.02, 0.09, -0.05, 0.01, 0.0]
+    assert BENCH.targets_met(_rows("2026", good))
+    assert not BENCH.targets_met(_rows("2026", [*good[:-1], -0.11]))            # one record 11% low
+    assert not BENCH.targets_met(_rows("2026", [0.04] * 10))                     # median above 3%
+    assert not BENCH.targets_met(_rows("2026", [*good[:8], 0.2, 0.3]))           # 80% within 10%
+    assert BENCH.targets_met(_rows("public", [0.0005] * 9 + [-0.5]))             # no low-side bound on the old set
+    assert not BENCH.targets_met(_rows("public", [0.002] * 10))                  # but its median stays <= 0.1%

@@ -371,6 +371,8 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
      "spec.network.rdmaResources[0].name"),
     (spec(network={"rdmaResources": [{"name": "rdma/rdma_shared_device_a", "count": 1}]}), None, None),
     (spec(gpu={"count": 4, "maxCount": 2}), "gpu-count-within-max-count", "spec.gpu.count"),
+    (spec(gpu={"count": 2, "share": {"group": "team"}}), "gpu-share-one-gpu", "spec.gpu.share"),
+    (spec(gpu={"count": 1, "share": {"group": "team", "memoryGiB": 8}}), None, None),
     (
         spec(flags={"tensorParallelSize": 4}, gpu={"count": 2}),
         "parallelism-matches-gpu-count",
@@ -470,7 +472,7 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     ),
     (spec(modelCache={"size": "1Gi", "storageClassName": "s"}), None, None),
     (
-        spec(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "1", "valueFrom": {"fieldRef": {}}}]),
+        spec(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
         "env-value-or-value-from",
         "spec.env[1].valueFrom",
     ),

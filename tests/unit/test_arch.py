@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from vllm_operator.planner.arch import ArchError, LayerKind, ModelArch, arch_from_config, checkpoint_bytes
+from vllm_operator.planner.arch import (
+    ArchError,
+    LayerKind,
+    ModelArch,
+    arch_from_config,
+    checkpoint_bytes,
+    lm_head_bytes_per_param,
+    module_params,
+)
 
 LoadArch = Callable[[str], ModelArch]
 FULL, SLIDING = LayerKind.FULL, LayerKind.SLIDING
@@ -259,9 +269,10 @@ def test_text_config_fields_win_over_top_level() -> None:
 @pytest.mark.parametrize(
     ("model_id", "method", "bits", "group"),
     [
-        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 4.0, 128),
-        ("TheBloke/Mistral-7B-Instruct-v0.2-GPTQ", "gptq", 4.0, 128),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "gptq", 4.0, 128),
+        # stored bits: 4-bit values + a 16-bit scale per group of 128 (+ a packed 4-bit zero point unless symmetric)
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "awq", 4 + 20 / 128, 128),
+        ("TheBloke/Mistral-7B-Instruct-v0.2-GPTQ", "gptq", 4 + 16 / 128, 128),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "gptq", 4 + 16 / 128, 128),
         ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "compressed-tensors", 8.0, None),  # fp8 weights
         ("RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8", "compressed-tensors", 8.0, None),  # int8 weights
         ("openai/gpt-oss-20b", "mxfp4", 4.25, None),
@@ -286,7 +297,7 @@ def test_compressed_tensors_w4a16_group_quantization() -> None:
     }
     q = config_arch(llama(quantization_config=quant)).quantization
     assert q is not None
-    assert (q.method, q.weight_bits, q.group_size) == ("compressed-tensors", 4.0, 128)
+    assert (q.method, q.weight_bits, q.group_size) == ("compressed-tensors", 4 + 16 / 128, 128)  # symmetric
 
 
 def test_kv_cache_scheme_marks_an_fp8_kv_checkpoint() -> None:
@@ -459,9 +470,74 @@ def test_yarn_keeps_the_unscaled_length_for_0_30() -> None:
 def test_nvfp4_checkpoints_are_4_5_bits(quantization: dict[str, Any]) -> None:
     arch = config_arch({**llama(), "quantization_config": quantization})
     assert arch.quantization is not None and arch.quantization.weight_bits == 4.5
-    body = arch.param_count - 2 * arch.vocab_size * arch.hidden_size
-    assert checkpoint_bytes(arch) == pytest.approx(body * (4.5 / 8 + 0.02) + 2 * 2 * arch.vocab_size
-                                                   * arch.hidden_size, rel=0.001)
+    body = arch.param_count - 2 * arch.vocab_size * arch.hidden_size  # embeddings and LM head stay 16-bit
+    assert checkpoint_bytes(arch) == pytest.approx(body * 4.5 / 8 + 2 * 2 * arch.vocab_size * arch.hidden_size,
+                                                   rel=0.001)
+
+
+def _mixed(groups: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "config_groups": groups, **extra}
+
+
+def test_mixed_precision_sizes_each_module_by_its_group() -> None:
+    """ModelOpt MIXED_PRECISION (as NVIDIA's Qwen3.6 NVFP4 exports write it): FP8 attention, NVFP4 MLP and LM head,
+    embeddings in the model dtype; NVFP4 = E2M1 values + an E4M3 scale per 16 = 4.5 bits."""
+    quant = _mixed({
+        "group_0": {"weights": {"num_bits": 8, "type": "float"},
+                    "targets": ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"]},
+        "group_1": {"weights": {"num_bits": 4, "type": "float", "group_size": 16},
+                    "targets": ["lm_head", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"]},
+    })
+    arch = config_arch({**llama(), "quantization_config": quant})
+    q = arch.quantization
+    assert q is not None and dict(q.module_bits) == {"attention": 8.0, "mlp": 4.5, "lm_head": 4.5}
+    parts = module_params(arch)
+    assert parts["mlp"] == 3 * arch.hidden_size * arch.intermediate_size * arch.num_layers
+    expected = (parts["attention"] * 1 + parts["mlp"] * 4.5 / 8 + parts["lm_head"] * 4.5 / 8 + parts["embed"] * 2)
+    assert checkpoint_bytes(arch) == pytest.approx(expected, rel=1e-6)
+    assert lm_head_bytes_per_param(arch) == 4.5 / 8
+
+
+@pytest.mark.parametrize(("weights", "bits"), [
+    ({"num_bits": 4, "type": "float", "group_size": 16}, 4.5),        # NVFP4: E4M3 scale per 16
+    ({"num_bits": 4, "type": "float", "group_size": 32}, 4.25),       # MXFP4: E8M0 scale per 32
+    ({"num_bits": 8, "type": "float"}, 8.0),                          # FP8: per-tensor/channel scales
+    ({"num_bits": 4, "type": "int", "group_size": 128, "symmetric": True}, 4 + 16 / 128),
+    ({"num_bits": 4, "type": "int", "group_size": 32, "symmetric": False}, 4 + 20 / 32),
+    ({"num_bits": 8, "type": "int", "strategy": "channel"}, 8.0),
+])
+def test_bit_layouts_include_the_block_scales(weights: dict[str, Any], bits: float) -> None:
+    quant = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": weights, "targets": ["Linear"]}},
+             "ignore": ["lm_head"]}
+    q = config_arch({**llama(), "quantization_config": quant}).quantization
+    assert q is not None and q.weight_bits == pytest.approx(bits) and q.bits_for("lm_head") is None
+
+
+def test_a_catch_all_target_quantizes_every_linear_layer_but_an_ignored_lm_head() -> None:
+    quant = {"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {
+        "experts": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}, "targets": ["re:.*mlp.experts.*"]},
+        "rest": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}}}
+    q = config_arch({**llama(), "quantization_config": quant}).quantization
+    # the catch-all also names the experts: the wider format wins, so every linear layer is 8-bit (uniform)
+    assert q is not None and q.weight_bits == 8.0 and q.module_bits == () and q.bits_for("lm_head") is None
+    quant["config_groups"]["rest"]["targets"] = ["re:.*self_attn.*"]
+    q = config_arch({**llama(), "quantization_config": quant}).quantization
+    assert q is not None and dict(q.module_bits) == {"attention": 8.0, "experts": 4.5}
+    assert q.bits_for("mlp") is None  # not targeted: the model dtype
+
+
+def test_the_qwen3_6_hybrids_count_their_gated_deltanet_layers_and_vision_tower() -> None:
+    """Qwen3.6-27B (NVIDIA's NVFP4 export): 48 Gated DeltaNet + 16 gated full-attention layers and a 27-block vision
+    tower; the checkpoint estimate from the layout lands on the 19.78 GiB vLLM logged loading it (2026 records)."""
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "models-2026" / "nvidia__Qwen3.6-27B-NVFP4"
+    arch = arch_from_config(json.loads((folder / "config.json").read_text()), model_id="nvidia/Qwen3.6-27B-NVFP4")
+    assert arch.vision_params == pytest.approx(0.461e9, rel=0.01)
+    h = 5120
+    gdn = h * (2 * 16 * 128 + 2 * 48 * 128) + h * 2 * 48 + (2 * 16 * 128 + 48 * 128) * 4 + 2 * 48 + 128 + 48 * 128 * h
+    full = h * 256 * (2 * 24 + 2 * 4) + h * 256 * 24
+    mlp = 3 * h * 17408
+    assert sorted(set(arch.layer_param_counts)) == [full + mlp, gdn + mlp]
+    assert checkpoint_bytes(arch) / 2**30 == pytest.approx(19.78, rel=0.02)
 
 
 def test_modelopt_fp8_stays_8_bits() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from vllm_operator.render.cache import (
     fold_download,
     fold_download_failure,
     measured_download,
+    plan_cache,
+    read_write_many_class,
     shared_claim_name,
     startup_failure_threshold,
 )
@@ -36,12 +39,14 @@ H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count
 
 
 def run(spec: dict[str, Any], *, name: str = "svc", storage_class: str | None = "standard",
-        settings: CacheSettings | None = None, namespace: str = "ns") -> reconcile.Desired:
+        settings: CacheSettings | None = None, namespace: str = "ns", shared_class: str | None = None,
+        status: dict[str, Any] | None = None) -> reconcile.Desired:
     return reconcile.desired_state(reconcile.Observed(
-        name=name, namespace=namespace, uid=f"uid-{name}", generation=1, spec=spec, status={},
+        name=name, namespace=namespace, uid=f"uid-{name}", generation=1, spec=spec, status=status or {},
         now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,), model_files=load_model_files(spec["model"]["name"],
                                                                                            offline=True),
-        cache_settings=settings or CacheSettings(), default_storage_class=storage_class))
+        cache_settings=settings or CacheSettings(), default_storage_class=storage_class,
+        shared_storage_class=shared_class))
 
 
 def kinds(desired: reconcile.Desired) -> dict[str, dict[str, Any]]:
@@ -117,6 +122,75 @@ def test_several_pods_need_a_shared_claim() -> None:
     status, reason, message = cache_condition(desired)
     assert (status, reason) == (cond.FALSE, EPHEMERAL) and "ReadWriteMany" in message
     assert "PersistentVolumeClaim" not in kinds(desired)
+
+
+def test_the_ephemeral_condition_says_what_each_start_downloads() -> None:
+    _, _, message = cache_condition(run({"model": {"name": QWEN}, "replicas": 2}))
+    assert re.search(r"downloads them again \(\d+\.\d GiB each time\)", message)
+
+
+@pytest.mark.parametrize("spec", [{"replicas": 2}, {"maxReplicas": 4},
+                                  {"autoscaling": {"minReplicas": 1, "maxReplicas": 3}}])
+def test_several_pods_share_a_read_write_many_claim_where_the_cluster_has_one(spec: dict[str, Any]) -> None:
+    desired = run({"model": {"name": QWEN}, **spec}, shared_class="nfs-client")
+    claim = kinds(desired)["PersistentVolumeClaim"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"] and claim["spec"]["storageClassName"] == "nfs-client"
+    assert claim["metadata"]["name"] == shared_claim_name(QWEN, None)
+    assert cache_volume(desired) == {"name": "model-cache", "persistentVolumeClaim": {
+        "claimName": claim["metadata"]["name"]}}
+    assert kinds(desired)["Deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
+    assert cache_condition(desired)[:2] == (cond.TRUE, PERSISTENT)
+    # one pod keeps its own ReadWriteOnce claim on the default class (block storage loads faster)
+    single = kinds(run({"model": {"name": QWEN}}, shared_class="nfs-client"))["PersistentVolumeClaim"]
+    assert single["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in single["spec"]
+
+
+def test_a_scale_back_to_one_pod_keeps_the_shared_cache() -> None:
+    """Scaling never switches the template back: the shape recorded (status.modelCache.shapePods) stays."""
+    two = run({"model": {"name": QWEN}, "replicas": 2}, shared_class="nfs-client")
+    recorded = two.status.model_dump(by_alias=True, exclude_none=True)
+    assert recorded["modelCache"]["shapePods"] == 2
+    one = run({"model": {"name": QWEN}, "replicas": 1}, shared_class="nfs-client", status=recorded)
+    assert cache_volume(one) == cache_volume(two)
+    assert pod_spec(one) == pod_spec(two)
+    # an ephemeral multi-pod shape is not kept: one pod gets its claim back (nothing persistent to lose)
+    ephemeral = run({"model": {"name": QWEN}, "replicas": 2}).status.model_dump(by_alias=True, exclude_none=True)
+    assert "shapePods" not in ephemeral.get("modelCache", {})
+    assert "persistentVolumeClaim" in cache_volume(run({"model": {"name": QWEN}}, status=ephemeral))
+
+
+@pytest.mark.parametrize(("classes", "expected"), [
+    ([], None),
+    ([{"metadata": {"name": "standard"}, "provisioner": "ebs.csi.aws.com"}], None),
+    ([{"metadata": {"name": "efs"}, "provisioner": "efs.csi.aws.com"}], "efs"),
+    ([{"metadata": {"name": "nfs-client"}, "provisioner": "cluster.local/nfs-subdir-external-provisioner"}],
+     "nfs-client"),
+    ([{"metadata": {"name": "mine", "annotations": {"vllm-operator.dev/access-mode": "ReadWriteMany"}},
+       "provisioner": "example.com/fs"}], "mine"),
+    ([{"metadata": {"name": "not-nfs", "annotations": {"vllm-operator.dev/access-mode": "ReadWriteOnce"}},
+       "provisioner": "nfs.csi.k8s.io"}], None),
+    ([{"metadata": {"name": "a"}, "provisioner": "nfs.csi.k8s.io"},
+      {"metadata": {"name": "b", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+       "provisioner": "rook-ceph.cephfs.csi.ceph.com"}], "b"),
+])
+def test_read_write_many_classes_are_found(classes: list[dict[str, Any]], expected: str | None) -> None:
+    assert read_write_many_class(classes) == expected
+
+
+def test_a_multi_node_group_gets_a_claim_per_pod() -> None:
+    plan = plan_cache(service="big", namespace="ns", model=QWEN, revision=None, spec=None, settings=CacheSettings(),
+                      default_storage_class="standard", checkpoint_gib=756.0, max_pods=2, labels={"a": "b"},
+                      owner={}, group_pods=True)
+    assert plan.persistent and plan.claim is None and plan.volume == {}
+    assert plan.claim_template is not None and plan.claim_template["metadata"]["name"] == "model-cache"
+    assert plan.claim_template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "claim per pod" in plan.message
+    # with a ReadWriteMany class the group shares one claim instead
+    shared = plan_cache(service="big", namespace="ns", model=QWEN, revision=None, spec=None,
+                        settings=CacheSettings(), default_storage_class="standard", checkpoint_gib=756.0, max_pods=2,
+                        labels={}, owner={}, group_pods=True, shared_storage_class="cephfs")
+    assert shared.claim_template is None and shared.claim is not None
+    assert shared.claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_read_write_many_claim_is_shared_by_the_services_of_a_model() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -355,9 +356,11 @@ def test_check_a_pasted_command_line_is_plan_as_is(capsys: pytest.CaptureFixture
 
 def test_check_names_unknown_flags(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "check", "--gpu", "l4", "--", "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
-                         "--max-modle-len", "8192", "--max-cudagraph-capture-size", "64")
+                         "--max-modle-len", "8192", "--max-cudagraph-capture-size", "64", "--enable-magic")
     assert_one_line_error(code, out, err)
-    assert "--max-modle-len" in err and "--max-cudagraph-capture-size" in err
+    assert f"--max-modle-len is not a flag of vLLM {NEWEST_KNOWN_VERSION}" in err
+    assert "--enable-magic is not a flag" in err
+    assert "--max-cudagraph-capture-size" not in err  # a flag of the release (0.11.1+): accepted, not modelled
 
 
 def test_check_says_which_flags_it_did_not_model(capsys: pytest.CaptureFixture[str]) -> None:
@@ -581,10 +584,10 @@ def test_an_lm_head_above_the_releases_lora_vocabulary_limit_does_not_fit(capsys
 
 
 def test_readmes_lora_commands_print_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    """README's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
+    """docs/ecosystem.md's LoRA example, run as written: the plan's last line is the one quoted, the check exits 1."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md").read_text()
     block = readme.split('"Will it fit with 4 adapters of rank 64?"', 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = block.splitlines()
     plan_line, quoted, check_line = lines[0], lines[1], lines[2]
@@ -601,3 +604,121 @@ def test_more_pipeline_stages_than_layers_is_one_line_and_exit_2(capsys: pytest.
                          "--gpu-count", "32")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and err.startswith("vllm-operator: error: --pipeline-parallel-size 32 for the 24 "), err
+
+
+# --- real command lines, read with their release's own flags (catalog/vllm_flags_cli.yaml) ---------------------------
+
+# (release, GPU, the flags after `vllm serve Qwen/Qwen3-8B`, exit code, a text of stdout (0, 1) or stderr (2)): the
+# flag sets of issue 23 (accepted by vLLM 0.32.0's own parser, or removed from it) and more
+_COMMAND_LINES = [
+    ("0.32.0", "h100", "--max-model-len auto", 0, "max-model-len auto: vLLM 0.32.0 keeps the model's full context, 40960 tokens"),
+    ("0.32.0", "h100", "--max-model-len -1", 0, "max-model-len auto: vLLM 0.32.0 keeps the model's full context, 40960 tokens"),
+    ("0.32.0", "l4", "--max-model-len auto", 0, "max-model-len auto: vLLM 0.32.0 reduces the model's 40960 to "),
+    ("0.32.0", "l4", "--max_model_len=auto --gpu_memory_utilization=0.95", 0, "max-model-len auto: vLLM 0.32.0 reduces"),
+    ("0.13.0", "h100", "--max-model-len auto", 2, "--max-model-len auto (or -1) was added in vLLM 0.14.0"),
+    ("0.32.0", "h100", "--async-scheduling", 0, "--async-scheduling"),
+    ("0.9.0", "h100", "--async-scheduling", 2, "--async-scheduling was added in vLLM 0.10.0"),
+    ("0.32.0", "h100", "--limit-mm-per-prompt '{\"image\":2}'", 0, "--limit-mm-per-prompt"),
+    ("0.32.0", "h100", "-O3", 0, "--optimization-level"),
+    ("0.32.0", "h100", "-O 3", 0, "--optimization-level"),
+    ("0.8.0", "h100", "-O3", 0, "--compilation-config"),
+    ("0.32.0", "h100", "--enable-sleep-mode", 0, "--enable-sleep-mode"),
+    ("0.32.0", "h100", "--kv-offloading-size 16", 0, "--kv-offloading-size"),
+    ("0.32.0", "h100", "--kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}'", 0, "--kv-transfer-config"),
+    ("0.32.0", "h100", "--long-prefill-token-threshold 2048", 0, "--long-prefill-token-threshold"),
+    ("0.32.0", "h100", "--mm-processor-cache-gb 4", 0, "--mm-processor-cache-gb"),
+    ("0.32.0", "h100", "--disable-custom-all-reduce", 0, "--disable-custom-all-reduce"),
+    ("0.32.0", "h100", "--kv-cache-memory-bytes 8G", 0, "GPU KV cache size: 58,"),
+    ("0.32.0", "h100", "--override-generation-config '{\"temperature\":0.6}'", 0, "--override-generation-config"),
+    ("0.32.0", "h100", "--mm-encoder-tp-mode data", 0, "--mm-encoder-tp-mode"),
+    ("0.32.0", "h100", "--compilation-config '{\"cudagraph_capture_sizes\":[1,2,4]}'", 0, "--compilation-config"),
+    ("0.32.0", "h100", "--compilation-config.cudagraph_mode FULL_DECODE_ONLY", 0, "--compilation-config"),
+    ("0.32.0", "h100", "--swap-space 4", 2, "--swap-space was removed in vLLM 0.18.0 (the command runs vLLM 0.32.0)"),
+    ("0.11.0", "h100", "--swap-space 4", 0, "vLLM 0.11.0 would start"),
+    ("0.32.0", "h100", "--disable-log-requests", 2, "--disable-log-requests was removed in vLLM 0.17.0"),
+    ("0.11.0", "h100", "--disable-log-requests", 0, "vLLM 0.11.0 would start"),
+    ("0.32.0", "h100", "--max-modle-len 8192", 2, "--max-modle-len is not a flag of vLLM 0.32.0"),
+    ("0.32.0", "h100", "", 0, "max-model-len 40960 is vLLM's default."),
+    ("0.32.0", "h100", "-tp 2 --max-model-len 32k", 0, "vLLM 0.32.0 would start"),
+    ("0.32.0", "h100", "--tensor_parallel_size=2", 0, "vLLM 0.32.0 would start"),
+    ("0.32.0", "h100", "--no-enable-prefix-caching", 0, "vLLM 0.32.0 would start"),
+    ("0.8.0", "h100", "--no-enable-chunked-prefill", 2, "--no-enable-chunked-prefill was added in vLLM 0.8.5"),
+    ("0.32.0", "h100", "--enable-prefix-caching --enable-chunked-prefill", 0, "vLLM 0.32.0 would start"),
+    ("0.32.0", "h100", "--gpu-memory-utilization 0.95 --max-num-seqs 512", 0, "gpu-memory-utilization 0.95 is pinned."),
+    ("0.32.0", "h100", "--quantization fp8 --kv-cache-dtype fp8", 0, "vLLM 0.32.0 would start"),
+    ("0.32.0", "h100", "--host 0.0.0.0 --port 8000 --api-key k", 0, "Not modelled (no effect on GPU memory at startup): --api-key, --host, --port"),
+    ("0.32.0", "h100", "--served-model-name a b --seed 0", 0, "--seed, --served-model-name"),
+    ("0.32.0", "h100", "--enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3", 0, "--enable-auto-tool-choice"),
+    ("0.32.0", "h100", "--trust-remote-code --generation-config vllm", 0, "--generation-config, --trust-remote-code"),
+    ("0.32.0", "h100", "--max-num-batched-tokens 16384 --enforce-eager", 0, "max-num-batched-tokens 16384 is pinned."),
+    ("0.32.0", "l4", "--max-model-len 40960", 1, "vLLM 0.32.0 would fail (KVCacheTooSmall)"),
+    ("0.32.0", "h100", "--speculative-config '{\"method\":\"ngram\",\"num_speculative_tokens\":3,\"prompt_lookup_max\":4}'", 0, "vLLM 0.32.0 would start"),
+    ("0.32.0", "h100", "--data-parallel-size 2 -dpl 2", 0, "--data-parallel-size-local"),
+    ("0.5.0", "h100", "--async-scheduling", 2, "unknown to this checker for vLLM 0.5.0"),
+]
+
+
+@pytest.mark.parametrize(("release", "gpu", "flags", "code", "text"), _COMMAND_LINES,
+                         ids=[f"{r}-{g}-{f[:40]}" for r, g, f, _, _ in _COMMAND_LINES])
+def test_real_command_lines(capsys: pytest.CaptureFixture[str], release: str, gpu: str, flags: str, code: int,
+                            text: str) -> None:
+    got, out, err = run(capsys, "check", "--gpu", gpu, "--vllm-version", release, "--", "vllm", "serve",
+                        "Qwen/Qwen3-8B", *shlex.split(flags))
+    assert got == code, out + err
+    assert text in (err if code == 2 else out), out + err
+    if code == 2:
+        assert_one_line_error(got, out, err)
+    if not flags:
+        assert "is pinned" not in out  # vLLM's own defaults are called that, never pinned
+
+
+def test_plan_with_max_model_len_auto_renders_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "l4", "--vllm-version", "0.32.0",
+                       "--max-model-len", "auto", "-o", "json")
+    doc = json.loads(out)
+    assert code == 0
+    args = doc["args"]
+    assert args[args.index("--max-model-len") + 1] == "auto"
+    assert 1024 < doc["flags"]["max_model_len"] < 40960  # what auto picks on an L4, below the model's 40960
+    assert any(r.startswith("max-model-len auto: vLLM 0.32.0 reduces the model's 40960 to "
+                            f"{doc['flags']['max_model_len']} tokens") for r in doc["reasons"])
+    code, out, _ = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "l4", "--vllm-version", "0.32.0",
+                       "--max-model-len", "-1", "-o", "manifest")
+    assert code == 0 and yaml.safe_load(out)["spec"]["flags"]["maxModelLen"] == "auto"
+
+
+def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
+                       "serve", "Qwen/Qwen3-8B", "--port", "8000", "--async-scheduling", "-O3")
+    assert code == 0
+    assert json.loads(out)["flags_accepted"] == {"no_memory_effect": ["--port"],
+                                                 "effect_not_modelled": ["--async-scheduling",
+                                                                         "--optimization-level"],
+                                                 "planned_as": []}
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O", "0"], ["--optimization-level=0"]])
+def test_optimization_level_0_is_planned_as_eager(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    """vLLM 0.12+'s OPTIMIZATION_LEVEL_00 sets cudagraph_mode NONE and compilation mode NONE, as --enforce-eager."""
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
+                       "serve", "Qwen/Qwen3-8B", *flags)
+    doc = json.loads(out)
+    assert code == 0 and doc["flags"]["enforce_eager"] is True and doc["memory"]["cudagraph_gib"] == 0
+    assert doc["flags_accepted"]["planned_as"] and not doc["flags_accepted"]["effect_not_modelled"]
+    code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
+                       "serve", "Qwen/Qwen3-8B", *flags, "--compilation-config", '{"cudagraph_mode": "FULL"}')
+    doc = json.loads(out)  # the user's own compilation config wins over the level's defaults: not modelled
+    assert doc["flags"].get("enforce_eager") is not True and "--optimization-level" in \
+        doc["flags_accepted"]["effect_not_modelled"]
+
+
+def test_plan_passes_other_flags_of_the_release_into_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "0.32.0",
+                       "-o", "manifest", "--async-scheduling", "-O3", "--limit-mm-per-prompt", '{"image": 2}')
+    assert code == 0
+    assert yaml.safe_load(out)["spec"]["extraArgs"] == ["--async-scheduling", "-O3", "--limit-mm-per-prompt",
+                                                        '{"image": 2}']
+    code, out, err = run(capsys, "plan", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--vllm-version", "0.32.0",
+                         "--swap-space", "4", "--max-modle-len", "8192")
+    assert_one_line_error(code, out, err)
+    assert "--swap-space was removed in vLLM 0.18.0" in err and "--max-modle-len is not a flag of vLLM 0.32.0" in err

@@ -203,7 +203,6 @@ def test_free_form_and_bookkeeping_fields_are_preserved(schema: dict[str, Any]) 
     preserved = [
         spec["model"]["properties"]["config"],
         spec["model"]["properties"]["safetensorsIndex"],
-        spec["env"]["items"]["properties"]["valueFrom"]["properties"]["secretKeyRef"],
         status["kopf"],
         status["plan"]["properties"]["flags"],
         status["plan"]["properties"]["options"]["items"],
@@ -213,6 +212,18 @@ def test_free_form_and_bookkeeping_fields_are_preserved(schema: dict[str, Any]) 
     for node in preserved:
         assert node.get("x-kubernetes-preserve-unknown-fields") is True
         assert node["type"] == "object"
+
+
+def test_value_from_is_typed_so_every_field_is_bounded(schema: dict[str, Any]) -> None:
+    """Issue 20: `env[].valueFrom` was four free-form objects (any depth, any size); now the Pod API's own shapes."""
+    value_from = schema["properties"]["spec"]["properties"]["env"]["items"]["properties"]["valueFrom"]["properties"]
+    for name in ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef"):
+        node = value_from[name]
+        assert "x-kubernetes-preserve-unknown-fields" not in node
+        assert all(("maxLength" in p) or p.get("type") == "boolean" or "x-kubernetes-int-or-string" in p
+                   for p in node["properties"].values()), name
+    free = schema["properties"]["spec"]["properties"]["model"]["properties"]
+    assert free["config"]["maxProperties"] == free["safetensorsIndex"]["maxProperties"] == 1024
 
 
 def test_affinity_is_typed_so_unknown_keys_are_pruned_or_refused(schema: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec, validate_spec
 from vllm_operator.metrics.observe import DEFAULT_SELECTOR, render_selector
 from vllm_operator.metrics.policy import MetricsAction
-from vllm_operator.render.autoscaling import AUTOSCALING, pod_matchers, prometheus_query, quantity
+from vllm_operator.render.autoscaling import AUTOSCALING, prometheus_query, quantity
+from vllm_operator.render.pods import serving_pods
 from vllm_operator.render.routing import ROUTING
 from vllm_operator.sources import load_model_files
 
@@ -85,7 +86,8 @@ def test_keda_scaled_object_with_prometheus_triggers_and_scale_to_zero() -> None
     assert spec["scaleTargetRef"] == {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
                                       "name": "qwen"}
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 4)
-    selector = 'namespace="team",pod=~"qwen-[a-z0-9]+-[a-z0-9]+"'
+    safe = "[bcdfghjklmnpqrstvwxz2456789]"
+    selector = f'namespace="team",pod=~"qwen-{safe}{{1,10}}-{safe}{{5}}"'
     waiting, kv, wake = spec["triggers"]
     assert waiting["metadata"] == {"serverAddress": "http://prometheus.monitoring:9090",
                                    "query": f"sum(vllm:num_requests_waiting{{{selector}}}) or vector(0)",
@@ -98,8 +100,13 @@ def test_keda_scaled_object_with_prometheus_triggers_and_scale_to_zero() -> None
     assert "cold start from zero loads 14.2 GiB" in message and "about" in message
 
 
-def test_pod_matchers_are_the_metrics_watch_default() -> None:
-    assert pod_matchers("team", "qwen") == render_selector(DEFAULT_SELECTOR, namespace="team", service="qwen")
+def test_the_keda_matchers_are_the_metrics_watch_default() -> None:
+    for multinode in (False, True):
+        pods = serving_pods("qwen", "team", multinode=multinode)
+        assert pods.promql() == render_selector(DEFAULT_SELECTOR, namespace="team", service="qwen",
+                                                pods_regex=pods.pod_name_regex)
+    with pytest.raises(ValueError, match="pods_regex"):
+        render_selector(DEFAULT_SELECTOR, namespace="team", service="qwen")
     assert "vllm:gpu_cache_usage_perc" in prometheus_query(
         parse_spec({"model": {"name": QWEN}, "autoscaling": {"maxReplicas": 2, "metrics": [
             {"type": "KVCacheUsage", "target": 0.5}]}}).autoscaling.metrics[0], "x")  # type: ignore[union-attr]

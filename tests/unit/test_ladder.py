@@ -162,3 +162,64 @@ def test_a_pod_of_a_template_a_recorded_step_replaced_is_not_answered_again() ->
     current = replace(_no_kv(recorded, "pod-c"), template=ladder.template_hash(first.children))
     second = ladder.next_step(_observed(recorded), _spec(), failures=[current])
     assert isinstance(second, ladder.Outcome) and second.action == "step"
+
+
+# --- what a profile was learned on (issue 21) -------------------------------------------------------------------
+
+BASE_SPEC: dict[str, Any] = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "image": "vllm/vllm-openai:v0.26.0"}
+
+
+def _inputs(**changes: Any) -> str | None:
+    return ladder.spec_inputs_hash({**BASE_SPEC, **changes}, "vllm/vllm-openai:v0.26.0")
+
+
+@pytest.mark.parametrize("neutral", [
+    {"replicas": 7}, {"maxReplicas": 9}, {"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]},
+    {"autoscaling": {"maxReplicas": 4}}, {"routing": {"inferencePool": {"enabled": True}}},
+    {"service": {"port": 9000}}, {"prometheus": {"enabled": True}}, {"remediation": {"maxSteps": 2}},
+    {"resources": {"cpu": "8"}}, {"nodeSelector": {"pool": "a"}}, {"imagePullPolicy": "Always"},
+    # a field written out at its default — what a newer CRD's defaulting (an operator upgrade) does
+    {"gpu": {"maxNodes": 1}}, {"flags": {}}, {"workload": {}}, {"extraArgs": []},
+], ids=lambda d: next(iter(d)))
+def test_plan_neutral_fields_keep_the_inputs_hash(neutral: dict[str, Any]) -> None:
+    assert _inputs(**neutral) == _inputs()
+
+
+@pytest.mark.parametrize("change", [
+    {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}}, {"gpu": {"count": 2}}, {"gpu": {"maxNodes": 2}},
+    {"image": "vllm/vllm-openai:v0.27.0"}, {"vllmVersion": "0.25.0"}, {"flags": {"maxModelLen": 8192}},
+    {"extraArgs": ["--seed", "1"]}, {"workload": {"concurrency": 4}}, {"lora": {"maxLoras": 2}},
+    {"env": [{"name": "VLLM_PP_LAYER_PARTITION", "value": "40,40"}]},
+], ids=lambda d: next(iter(d)))
+def test_plan_inputs_change_the_hash(change: dict[str, Any]) -> None:
+    assert _inputs(**change) != _inputs()
+
+
+def test_the_default_image_counts_when_the_spec_names_none() -> None:
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}}
+    parsed = parse_spec(spec)
+    assert ladder.spec_inputs_hash(spec, "unused") == ladder.plan_inputs_hash(parsed, parsed.image)
+    assert ladder.spec_inputs_hash({"model": {}}, "x") is None  # invalid: nothing to learn or reset
+
+
+def test_the_ladder_is_reset_only_when_the_inputs_change_and_only_once() -> None:
+    learned = ladder.RemediationStatus.model_validate({
+        "step": 2, "profile": {"maxModelLen": 16384}, "exhausted": True, "inputsHash": "a",
+        "history": [{"step": 1, "time": "2025-01-01T00:00:00Z", "failureClass": "KVCacheTooSmall"}],
+        "lastFailureKey": "uid/1", "handledKeys": ["uid/2"]})
+    assert ladder.for_inputs(learned, "a") is None            # the same inputs: nothing changes
+    assert ladder.for_inputs(learned, None) is None           # an invalid spec: nothing changes
+    change = ladder.for_inputs(learned, "b")
+    assert change is not None and change.reset and "max_model_len=16384" in change.message
+    after = change.remediation
+    assert (after.step, after.profile, after.exhausted, after.inputs_hash) == (0, {}, False, "b")
+    assert (after.history, after.last_failure_key, after.handled_keys) == (learned.history, "uid/1", ["uid/2"])
+    assert ladder.for_inputs(after, "b") is None              # a retry of the same change: nothing left to reset
+    # written before hashes were kept (an operator upgrade): adopted, the profile kept
+    old = learned.model_copy(update={"inputs_hash": None})
+    adopted = ladder.for_inputs(old, "b")
+    assert adopted is not None and not adopted.reset
+    assert adopted.remediation == old.model_copy(update={"inputs_hash": "b"})
+    # nothing learned: the new hash is recorded, nothing is reset
+    fresh = ladder.for_inputs(ladder.RemediationStatus(inputs_hash="a"), "b")
+    assert fresh is not None and not fresh.reset and fresh.remediation.inputs_hash == "b"

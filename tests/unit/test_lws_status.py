@@ -183,3 +183,22 @@ def test_groups_no_vllm_failure_can_have_recreated() -> None:
     assert view.unstarted_groups == frozenset({"0"})
     assert view.download_failed_groups == frozenset({"1"})
     assert view.not_failing_groups == frozenset({"0", "1"})
+
+
+def test_a_group_that_recovered_through_remediation_is_no_longer_degraded() -> None:
+    remediating = {"remediation": {"step": 2, "profile": {"maxModelLen": 16384}},
+                   "conditions": [{"type": "Degraded", "status": "True", "reason": "Remediating",
+                                   "message": "step 2: max-model-len 32768 → 16384",
+                                   "lastTransitionTime": "2025-01-01T00:00:00Z"}]}
+    starting = lws_status.assess_groups(lws(), [pod(0, 0, ready=True), pod(0, 1)])
+    assert by_type(fold(starting, remediating))["Degraded"][:2] == ("True", "Remediating")  # not over yet
+    ready = lws_status.assess_groups(lws(2), [pod(g, w, ready=True) for g in (0, 1) for w in (0, 1)])
+    served = by_type(fold(ready, remediating))
+    assert served["Ready"][:2] == ("True", "Available")
+    assert served["Degraded"] == ("False", "AsExpected", "2/2 groups of 2 pods ready after 2 remediation step(s)")
+    # a pod failure said while no step was taken clears the same way; a verdict stands
+    crashed = {"conditions": [{**remediating["conditions"][0], "reason": "ContainerCrashLoopBackOff"}]}
+    assert by_type(fold(ready, crashed))["Degraded"] == ("False", "AsExpected", "2/2 groups of 2 pods ready")
+    for verdict in ("RemediationExhausted", "PlanInfeasible"):
+        standing = {"conditions": [{**remediating["conditions"][0], "reason": verdict}]}
+        assert by_type(fold(ready, standing))["Degraded"][:2] == ("True", verdict)

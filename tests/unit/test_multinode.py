@@ -113,9 +113,14 @@ def test_one_node_is_kept_when_it_fits(make: Make) -> None:
 def test_max_nodes_one_never_spans_but_offers_the_nodes_it_would_take(make: Make) -> None:
     result = plan_across_nodes(make(LLAMA_405B, "h100"), gpus_per_node=8, max_nodes=1)
     assert not result.fits and result.split.nodes == 1
-    assert result.options[0].summary.startswith("Span 2 nodes of 8× H100")
-    assert result.options[0].gpu_count == 16
-    assert result.options[0].flags["pipeline_parallel_size"] == 2
+    spans = [i for i, o in enumerate(result.options) if o.summary.startswith("Span 2 nodes of 8× H100")]
+    assert len(spans) == 1, [o.summary for o in result.options]
+    span = result.options[spans[0]]
+    assert span.gpu_count == 16 and span.flags["pipeline_parallel_size"] == 2
+    # issue 23: after every single-node option of these GPUs (FP8 weights on the same node), before GPUs one lacks
+    assert [o.kind for o in result.options[:spans[0]]] and all(o.kind != "larger-gpu" for o in
+                                                                result.options[:spans[0]])
+    assert all(o.kind == "larger-gpu" for o in result.options[spans[0] + 1:])
 
 
 def test_pinned_tp8_pp2_on_8_gpu_nodes_is_not_one_pod_of_16(make: Make) -> None:

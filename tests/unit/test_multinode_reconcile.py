@@ -60,7 +60,9 @@ def test_max_nodes_1_is_unchanged_and_says_how_many_nodes_would_do() -> None:
     desired = run({"model": {"name": LLAMA_405B}})
     assert desired.children is None
     assert desired.status.plan is not None and not desired.status.plan.fits
-    assert desired.status.plan.options[0].summary.startswith("Span 2 nodes of 8× H100")
+    summaries = [o.summary for o in desired.status.plan.options]
+    # issue 23: the nodes it would take are offered, after the options that keep one node
+    assert [s for s in summaries if s.startswith("Span 2 nodes of 8× H100")] == summaries[-1:], summaries
     assert desired.status.multi_node is None
 
 

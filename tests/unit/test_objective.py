@@ -1,4 +1,4 @@
-"""The planner's objective (README, "What a good plan is") over a grid: catalog models × GPUs × GPU counts × workloads.
+"""The planner's objective (docs/planner.md, "What a good plan is") over a grid: catalog models × GPUs × GPU counts × workloads.
 
 1. A plan that starts under the stated workload beats one that does not.
 2. A usable plan (the default workload's context, a handful of concurrent requests, CUDA graphs on) beats a

@@ -324,9 +324,9 @@ def test_max_model_len_is_refitted_for_the_chosen_max_num_seqs(make: Make) -> No
 
 
 def test_the_fit_margin_never_costs_the_workloads_context(make: Make) -> None:
-    # vLLM's estimate at 8 sequences on an L4 is just above 32768: the margin would take the 16-bit plan below the
-    # workload's context and make fp8 look necessary; the stated context is kept instead
-    result = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=8),
+    # vLLM's estimate at 8 sequences and utilization 0.912 on an L4 is just above 32768: the margin would take the
+    # 16-bit plan below the workload's context and make fp8 look necessary; the stated context is kept instead
+    result = plan(make(LLAMA_8B, "l4", pinned=PinnedFlags(max_num_seqs=8, gpu_memory_utilization=0.912),
                        workload=Workload(context_length=32768, concurrency=1)))
     assert result.fits and result.prediction.failure is None
     assert result.flags["max_model_len"] == 32768 and "kv_cache_dtype" not in result.flags

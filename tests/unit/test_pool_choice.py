@@ -60,7 +60,7 @@ def test_options_name_only_pools_the_cluster_has() -> None:
     assert all(o.source == "cluster" for o in options)
     assert all(not (o.gpu == "RTX-4090" and o.gpu_count > 1) for o in options)  # the node has one
     pool = next(o for o in options if o.kind == "pool")
-    assert pool.gpu == "H100-SXM-80GB" and "set spec.gpu.product" in pool.summary
+    assert pool.gpu == "H100-SXM-80GB" and "change spec.gpu.product to NVIDIA-H100-80GB-HBM3" in pool.summary
     status_options = desired.status.plan.options if desired.status.plan else []
     assert any(o.model_dump(by_alias=True).get("source") == "cluster" for o in status_options)
 

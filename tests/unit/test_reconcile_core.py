@@ -69,6 +69,13 @@ def status_dict(desired: reconcile.Desired) -> dict[str, Any]:
     ({"gpu": {"count": 4, "maxCount": 2}}, "spec.gpu.count", "raise gpu.maxCount"),
     ({"image": "vllm/vllm-openai:v0.10.0", "flags": {"kvCacheMemoryBytes": 2**30}},
      "spec.flags.kvCacheMemoryBytes", "does not exist before vLLM 0.11.0"),
+    # flags the image's release lacks, read from its own parser (catalog/vllm_flags_cli.yaml)
+    ({"image": "vllm/vllm-openai:v0.32.0", "extraArgs": ["--seed", "1", "--disable-log-requests"]},
+     "spec.extraArgs[2]", "--disable-log-requests was removed in vLLM 0.17.0 (the image runs vLLM 0.32.0)"),
+    ({"image": "vllm/vllm-openai:v0.9.0", "extraArgs": ["--async-scheduling"]},
+     "spec.extraArgs[0]", "--async-scheduling was added in vLLM 0.10.0"),
+    ({"image": "vllm/vllm-openai:v0.13.0", "flags": {"maxModelLen": "auto"}},
+     "spec.flags.maxModelLen", "--max-model-len auto was added in vLLM 0.14.0"),
 ])
 def test_invalid_spec(extra: dict[str, Any], path: str, fix: str) -> None:
     desired = run({"model": {"name": LLAMA_8B}, **extra})
@@ -207,7 +214,8 @@ def test_fits_renders_children_status_and_one_event() -> None:
     assert found[cond.READY] == (cond.FALSE, cond.PODS_NOT_READY)
     assert desired.status.endpoint == "http://svc.ns.svc:8000/v1"
     assert desired.status.replicas == 1
-    assert desired.status.selector == "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc"
+    assert desired.status.selector == (
+        "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc,!leaderworkerset.sigs.k8s.io/name")
     assert [(e.type, e.reason) for e in desired.events] == [("Normal", "Planned")]
     assert " ".join(desired.status.plan.args) in desired.events[0].message  # type: ignore[union-attr]
 
@@ -236,6 +244,16 @@ def test_pinned_flags_win() -> None:
     args = desired.status.plan.args
     assert args[args.index("--max-model-len") + 1] == "8192"
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.85"
+
+
+def test_max_model_len_auto_reaches_vllm_and_the_plan_says_what_it_picks() -> None:
+    desired = run({"model": {"name": LLAMA_8B}, "image": "vllm/vllm-openai:v0.32.0", "flags": {"maxModelLen": "auto"},
+                   "extraArgs": ["--async-scheduling", "-O3"]})
+    assert desired.status.plan is not None and desired.children is not None
+    args = desired.status.plan.args
+    assert args[args.index("--max-model-len") + 1] == "auto"
+    assert isinstance(desired.status.plan.flags["max_model_len"], int)  # the length auto is predicted to pick
+    assert any(r.startswith("max-model-len auto: vLLM 0.32.0") for r in desired.status.plan.reasons)
 
 
 def test_fixed_spec_clears_degraded() -> None:

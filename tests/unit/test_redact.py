@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
 
+from kit import secret_shapes
+from kit.secret_shapes import MARK
 from vllm_operator.remediation.classifier import classify, classify_text
 from vllm_operator.remediation.evidence import ContainerEvidence, evidence_from_pod
 from vllm_operator.remediation.redact import MASK, looks_like_token, redact, secret_findings
@@ -70,3 +73,42 @@ def test_literal_secrets_in_a_spec_are_found_without_quoting_them() -> None:
     assert "valueFrom.secretKeyRef" in findings[0].message and "VLLM_API_KEY" in findings[2].message
     assert secret_findings([{"name": "A", "value": "1"}], ["--disable-log-requests"]) == []
     assert looks_like_token(HF) and not looks_like_token("meta-llama/Llama-3.1-8B-Instruct")
+
+
+# --- issue 20: the shapes the redactor missed, and a generated corpus of them -------------------------------------
+
+@pytest.mark.parametrize(("text", "secrets"), [
+    ("non-default args: {'api_key': ['first-key-1', 'second-key-2', 'third-key-3']}",
+     ["first-key-1", "second-key-2", "third-key-3"]),
+    ("non-default args: {'api_key': ('first-key-1', 'second-key-2')}", ["first-key-1", "second-key-2"]),
+    ("OSError: could not fetch https://alice:pa55w0rd@hub.example.com/org/m", ["pa55w0rd"]),
+    ("git clone https://ghs_tokenvalue123@github.com/org/repo", ["ghs_tokenvalue123"]),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCY", ["wJalrXUtnFEMI/K7MDENG/bPxRfiCY"]),
+    ("MY_SERVICE_KEY_ID=abc123 DB_PASSWORD='p a s s w o r d'", ["abc123", "p a s s w o r d"]),
+    ("Authorization: s3cr3tvalue", ["s3cr3tvalue"]),
+    ("401 Unauthorized: invalid token s3cr3tvalue", ["s3cr3tvalue"]),
+    ("vllm serve m --api-key k1-value k2-value --port 8000", ["k1-value", "k2-value"]),
+    ("vllm serve m --api-key '[odd key]' --port 8000", ["odd key"]),
+    ("vllm serve m --api-key=*starred --port 8000", ["starred"]),
+])
+def test_issue_20_shapes_are_redacted(text: str, secrets: list[str]) -> None:
+    out = redact(text)
+    assert not [s for s in secrets if s in out], out
+    assert MASK in out
+
+
+def test_numbers_after_token_words_are_kept() -> None:
+    for text in ("max_num_batched_tokens=8192 api_key=None", "max_model_len (4096) tokens=8192",
+                 "invalid token for this model", "Maximum concurrency for 32768 tokens per request: 3.5x"):
+        assert redact(text) == text
+
+
+@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(case=secret_shapes.secret_texts())
+def test_no_generated_secret_survives_redaction_or_classification(case: tuple[str, list[str]]) -> None:
+    text, secrets = case
+    out = redact(text)
+    assert MARK not in out, (text, out)
+    failure = classify_text(text, terminated_reason="Error", exit_code=1)
+    assert MARK not in failure.summary + failure.excerpt, failure
+    assert redact(out) == out  # masking is stable: a masked text is not masked again

@@ -65,7 +65,7 @@ SPECS = {
         "hfTokenSecretRef": {"name": "hf-token", "key": "token"},
         "modelCache": {"size": "200Gi", "storageClassName": "fast"},
         "flags": {"maxModelLen": 8192, "gpuMemoryUtilization": 0.85, "enablePrefixCaching": False},
-        "extraArgs": ["--disable-log-requests"],
+        "extraArgs": ["--disable-log-stats"],
         "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
         "resources": {"memory": "64Gi", "cpu": "8", "shmSize": "8Gi"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],

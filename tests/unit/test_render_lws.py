@@ -126,3 +126,25 @@ def test_golden() -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(rendered)
     assert rendered == GOLDEN.read_text()
+
+
+def test_a_claim_per_pod_validates_and_replaces_the_shared_volume() -> None:
+    """The model cache per pod (render/cache.py `_per_pod`): volumeClaimTemplates kept across group recreation and
+    scale-down, deleted with the LWS; the pod templates carry no model-cache volume of their own (the group's
+    StatefulSets add it), and vLLM's compile caches sit on that claim too."""
+    template = {"metadata": {"name": "model-cache", "labels": {"app.kubernetes.io/component": "model-cache"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1145Gi"}}}}
+    lws = build_leaderworkerset(_input(cache_claim_template=template, compile_cache=True, download_init=True), 2)
+    schema = crd_schema("LeaderWorkerSet")
+    jsonschema.validate(lws, schema)
+    assert unknown_fields(lws["spec"], schema["properties"]["spec"], ".spec") == []
+    group = lws["spec"]["leaderWorkerTemplate"]
+    assert group["volumeClaimTemplates"] == [template]
+    assert group["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    for role in ("leaderTemplate", "workerTemplate"):
+        pod = group[role]["spec"]
+        assert "model-cache" not in [v["name"] for v in pod["volumes"]]
+        mounts = {m["name"]: m["mountPath"] for m in _container(group[role])["volumeMounts"]}
+        env = {e["name"]: e.get("value") for e in _container(group[role])["env"]}
+        assert env["VLLM_CACHE_ROOT"].startswith(mounts["model-cache"] + "/vllm-compile/0.26.0/")
+        assert [c["name"] for c in pod["initContainers"]] == ["model-download"]

@@ -20,6 +20,7 @@ from vllm_operator.planner.memory import (
     predict_startup,
     profile_for_model,
     speculative_memory,
+    v2_sampler_entry_bytes,
 )
 from vllm_operator.planner.speculative import (
     Speculation,
@@ -204,11 +205,12 @@ def test_sampler_is_booked_for_k_plus_one_rows(load_arch: LoadArch) -> None:
     plain = activation_bytes(arch, base, profile, last_stage=True)
     spec_act = activation_bytes(arch, ngram, profile, last_stage=True)
     # the sampler dominates at 2048 batched tokens: rows 256 → min(256 · 5, 2048) = 1280
-    assert spec_act - plain == pytest.approx(profile.sampler_bytes * (1280 - 256) * 128_256, abs=2)
+    per_entry = v2_sampler_entry_bytes(arch, base, profile)
+    assert spec_act - plain == pytest.approx(per_entry * (1280 - 256) * 128_256, abs=2)
     # capped by max_num_batched_tokens: k = 15 → 256 · 16 = 4096 rows, capped at 2048
     many = base.model_copy(update={"speculative": spec('{"method": "ngram", "num_speculative_tokens": 15}')})
     assert activation_bytes(arch, many, profile, last_stage=True) - plain == pytest.approx(
-        profile.sampler_bytes * (2048 - 256) * 128_256, abs=2)
+        per_entry * (2048 - 256) * 128_256, abs=2)
     assert activation_bytes(arch, ngram, profile, last_stage=False) == activation_bytes(arch, base, profile,
                                                                                        last_stage=False)
 

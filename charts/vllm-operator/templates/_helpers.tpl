@@ -107,14 +107,30 @@ never called.
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
-# spec.model.configMapRef: a model's config.json kept in a ConfigMap.
+{{- if not .Values.rbac.modelSourceNamespaces }}
+{{- include "vllm-operator.rules.modelSources" . }}
+{{- end }}
+# spec.gpu.share: the share group's record (vllm-share-<group>, written before any member's pods change).
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get]
-# Events on VLLMServices (the operator's and kopf's).
+  verbs: [get, create, patch]
+# spec.gpu.share with NVIDIA's DRA driver: one ResourceClaim per shared GPU (immutable: created once).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  verbs: [get, create]
+# Events on VLLMServices (the operator's and kopf's); get: whether a recorded step's Event that answered 409 exists.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, get]
+{{- end }}
+
+{{/* What a service names for its model files, in its own namespace (rbac.modelSourceNamespaces narrows it). */}}
+{{- define "vllm-operator.rules.modelSources" }}
+# spec.model.configMapRef: a model's config.json kept in a ConfigMap; spec.hfTokenSecretRef: the service's own
+# hub token, for its model's config.json (the operator's HF_TOKEN is used for it only with hfToken.forAllNamespaces).
+- apiGroups: [""]
+  resources: [configmaps, secrets]
+  verbs: [get]
 {{- end }}
 
 {{/* kopf's peering object(s): list/watch to see the other replicas, patch to write its own keep-alive. */}}
@@ -139,6 +155,10 @@ never called.
 # StorageClasses: whether the cluster has a default one (the default model cache is then a PVC).
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
+  verbs: [list]
+# spec.gpu.share: whether NVIDIA's DRA driver's device class (gpu.nvidia.com) exists.
+- apiGroups: [resource.k8s.io]
+  resources: [deviceclasses]
   verbs: [list]
 # kopf's resource discovery: notices the VLLMService CRD being installed, upgraded or removed.
 - apiGroups: [apiextensions.k8s.io]

@@ -110,10 +110,20 @@ MULTI_NODE_UNSUPPORTED: Final = "MultiNodeUnsupported"
 INSUFFICIENT_NODES: Final = "InsufficientNodes"
 GROUP_RECREATIONS_EXHAUSTED: Final = "GroupRecreationsExhausted"
 
+# Share groups (issue 26): the cluster cannot share a GPU (no DRA driver, no time-slicing), or the member has no
+# place in its group's plan
+GPU_SHARING_UNAVAILABLE: Final = "GPUSharingUnavailable"
+SHARE_DOES_NOT_FIT: Final = "ShareDoesNotFit"
+#: Progressing: a share-group member's pods wait (0 replicas) for a neighbour earlier in its GPU's start order
+WAITING_FOR_NEIGHBOUR: Final = "WaitingForNeighbour"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 
 ALL_REASONS: Final[tuple[str, ...]] = (
+    GPU_SHARING_UNAVAILABLE,
+    SHARE_DOES_NOT_FIT,
+    WAITING_FOR_NEIGHBOUR,
     LWS_NOT_INSTALLED,
     MULTI_NODE_UNSUPPORTED,
     INSUFFICIENT_NODES,
@@ -286,6 +296,8 @@ STATE_INFEASIBLE: Final = "Infeasible"
 _STATE_BY_DEGRADED: Final[dict[str, str]] = {
     INVALID_SPEC: INVALID_SPEC,
     PLAN_INFEASIBLE: STATE_INFEASIBLE,
+    GPU_SHARING_UNAVAILABLE: GPU_SHARING_UNAVAILABLE,
+    SHARE_DOES_NOT_FIT: STATE_INFEASIBLE,
     MODEL_NOT_FOUND: MODEL_NOT_FOUND,
     GPU_NOT_FOUND: GPU_NOT_FOUND,
     CHILD_REJECTED: CHILD_REJECTED,

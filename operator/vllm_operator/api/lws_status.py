@@ -133,12 +133,24 @@ def group_conditions(view: GroupView, status: Mapping[str, Any] | None = None) -
     if view.available and view.ready_groups >= view.groups:
         updates = [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.AVAILABLE, said),
                    cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE, said)]
+        if degraded is not None and degraded not in STANDING and degraded != cond.MODEL_DOWNLOAD_FAILED:
+            # a pod failure or a remediation step (Remediating) is over once every group serves: say so, as the
+            # Deployment's rollout does; a verdict (STANDING, group recreations exhausted) stands
+            steps = _steps(status or {})
+            updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
+                                                f"{said} after {steps} remediation step(s)" if steps else said))
     else:
         updates = _not_ready(view, said)
     if degraded == cond.MODEL_DOWNLOAD_FAILED:
         updates.append(cond.ConditionUpdate(cond.DEGRADED, cond.FALSE, cond.AS_EXPECTED,
                                             "the model download no longer fails"))
     return updates
+
+
+def _steps(status: Mapping[str, Any]) -> int:
+    remediation = status.get("remediation")
+    step = remediation.get("step") if isinstance(remediation, Mapping) else None
+    return step if isinstance(step, int) and step > 0 else 0
 
 
 def _failed_before_recreation(view: GroupView, status: Mapping[str, Any]) -> bool:

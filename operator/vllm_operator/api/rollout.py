@@ -247,6 +247,11 @@ def current_degraded_reason(status: Mapping[str, Any]) -> str | None:
     return str(degraded.get("reason")) if degraded and degraded.get("status") == cond.TRUE else None
 
 
+def _waiting_for_neighbour(status: Mapping[str, Any]) -> bool:
+    return any(isinstance(c, Mapping) and c.get("type") == cond.PROGRESSING and c.get("status") == cond.TRUE
+               and c.get("reason") == cond.WAITING_FOR_NEIGHBOUR for c in status.get("conditions") or [])
+
+
 def rollout_conditions(view: RolloutView, status: Mapping[str, Any]) -> list[cond.ConditionUpdate]:
     """Ready / Progressing / Degraded for this rollout, given the service's current status (for Degraded)."""
     degraded_reason = current_degraded_reason(status)
@@ -255,6 +260,8 @@ def rollout_conditions(view: RolloutView, status: Mapping[str, Any]) -> list[con
     serving_old = (f"; {_pods(view.previous_ready)} of the previous profile still serving"
                    if view.previous_ready else "")
     updates: list[cond.ConditionUpdate] = []
+    if view.replicas == 0 and _waiting_for_neighbour(status):
+        return updates  # held at 0 by its share group's start order (issue 26): the reconcile's conditions stand
     if view.replicas == 0 and view.observed:
         updates += [cond.ConditionUpdate(cond.READY, cond.TRUE, cond.SCALED_TO_ZERO, "scaled to zero replicas"),
                     cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, cond.ROLLOUT_COMPLETE,

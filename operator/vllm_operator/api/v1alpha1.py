@@ -32,10 +32,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainValidator,
     StringConstraints,
     ValidationError,
     WithJsonSchema,
@@ -45,6 +47,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from ..quantity import quantity_problem
 
 __all__ = [
     "API_VERSION",
@@ -206,6 +210,8 @@ MAX_INLINE_JSON_KEYS = 1024
 
 #: The largest context the planner accepts (2^24 tokens; the longest released models have 10M).
 MAX_CONTEXT_TOKENS = 2**24
+#: `maxModelLen: auto` / `--max-model-len auto` (also -1): vLLM auto-fits the context length at startup
+MAX_MODEL_LEN_AUTO = "auto"
 INT32_MAX = 2**31 - 1
 
 
@@ -217,10 +223,19 @@ def _quantity_from_int(value: Any) -> Any:
 
 
 #: A Kubernetes quantity such as `64Gi`, `500m` or `4`, stored as a string.
+def _quantity_in_range(value: str) -> str:
+    # the pattern admits `1e400` and `99999999999999999999Ei`; Kubernetes holds a quantity in an int64
+    problem = quantity_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 Quantity = Annotated[
     str,
     BeforeValidator(_quantity_from_int),
     StringConstraints(pattern=QUANTITY_PATTERN),
+    AfterValidator(_quantity_in_range),
     WithJsonSchema(
         {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -555,6 +570,32 @@ class ModelSpec(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
+class ShareSpec(_Model):
+    """`spec.gpu.share`: run this service on a GPU it shares with other services of its namespace (issue 26)."""
+
+    group: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS1035_LABEL_PATTERN,
+        description=(
+            "Share group: the services of one namespace that name the same group are packed onto shared GPUs of one "
+            "pool by memory arithmetic (each member's --gpu-memory-utilization is its share of the GPU's total). "
+            "A service alone in its group runs as without `share`."
+        ),
+    )
+    memory_gib: float | None = Field(
+        default=None,
+        alias="memoryGiB",
+        gt=0,
+        le=4096,
+        description=(
+            "This service's budget on the shared GPU in GiB (vLLM's --gpu-memory-utilization × the GPU's total). "
+            "When unset the planner gives it the smallest budget that meets its workload, plus its part of what the "
+            "GPU has left (in proportion to the KV cache each member's workload needs)."
+        ),
+    )
+
+
 class GPURequest(_Model):
     """Which GPUs each pod gets. Everything is optional: the operator discovers and plans what is unset.
 
@@ -562,6 +603,12 @@ class GPURequest(_Model):
     """
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            id="gpu-share-one-gpu",
+            rule="!has(self.share) || !has(self.count) || self.count == 1",
+            message="gpu.share packs one-GPU services: leave gpu.count unset or 1",
+            field_path=".share",
+        ),
         CelRule(
             id="gpu-count-within-max-count",
             rule=(
@@ -624,7 +671,19 @@ class GPURequest(_Model):
         ),
     )
 
+    share: ShareSpec | None = Field(
+        default=None,
+        description=(
+            "Share a GPU with other services of this namespace (same `share.group`): needs NVIDIA's DRA driver or "
+            "the device plugin's time-slicing; compute and memory bandwidth are shared, and with time-slicing memory "
+            "is not isolated (docs/packing.md)."
+        ),
+    )
+
     def _violations(self) -> list[RuleViolation]:
+        if self.share is not None and self.count is not None and self.count != 1:
+            return [RuleViolation("gpu-share-one-gpu", "share",
+                                  "gpu.share packs one-GPU services: leave gpu.count unset or 1")]
         if self.count is not None and self.count > self.max_count:
             return [
                 RuleViolation(
@@ -714,6 +773,30 @@ class SpeculativeConfig(_Model):
         return self
 
 
+def _length_or_auto(value: Any) -> int | Literal["auto"]:
+    """`maxModelLen`: a whole number in [16, MAX_CONTEXT_TOKENS] or `auto`, one error for anything else (a union
+    would report one per branch)."""
+    if value == MAX_MODEL_LEN_AUTO:
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError("int_or_auto", "must be a whole number or auto")
+    if value < 16:
+        raise PydanticCustomError("greater_than_equal", "must be greater than or equal to 16")
+    if value > MAX_CONTEXT_TOKENS:
+        raise PydanticCustomError("less_than_equal", f"must be less than or equal to {MAX_CONTEXT_TOKENS}")
+    return value
+
+
+#: `spec.flags.maxModelLen`: tokens, or `auto`. In the CRD an int-or-string whose bounds apply to the number and
+#: whose pattern to the string (JSON Schema applies each only to its own type).
+MaxModelLen = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_length_or_auto),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
+                    "minimum": 16, "maximum": MAX_CONTEXT_TOKENS, "pattern": "^auto$"}),
+]
+
+
 class PinnedFlags(_Model):
     """vLLM flags pinned by the user.
 
@@ -771,9 +854,12 @@ class PinnedFlags(_Model):
         le=1,
         description="`--gpu-memory-utilization`: fraction of each GPU's total memory vLLM may use, in (0, 1].",
     )
-    max_model_len: int | None = Field(
-        default=None, ge=16, le=MAX_CONTEXT_TOKENS,
-        description="`--max-model-len`: the longest prompt + output, in tokens.",
+    max_model_len: MaxModelLen | None = Field(
+        default=None,
+        description=(
+            "`--max-model-len`: the longest prompt + output, in tokens; `auto`: vLLM (0.14.0+) fits the longest "
+            "context whose KV cache fits the memory it measures at startup, and the plan says which length that is."
+        ),
     )
     max_num_seqs: int | None = Field(
         default=None, ge=1, le=2**20, description="`--max-num-seqs`: the most sequences scheduled in one step."
@@ -991,13 +1077,53 @@ class Toleration(_Model):
     )
 
 
-class EnvVarSource(_Model):
-    """Where an environment variable's value comes from, as in the Pod API (the API server checks the inside)."""
+#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
+DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-    secret_key_ref: FreeForm | None = Field(default=None, description="A key of a Secret in the namespace.")
-    config_map_key_ref: FreeForm | None = Field(default=None, description="A key of a ConfigMap in the namespace.")
-    field_ref: FreeForm | None = Field(default=None, description="A field of the pod, e.g. metadata.name.")
-    resource_field_ref: FreeForm | None = Field(default=None, description="A resource of the container.")
+
+#: The Pod API's downward-API selectors: an API version, a field path, a resource name.
+API_VERSION_PATTERN = r"^[a-z0-9./]+$"
+FIELD_PATH_PATTERN = r"^[A-Za-z0-9_.\[\]'/-]+$"
+RESOURCE_NAME_PATTERN = r"^[A-Za-z0-9_./-]+$"
+
+
+class KeySelector(_Model):
+    """A key of a Secret or ConfigMap in the service's namespace, as in the Pod API."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN, description="Object name.")
+    key: str = Field(min_length=1, max_length=253, pattern=DATA_KEY_PATTERN, description="The key.")
+    optional: bool | None = Field(default=None, description="Start the pod even when the object or key is missing.")
+
+
+class ObjectFieldSelector(_Model):
+    """A field of the pod, as in the Pod API (`metadata.name`, `status.podIP`, ...)."""
+
+    api_version: str | None = Field(default=None, min_length=1, max_length=64, pattern=API_VERSION_PATTERN,
+                                    description="Schema version of fieldPath (v1).")
+    field_path: str = Field(min_length=1, max_length=256, pattern=FIELD_PATH_PATTERN,
+                            description="Path of the field, e.g. metadata.name.")
+
+
+class ResourceFieldSelector(_Model):
+    """A resource of a container, as in the Pod API (`limits.memory`, ...)."""
+
+    container_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN,
+                                       description="The container (default: this one).")
+    resource: str = Field(min_length=1, max_length=253, pattern=RESOURCE_NAME_PATTERN,
+                          description="The resource, e.g. limits.memory.")
+    divisor: Quantity | None = Field(default=None, description="Output unit, e.g. 1Mi (default 1).")
+
+
+class EnvVarSource(_Model):
+    """Where an environment variable's value comes from, as in the Pod API: typed, so the CRD bounds every field."""
+
+    secret_key_ref: KeySelector | None = Field(default=None, description="A key of a Secret in the namespace.")
+    config_map_key_ref: KeySelector | None = Field(default=None,
+                                                   description="A key of a ConfigMap in the namespace.")
+    field_ref: ObjectFieldSelector | None = Field(default=None,
+                                                  description="A field of the pod, e.g. metadata.name.")
+    resource_field_ref: ResourceFieldSelector | None = Field(default=None,
+                                                             description="A resource of the container.")
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVarSource:
@@ -1008,8 +1134,6 @@ class EnvVarSource(_Model):
         return self
 
 
-#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
-DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 #: The most items of one list inside `spec.affinity` (the Pod API sets no bound; real rules have a handful).
 MAX_AFFINITY_ITEMS = 32
@@ -1809,7 +1933,8 @@ class VLLMServiceSpec(_Model):
             id="context-length-within-max-model-len",
             rule=(
                 "!has(self.workload) || !has(self.workload.contextLength) || !has(self.flags) "
-                "|| !has(self.flags.maxModelLen) || self.workload.contextLength <= self.flags.maxModelLen"
+                "|| !has(self.flags.maxModelLen) || type(self.flags.maxModelLen) != int "
+                "|| self.workload.contextLength <= self.flags.maxModelLen"
             ),
             message="workload.contextLength must not exceed the pinned flags.maxModelLen; "
             "raise or unpin flags.maxModelLen",
@@ -2005,7 +2130,7 @@ class VLLMServiceSpec(_Model):
                 )
             )
         ctx, max_len = self.workload.context_length, self.flags.max_model_len
-        if ctx is not None and max_len is not None and ctx > max_len:
+        if ctx is not None and isinstance(max_len, int) and ctx > max_len:  # `auto` fits what the GPU holds
             out.append(
                 RuleViolation(
                     "context-length-within-max-model-len",
@@ -2194,6 +2319,35 @@ class MultiNodeStatus(_StatusModel):
     )
 
 
+class ShareMemberStatus(_StatusModel):
+    """One member of a shared GPU, with its share."""
+
+    name: str = Field(description="The member VLLMService.")
+    utilization: float = Field(ge=0, le=1, description="Its --gpu-memory-utilization.")
+    budget_gib: float = Field(alias="budgetGiB", ge=0, description="Its budget: total × utilization, GiB.")
+    footprint_gib: float = Field(alias="footprintGiB", ge=0,
+                                 description="Budget plus what its process holds outside it (CUDA context, NCCL, "
+                                             "graphs where not budgeted), GiB.")
+
+
+class ShareStatus(_StatusModel):
+    """The shared GPU this service runs on, as its group's plan (recorded before any pod changes) gives it."""
+
+    group: str = Field(description="spec.gpu.share.group.")
+    gpu_index: int | None = Field(default=None, ge=0, description="The group's GPU this service is placed on.")
+    mode: str | None = Field(default=None, description="How the GPU is shared: dra or time-slicing.")
+    claim: str | None = Field(default=None, description="DRA: the ResourceClaim of the shared GPU.")
+    node: str | None = Field(default=None, description="Time-slicing: the single-GPU node the members share.")
+    gpu_total_gib: float | None = Field(default=None, alias="gpuTotalGiB", ge=0, description="The GPU's total, GiB.")
+    free_gib: float | None = Field(default=None, alias="freeGiB",
+                                   description="What the members' footprints leave free, GiB.")
+    members: list[ShareMemberStatus] = Field(default_factory=list, max_length=64,
+                                             description="Every member on this GPU, in start order.")
+    start_position: int | None = Field(default=None, ge=0,
+                                       description="Members of one GPU start one at a time: this one's place.")
+    message: str | None = Field(default=None, description="Why it is not placed, when it is not.")
+
+
 class GPUStatus(_StatusModel):
     """The GPUs the plan is for."""
 
@@ -2209,6 +2363,7 @@ class GPUStatus(_StatusModel):
         default=None,
         description="How the product was found: from the spec, from node labels, or from the catalog.",
     )
+    share: ShareStatus | None = Field(default=None, description="The shared GPU, with spec.gpu.share.")
 
 
 class RemediationEvent(_StatusModel):
@@ -2252,6 +2407,32 @@ class RemediationStatus(_StatusModel):
         default_factory=list,
         description="Failures (pod UID/restart count) already reported without a step, newest last (at most 20).",
     )
+    inputs_hash: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Hash of the plan's inputs the profile was learned on (model, GPU request, image and vLLM "
+                    "release, pinned flags and extra args, workload, LoRA). The profile is reset when they change, "
+                    "and only then: replicas, labels, annotations, env and other plan-neutral edits keep it.",
+    )
+
+
+class KVCacheStatus(_StatusModel):
+    """The KV cache vLLM measured at startup ("GPU KV cache size: N tokens") next to the plan's prediction."""
+
+    measured_tokens: int = Field(ge=0, description="Tokens of KV cache vLLM allocated (its own startup log line).")
+    predicted_tokens: int | None = Field(
+        default=None, ge=0, description="The plan's prediction for the same flags (status.plan.kvCacheTokens)."
+    )
+    difference_tokens: int | None = Field(default=None, description="measuredTokens - predictedTokens.")
+    difference_percent: float | None = Field(
+        default=None, description="The difference as a percentage of the prediction (negative: vLLM has less)."
+    )
+    pod: str = Field(max_length=253, description="The pod whose log said it (a Deployment pod or a group leader).")
+    template: str | None = Field(
+        default=None, max_length=64,
+        description="The pod's plan annotation (vllm-operator.dev/plan): the profile the measurement belongs to.",
+    )
+    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was read (RFC 3339).")
 
 
 class MetricsStatus(_StatusModel):
@@ -2297,10 +2478,44 @@ class ModelCacheStatus(_StatusModel):
         default=None, description="Why the model-download init container fails (its last log lines), while it does."
     )
     download_error_pod: str | None = Field(default=None, description="The pod whose download fails.")
+    shape_pods: int | None = Field(
+        default=None, ge=0,
+        description="The most pods the persistent cache was shaped for (its bounds, and any replica count it had): a "
+                    "scale back below it keeps the cache's shape, so scaling never switches the pod template back.",
+    )
     budget_bytes_per_second: int | None = Field(
         default=None, ge=0,
         description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "
                     "A new measurement takes effect at the next change of vLLM's arguments, never by itself.",
+    )
+
+
+def _phase(description: str) -> Any:
+    return Field(default=None, ge=0, description=description)
+
+
+class ColdStartStatus(_StatusModel):
+    """How long the service's last measured pod start took, phase by phase (render/coldstart.py)."""
+
+    pod_start_seconds: float | None = _phase("Scheduled to the first container started: image pull, volume attach.")
+    download_seconds: float | None = _phase("The weight download (init container, or vLLM's own line).")
+    load_seconds: float | None = _phase("vLLM loading the weights into GPU memory.")
+    compile_seconds: float | None = _phase("torch.compile (or loading its cached result).")
+    graph_capture_seconds: float | None = _phase("CUDA-graph capture.")
+    engine_init_seconds: float | None = _phase("vLLM's engine start: profiling, KV cache, compile, graphs.")
+    ready_seconds: float | None = _phase("Scheduled to the vLLM container Ready: the whole start.")
+    slowest_engine_init_seconds: float | None = _phase(
+        "The slowest engine start measured for this service: what the startup probe budgets (times 2).")
+    budget_engine_seconds: float | None = _phase(
+        "What the current startup probe allows for the engine start: 2 × the slowest measured, taken at the next "
+        "change of vLLM's arguments (a measurement alone never rolls the pods out); unset: the assumed 600 s.")
+    starts: int | None = Field(default=None, ge=0, description="Pod starts measured so far.")
+    compile_cache: str | None = Field(
+        default=None, description="Where vLLM's compile and CUDA-graph caches were: persistent (the model cache "
+                                  "claim, per vLLM release and GPU) or ephemeral (compiled again on every start).")
+    measured_pod: str | None = Field(default=None, description="The pod whose start was measured last.")
+    measured_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}, description="When that pod became Ready."
     )
 
 
@@ -2338,8 +2553,15 @@ class VLLMServiceStatus(_StatusModel):
     )
     remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
     metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
+    kv_cache: KVCacheStatus | None = Field(
+        default=None,
+        description="What vLLM measured of its KV cache next to the plan's prediction, for the current profile's pods.",
+    )
     model_cache: ModelCacheStatus | None = Field(
         default=None, description="How the weights reach the model cache, and the download last measured."
+    )
+    cold_start: ColdStartStatus | None = Field(
+        default=None, description="How long a pod start takes, phase by phase, as last measured."
     )
     kopf: FreeForm | None = Field(
         default=None, description="Bookkeeping of the kopf framework (handler progress)."
@@ -2449,6 +2671,9 @@ _PATTERN_WORDS = {
     MODEL_SOURCE_PATTERN: "must be a Hugging Face repository id such as org/model, or an absolute path in the "
                           "container without '.' or '..' segments",
     PROMETHEUS_URL_PATTERN: "must be an http(s) URL such as http://prometheus.monitoring:9090",
+    API_VERSION_PATTERN: "must be an API version such as v1",
+    FIELD_PATH_PATTERN: "must be a pod field path such as metadata.name or metadata.labels['app']",
+    RESOURCE_NAME_PATTERN: "must be a container resource such as limits.memory or requests.cpu",
     EXTENDED_RESOURCE_PATTERN: "must be a device plugin's resource name <domain>/<name>, such as rdma/ib or "
                                "nvidia.com/hostdev",
 }
@@ -2490,27 +2715,95 @@ def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
     return errors
 
 
+#: The deepest nesting of a whole spec (the deepest field, an affinity term's values, is 9 levels; an inline config
+#: adds at most MAX_INLINE_JSON_DEPTH). Checked before anything recurses: a stored object may nest 10,000 levels.
+MAX_SPEC_DEPTH = 32
+#: The largest spec, as compact JSON. kopf keeps a copy of the spec as its diff base (an annotation where it fits,
+#: status otherwise) and etcd holds at most 1.5 MiB per object: spec + copy + status stay under it.
+MAX_SPEC_BYTES = 512 * 1024
+
+
+def _path_name(path: tuple[str | int, ...]) -> str:
+    """The field of the spec's schema a deep path is in: `spec.model.config` for a path into the free-form config,
+    `spec.affinity` for a path through unknown keys of affinity."""
+    name = "spec"
+    model: type[BaseModel] | None = VLLMServiceSpec
+    for part in path:
+        if isinstance(part, int):
+            name = _join(name, part)
+            continue
+        if model is None:
+            break
+        field = next((info for key, info in model.model_fields.items() if part in (key, info.alias)), None)
+        if field is None:
+            break
+        name = _join(name, part)
+        model = _model_class(field.annotation)
+    return name
+
+
 def _plain(value: Any) -> Any:
-    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views)."""
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
+    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views), without recursion:
+    raises SpecValidationError naming the field when the value nests deeper than MAX_SPEC_DEPTH."""
+
+    def copy(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            return {}
+        if isinstance(item, list | tuple):
+            return []
+        return item
+
+    top = copy(value)
+    stack: list[tuple[Any, Any, tuple[str | int, ...]]] = [(value, top, ())]
+    while stack:
+        source, target, path = stack.pop()
+        if len(path) > MAX_SPEC_DEPTH:
+            raise SpecValidationError([SpecError(_path_name(path), (
+                f"nests deeper than {MAX_SPEC_DEPTH} levels (a real value nests a few); remove the nesting")),
+            ])
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, item in items:
+            child = copy(item)
+            if isinstance(target, dict):
+                target[key] = child
+            else:
+                target.append(child)
+            if isinstance(item, Mapping | list | tuple):
+                stack.append((item, child, (*path, key)))
+    return top
 
 
 def _spec_of(obj: Mapping[str, Any]) -> Any:
-    """The spec inside a whole VLLMService object, or the object itself when it is a spec."""
+    """The spec inside a whole VLLMService object, or the object itself when it is a spec, as plain JSON data
+    (bounded in depth and size: SpecValidationError naming the field otherwise)."""
     spec = obj.get("spec")
-    if isinstance(spec, Mapping) and "model" not in obj:
-        return _plain(spec)
-    return _plain(obj)
+    plain = _plain(spec) if isinstance(spec, Mapping) and "model" not in obj else _plain(obj)
+    try:
+        size = len(json.dumps(plain, separators=(",", ":"), default=str))
+    except (TypeError, ValueError):  # not JSON at all (a NaN is JSON to Python): pydantic names the field
+        return plain
+    if size > MAX_SPEC_BYTES and isinstance(plain, dict):
+        path: tuple[str | int, ...] = ()
+        node: Any = plain
+        largest = size
+        for _ in range(2):  # the largest field, and the largest inside it (spec.model.config, not spec.model)
+            if not isinstance(node, dict) or not node:
+                break
+            sizes = {key: len(json.dumps(item, separators=(",", ":"), default=str)) for key, item in node.items()}
+            key = max(sizes, key=lambda k: sizes[k])
+            path, node, largest = (*path, key), node[key], sizes[key]
+        raise SpecValidationError([SpecError(_path_name(path), (
+            f"makes the spec {size // 1024} KiB, over the {MAX_SPEC_BYTES // 1024} KiB the operator keeps "
+            f"(this field is {largest // 1024} KiB); shorten it, or move model files to model.configMapRef"))])
+    return plain
 
 
 def parse_spec(obj: Mapping[str, Any]) -> VLLMServiceSpec:
     """Parse a spec, or a whole VLLMService object's spec. Raises SpecValidationError with field paths."""
     try:
         return VLLMServiceSpec.model_validate(_spec_of(obj))
+    except RecursionError as exc:  # bounded above; kept so that no input can become an InternalError
+        raise SpecValidationError([SpecError("spec", "nests too deep; remove the nesting")]) from exc
     except ValidationError as exc:
         raise SpecValidationError(_spec_errors(exc, "spec")) from exc
 

@@ -28,6 +28,9 @@ class OperatorConfig:
     model_cache: CacheSettings = field(default_factory=CacheSettings)
     #: this replica's identity in kopf's peering object (the watchdog reads the object with it)
     peering_identity: str = ""
+    #: look models up with the operator's own HF_TOKEN for services without spec.hfTokenSecretRef, in every
+    #: namespace (chart `hub.operatorTokenForAllNamespaces`); off: such lookups are anonymous
+    hub_token_all_namespaces: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

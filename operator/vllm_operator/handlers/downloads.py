@@ -1,16 +1,21 @@
-"""The status hook for a measured download: record in `status.modelCache`, once per pod, through the one status
-writer, how many bytes a pod downloaded in how long (render/cache.py holds the pure parts).
+"""The status hooks for what a pod's start tells, recorded through the one status writer, once per pod
+(render/cache.py and render/coldstart.py hold the pure parts):
 
-A failing download is recorded too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a
-pod waiting in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained.
+* the measured download in `status.modelCache`: how many bytes a pod downloaded in how long;
+* a failing download too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a pod waiting
+  in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained;
+* the start, phase by phase, in `status.coldStart` (`record_ready`): image pull and volume attach, download, load,
+  compile, CUDA graphs, engine start, scheduled → Ready.
 
-Two sources of measurements, both read without extra requests for pods that give none:
+Two sources of download measurements, both read without extra requests for pods that give none:
 
 * the `model-download` init container's termination message (in the pod status the event carries);
 * vLLM's own "Time spent downloading weights" line, for a pod without that init container (an emptyDir cache, or
-  the init container switched off): its log is read once, when its vLLM container is first seen Ready (a bounded
-  read: the line is among the first of the log). The bytes are the checkpoint's (`status.modelCache.checkpointBytes`,
-  written by the reconcile): vLLM downloading into an empty cache fetches all of it.
+  the init container switched off).
+
+A pod's vLLM log is read once, when its vLLM container is first seen Ready (a bounded read: the lines are among the
+first of the log). The bytes of vLLM's own download are the checkpoint's (`status.modelCache.checkpointBytes`,
+written by the reconcile): vLLM downloading into an empty cache fetches all of it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ..render.cache import (
     fold_download_failure,
     measured_download,
 )
+from ..render.coldstart import cold_start_from_pod, compile_cache_kind, fold_cold_start
 from . import effects, kube
 
 log = logging.getLogger("vllm_operator.downloads")
@@ -65,26 +71,20 @@ def _vllm_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def record_download(namespace: str, service: str, pod: Mapping[str, Any]) -> bool:
-    """Record the pod's measured download in its service's status; returns whether the status was written."""
+    """Record the pod's measured download in its service's status; returns whether the status was written.
+    A pod that has the init container reports through it; one without is measured from vLLM's log once Ready
+    (`record_ready`)."""
+    if not _has_download_init(pod):
+        return False
     meta = pod.get("metadata") or {}
     name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
-    if _has_download_init(pod):
-        failing = download_failure(pod)
-        measure = measured_download(pod)
-        if failing is not None or (measure is not None and (name, None) not in _CLEARED):
-            _record_failure(namespace, service, name, redact(failing) if failing else None)
-        if measure is None or not measure.telling() or _seen(uid):
-            return False
-        return _write(namespace, service, lambda _status: measure)
-    if not _vllm_ready(pod) or _seen(uid):
+    failing = download_failure(pod)
+    measure = measured_download(pod)
+    if failing is not None or (measure is not None and (name, None) not in _CLEARED):
+        _record_failure(namespace, service, name, redact(failing) if failing else None)
+    if measure is None or not measure.telling() or _seen(uid):
         return False
-    with kube.api_errors(f"read the log of {name}"):
-        text = kube.read_log(namespace, name, container="vllm", tail_lines=LOG_LINES, previous=False) or ""
-
-    def from_log(status: Mapping[str, Any]) -> DownloadMeasure | None:
-        size = ((status.get("modelCache") or {}).get("checkpointBytes")) or 0
-        return download_from_vllm_log(text, checkpoint_bytes=int(size), pod=name)
-    return _write(namespace, service, from_log)
+    return _write(namespace, service, lambda _status: measure)
 
 
 #: (pod, failure) pairs said already (a failure recorded, or a success that cleared it): no second read.
@@ -124,4 +124,53 @@ def _write(namespace: str, service: str, measure_for: Any) -> bool:
         m = found[0]
         log.info("%s/%s: pod %s downloaded %d bytes in %.1f s (%.0f MiB/s, %s)", namespace, service, m.pod,
                  m.downloaded_bytes, m.seconds, m.bytes_per_second / 2**20, m.source)
+    return written
+
+
+def _read_log(namespace: str, name: str) -> str:
+    """The first lines of the vLLM container's log (one bounded read per pod: the lines read here are all early)."""
+    with kube.api_errors(f"read the log of {name}"):
+        return kube.read_log(namespace, name, container="vllm", tail_lines=LOG_LINES, previous=False) or ""
+
+
+#: Pods whose first Ready this process has handled: one log read per pod.
+_STARTS: dict[str, None] = {}
+
+
+def ready_log(namespace: str, pod: Mapping[str, Any]) -> str | None:
+    """The vLLM container's log, read once per pod, when its vLLM container is first seen Ready (None: not Ready,
+    or read already). What a start tells is all in it: the phases, vLLM's own download, the KV cache's size."""
+    meta = pod.get("metadata") or {}
+    name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
+    if not _vllm_ready(pod) or meta.get("deletionTimestamp") or uid in _STARTS:
+        return None
+    text = _read_log(namespace, name)
+    _remember(_STARTS, uid)
+    return text
+
+
+def record_ready(namespace: str, service: str, pod: Mapping[str, Any], text: str) -> bool:
+    """Record what a pod's start tells (its log `text`, from `ready_log`): how long the start took, phase by phase
+    (status.coldStart), and — for a pod without the init container — vLLM's own download (status.modelCache).
+    Returns whether the status was written."""
+    meta = pod.get("metadata") or {}
+    name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
+    written = False
+    if not _has_download_init(pod) and not _seen(uid):
+        def from_log(status: Mapping[str, Any]) -> DownloadMeasure | None:
+            size = ((status.get("modelCache") or {}).get("checkpointBytes")) or 0
+            return download_from_vllm_log(text, checkpoint_bytes=int(size), pod=name)
+        written = _write(namespace, service, from_log)
+    measured = cold_start_from_pod(pod, text, download_container=DOWNLOAD_CONTAINER)
+    kind = compile_cache_kind(pod)
+
+    def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
+        status = dict(stored.get("status") or {})
+        folded = fold_cold_start(status.get("coldStart"), measured, compile_cache=kind)
+        return None if folded is None else VLLMServiceStatus.model_validate({**status, "coldStart": folded})
+
+    if measured and effects.update_status(namespace, service, build):
+        written = True
+        log.info("%s/%s: pod %s started in %s s (%s)", namespace, service, name, measured.get("readySeconds"),
+                 ", ".join(f"{k} {v}" for k, v in measured.items() if k.endswith("Seconds")))
     return written

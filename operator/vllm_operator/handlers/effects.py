@@ -35,6 +35,7 @@ from ..api import conditions as cond
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
 from ..render.lws import lws_name
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.sharing import GROUP_LABEL
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -98,11 +99,31 @@ def owned(obj: Mapping[str, Any] | None, uid: str, label: str) -> bool:
             and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY and labels.get(LABEL_SERVICE) == label)
 
 
-def _owner(child: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(VLLMService name, uid, label value) of a rendered child."""
-    meta = child["metadata"]
-    ref: Mapping[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
-    return str(ref.get("name") or ""), str(ref.get("uid") or ""), str((meta.get("labels") or {}).get(LABEL_SERVICE))
+#: The labels that say whose an object is: the service's own children carry the first, a share group's (its record
+#: ConfigMap, its ResourceClaims: owned by every member) the second.
+IDENTITY_LABELS = (LABEL_SERVICE, GROUP_LABEL)
+
+
+def ours(existing: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
+    """Whether `existing` is the object `child` renders, the operator's: an ownerReference to one of the child's
+    owners (by uid) and the child's identity labels (managed-by, and the service's or the share group's)."""
+    meta, want = existing.get("metadata") or {}, child["metadata"]
+    labels, wanted = meta.get("labels") or {}, want.get("labels") or {}
+    uids = {ref.get("uid") for ref in want.get("ownerReferences") or []}
+    return (any(ref.get("uid") in uids for ref in meta.get("ownerReferences") or [])
+            and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+            and all(labels.get(key) == wanted[key] for key in IDENTITY_LABELS if key in wanted))
+
+
+def _owner(children: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(VLLMService name, uid, label value) of the service whose children these are ("" when none says)."""
+    for child in children:
+        meta = child["metadata"]
+        label = (meta.get("labels") or {}).get(LABEL_SERVICE)
+        ref: Mapping[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
+        if label and ref.get("kind") == "VLLMService":
+            return str(ref.get("name") or ""), str(ref.get("uid") or ""), str(label)
+    return "", "", ""
 
 
 def _legacy(entry: Mapping[str, Any]) -> bool:
@@ -186,7 +207,7 @@ def _apply(resource: kube.Resource, namespace: str, child: dict[str, Any], exist
     _retrying(what, partial(kube.apply, resource, namespace, name, child, discard=True))
 
 
-def _ready(workload: Mapping[str, Any] | None) -> bool:
+def ready(workload: Mapping[str, Any] | None) -> bool:
     """Whether a workload serves with all its replicas (Deployment: pods of its current generation; LWS: groups)."""
     if not workload:
         return False
@@ -204,6 +225,10 @@ def _workload_names(service: str) -> dict[str, str]:
     return {"Deployment": child_names(service).deployment, "LeaderWorkerSet": lws_name(service)}
 
 
+#: Kinds whose spec cannot change once created (claims): created once, never re-applied.
+IMMUTABLE = ("PersistentVolumeClaim", "ResourceClaim")
+
+
 def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
     """Make each child exactly its render: server-side apply (field manager `vllm-operator`, forced) of what is
     missing or whose spec hash changed; fields the render no longer sets go, fields other managers set stay.
@@ -215,7 +240,7 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
     and the old workload is deleted — each step decided from what the API shows, so a restart resumes it."""
     if not children:
         return []
-    service, uid, label = _owner(children[0])
+    service, uid, label = _owner(children)
     kinds = [c["kind"] for c in children if c["kind"] in WORKLOADS]
     old_kind = next((k for k in WORKLOADS if kinds and k != kinds[0]), None)
     old = None
@@ -231,7 +256,7 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
         resource = kube.KIND_RESOURCES[kind]
         what = f"apply {kind} {name}"
         existing = _retrying(what, partial(kube.get, resource, namespace, name))
-        if existing is not None and not owned(existing, uid, label):
+        if existing is not None and not ours(existing, child):
             conflicts.append(f"{kind} {name}")
             continue
         if kind in ADDRESSING and existing is not None and not switched:
@@ -239,11 +264,11 @@ def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
         if existing is None:
             _create(resource, namespace, child, what)
             written.append(f"created {kind} {name}")
-        elif kind != "PersistentVolumeClaim" and _hash(child) != _hash(existing):  # a claim's spec is immutable
+        elif kind not in IMMUTABLE and _hash(child) != _hash(existing):
             _apply(resource, namespace, child, existing, what)
             written.append(f"updated {kind} {name}")
         if kind in WORKLOADS and old is not None:
-            switched = existing is not None and _hash(child) == _hash(existing) and _ready(existing)
+            switched = existing is not None and _hash(child) == _hash(existing) and ready(existing)
     if old is not None and switched:
         written.extend(_delete_owned(namespace, str(old["kind"]), old, f"replaced by a {kinds[0]}"))
     elif old is not None:
@@ -338,13 +363,33 @@ def _delete_owned(namespace: str, kind: str, obj: Mapping[str, Any], why: str) -
     return [f"deleted {kind} {name}: {why}"]
 
 
+#: What finishes a switch whose new workload is Ready: a reconcile of the service (namespace, name) on what is stored
+#: now, which moves the Service and deletes the old workload (`apply_children`). Set by the layer that reconciles
+#: (handlers/watchdog.py, at startup); None: the watchdog's next round does it.
+SWITCH_FINISHER: Callable[[str, str], Any] | None = None
+
+
+def finish_switch(namespace: str, workload: Mapping[str, Any]) -> bool:
+    """Called on an event of a Ready workload (a Deployment, or a LeaderWorkerSet's pod): when its service still owns
+    a workload of the other kind, reconcile the service now rather than at the watchdog's next round."""
+    finisher = SWITCH_FINISHER
+    if finisher is None or not switch_pending(namespace, workload):
+        return False
+    ref = next(r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
+               if r.get("kind") == "VLLMService")
+    log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, ref.get("name"),
+             workload.get("kind"))
+    finisher(namespace, str(ref.get("name")))
+    return True
+
+
 def switch_pending(namespace: str, workload: Mapping[str, Any]) -> bool:
     """Whether `workload` (a Deployment or LeaderWorkerSet of ours) is Ready while its service still owns a workload
     of the other kind: a switch waiting for this moment to move the Service over and delete the old one."""
     kind = workload.get("kind")
     meta = workload.get("metadata") or {}
     ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == "VLLMService"), None)
-    if kind not in WORKLOADS or ref is None or not _ready(workload):
+    if kind not in WORKLOADS or ref is None or not ready(workload):
         return False
     other = WORKLOADS[1] if kind == WORKLOADS[0] else WORKLOADS[0]
     name = _workload_names(str(ref.get("name")))[other]
@@ -371,7 +416,7 @@ def delete_replaced_workload(namespace: str, name: str, uid: str, children: list
     for child in [now[0], *(c for c in children if c.get("kind") in ADDRESSING)]:
         live = _retrying(f"read {child['kind']} {child['metadata']['name']}",
                          partial(kube.get, kube.KIND_RESOURCES[child["kind"]], namespace, child["metadata"]["name"]))
-        if live is None or _hash(live) != _hash(child) or (child is now[0] and not _ready(live)):
+        if live is None or _hash(live) != _hash(child) or (child is now[0] and not ready(live)):
             return []  # the switch is not complete: the old workload still serves
     assert existing is not None
     return _delete_owned(namespace, old, existing, f"replaced by a {now[0]['kind']}")
@@ -471,4 +516,8 @@ def _post(namespace: str, involved_object: Mapping[str, Any], type_: str, reason
         kube.post_event(namespace, dict(involved_object), type_, reason, message, event_name=name)
     except ApiException as exc:
         if not (name and exc.status == 409):
+            raise
+        # 409 is AlreadyExists only when the Event is there: a 409 Conflict (or a proxy's) posted nothing, and
+        # counting it as posted lost the Event for good (issue 20); it stays unannounced and is posted again
+        if kube.get(kube.EVENTS, namespace, name) is None:
             raise

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,8 @@ import kopf
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from . import decode
 
 _lock = threading.Lock()
 _client: kubernetes.client.ApiClient | None = None
@@ -101,10 +104,12 @@ SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects")
 INFERENCEPOOLS = Resource("inference.networking.k8s.io", "v1", "inferencepools")
 
 LEADERWORKERSETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+RESOURCECLAIMS = Resource("resource.k8s.io", "v1", "resourceclaims")  # share groups (issue 26)
+DEVICECLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
                   "HorizontalPodAutoscaler": HPAS, "ScaledObject": SCALEDOBJECTS, "InferencePool": INFERENCEPOOLS,
-                  "LeaderWorkerSet": LEADERWORKERSETS}
+                  "LeaderWorkerSet": LEADERWORKERSETS, "ConfigMap": CONFIGMAPS, "ResourceClaim": RESOURCECLAIMS}
 
 
 def serves(resource: Resource) -> bool:
@@ -117,6 +122,31 @@ def serves(resource: Resource) -> bool:
             return False
         raise
     return any(entry.get("name") == resource.plural for entry in (doc or {}).get("resources") or [])
+
+
+_served: dict[tuple[int, str], tuple[float, bool]] = {}
+
+
+def served(resource: Resource, max_age: float) -> bool:
+    """`serves(resource)`, from an answer at most `max_age` seconds old (per client): asked again after that, so an
+    API installed after the operator started is noticed."""
+    key = (id(client()), resource.path())
+    now = time.monotonic()
+    with _lock:
+        hit = _served.get(key)
+    if hit is not None and now - hit[0] < max_age:
+        return hit[1]
+    with api_errors(f"discover {resource.plural}"):
+        answer = serves(resource)
+    with _lock:
+        _served[key] = (now, answer)
+    return answer
+
+
+def forget_served() -> None:
+    """Drop the cached discovery answers (tests; a new cluster)."""
+    with _lock:
+        _served.clear()
 
 
 class Rejected(kopf.PermanentError):
@@ -182,7 +212,7 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
         return None
     if raw:
         return data.decode(errors="replace") if isinstance(data, bytes) else data
-    return json.loads(data) if data else None
+    return decode.loads(data) if data else None  # bounded in depth: a stored object may nest 10,000 levels
 
 
 _reads = threading.local()

@@ -14,6 +14,7 @@ import kopf
 from ..render.cache import CacheSettings
 from . import (
     config,
+    decode,
     kube,
     metrics_watch,  # noqa: F401  (registers the metrics daemon on the registry)
     watchdog,  # noqa: F401  (registers the watchdog's index and sweep on the registry)
@@ -43,6 +44,15 @@ def peering_identity() -> str:
     return f"{user}@{socket.gethostname()}/{started}/{secrets.token_hex(2)}"
 
 
+#: Set to true (the chart's `hub.operatorTokenForAllNamespaces`) to look every namespace's models up with the
+#: operator's own HF_TOKEN; otherwise a service's lookup uses its spec.hfTokenSecretRef or no token.
+HUB_TOKEN_ENV = "VLLM_OPERATOR_HUB_TOKEN_FOR_ALL_NAMESPACES"
+
+
+def hub_token_for_all_namespaces() -> bool:
+    return os.environ.get(HUB_TOKEN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str | None, liveness: str | None,
                  metrics_port: int, peering: str | None, verbose: bool, prometheus_url: str | None = None,
                  gpu_catalog: str | None = None, priority: int | None = None, default_image: str | None = None,
@@ -56,12 +66,14 @@ def run_operator(*, namespaces: list[str], all_namespaces: bool, kubeconfig: str
                      default_image=default_image or None, metrics_interval_seconds=metrics_interval,
                      prometheus_selector=prometheus_selector or None,
                      namespaces=() if all_namespaces else tuple(namespaces),
-                     model_cache=model_cache or CacheSettings(), peering_identity=peering_identity())
+                     model_cache=model_cache or CacheSettings(), peering_identity=peering_identity(),
+                     hub_token_all_namespaces=hub_token_for_all_namespaces())
     if metrics_port:
         from ..metrics import start_metrics_server
 
         start_metrics_server(metrics_port)
     kopf.configure(verbose=verbose)
+    decode.install()  # one object nested past Python's recursion limit must not stop every watch
     kopf.run(
         registry=registry,
         clusterwide=all_namespaces,

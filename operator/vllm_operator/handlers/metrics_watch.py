@@ -65,6 +65,7 @@ from ..metrics.policy import (
     metrics_status,
 )
 from ..remediation.ladder import ProfileChange
+from ..render.pods import ServingPods, serving_pods
 from . import config, effects, kube
 from .remediation import change_profile
 from .service import registry
@@ -258,7 +259,8 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
     settings = policy_settings(cfg)
     try:
         with reader_for(cfg) as reader:
-            observation = reader.observe(namespace, name, model=spec.model.served_name or spec.model.name,
+            observation = reader.observe(namespace, name, pods_regex=serving_pods_of(service).pod_name_regex,
+                                         model=spec.model.served_name or spec.model.name,
                                          window_seconds=settings.window_seconds,
                                          step_seconds=settings.step_seconds, now=now)
     except PrometheusUnavailable as exc:
@@ -296,6 +298,15 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
     update_status(namespace, name, lambda st: _fold(
         st, [available], now, metrics=metrics_status(observation, st.get("metrics"), now)))
     return decision
+
+
+def serving_pods_of(service: Mapping[str, Any]) -> ServingPods:
+    """The pods that serve this VLLMService now: its LeaderWorkerSet's leaders when the recorded plan spans nodes
+    (status.gpu.nodes), else its Deployment's pods."""
+    meta = service.get("metadata") or {}
+    nodes = ((service.get("status") or {}).get("gpu") or {}).get("nodes")
+    return serving_pods(str(meta.get("name") or ""), str(meta.get("namespace") or ""),
+                        multinode=isinstance(nodes, int) and nodes > 1)
 
 
 def _replicas(deployment: Mapping[str, Any] | None) -> int | None:

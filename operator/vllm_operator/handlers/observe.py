@@ -6,19 +6,24 @@ metrics watch, so none of them imports another.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
+import os
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from .. import reconcile
-from ..api.v1alpha1 import DEFAULT_IMAGE
-from ..hub import resolve_model_id
-from ..modelfiles import ModelFiles, ModelSourceError, model_files_from_inline
+from ..api.v1alpha1 import DEFAULT_HF_TOKEN_KEY, DEFAULT_IMAGE
+from ..hub import is_repo_id, resolve_model_id
+from ..modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
+from ..render.cache import read_write_many_class
 from . import config, kube
 
 log = logging.getLogger("vllm_operator")
@@ -43,9 +48,50 @@ def load_model(spec: Mapping[str, Any], namespace: str) -> tuple[ModelFiles | No
                 return None, f"ConfigMap {ref['name']} has no key {ref.get('configKey', 'config.json')}"
             index_text = data.get(ref.get("safetensorsIndexKey", "model.safetensors.index.json"))
             return model_files_from_inline(config_text, index_text, name), None
-        return resolve_model_id(name, revision=model.get("revision")), None
+        revision = model.get("revision")
+        if revision is None and is_repo_id(name) and (found := find_in_catalog(name)) is not None:
+            return found, None  # the built-in catalog: no hub, no credentials read
+        token, cache_dir, problem = hub_credentials(spec, namespace)
+        if problem is not None:
+            return None, problem
+        return resolve_model_id(name, revision=revision, token=token, cache_dir=cache_dir), None
     except ModelSourceError as exc:
         return None, str(exc)
+
+
+def hub_credentials(spec: Mapping[str, Any], namespace: str) -> tuple[str | bool | None, str | None, str | None]:
+    """The token a service's hub lookup uses, the hub cache it reads and writes, and why there is none.
+
+    A tenant's own token (`spec.hfTokenSecretRef`, read from its namespace) or no token at all: the operator's own
+    HF_TOKEN only when the chart allows it for every namespace (`hub.operatorTokenForAllNamespaces`), since a
+    lookup with it tells any tenant whether a private or gated repository that token sees exists, and its
+    architecture. A tenant's token gets a cache of its own (what it downloaded is not served to another tenant,
+    offline included); anonymous lookups share one."""
+    ref = spec.get("hfTokenSecretRef")
+    if isinstance(ref, Mapping) and ref.get("name"):
+        with kube.api_errors("read the hub token Secret (spec.hfTokenSecretRef)"):
+            secret = kube.get(kube.SECRETS, namespace, str(ref["name"]))
+        key = str(ref.get("key") or DEFAULT_HF_TOKEN_KEY)
+        encoded = ((secret or {}).get("data") or {}).get(key)
+        if secret is None or not isinstance(encoded, str):
+            return None, None, (f"Secret {ref['name']} (spec.hfTokenSecretRef) not found or has no key {key}: the "
+                                "model's config.json is looked up with the service's own token only")
+        try:
+            token = base64.b64decode(encoded, validate=True).decode().strip()
+        except (ValueError, UnicodeDecodeError):
+            return None, None, f"Secret {ref['name']} key {key} (spec.hfTokenSecretRef) is not a token"
+        digest = hashlib.sha256(token.encode()).hexdigest()[:24]
+        return token, str(Path(_hub_home()) / "tenants" / digest), None
+    if config.CONFIG.hub_token_all_namespaces:
+        return None, None, None  # huggingface_hub's own resolution: the operator's HF_TOKEN
+    return False, str(Path(_hub_home()) / "anonymous"), None  # False: huggingface_hub sends no token at all
+
+
+def _hub_home() -> str:
+    home = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if home:
+        return home
+    return str(Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub")
 
 
 def _inline_index(model: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -60,17 +106,17 @@ def list_gpu_nodes(node_selector: Mapping[str, str]) -> list[dict[str, str]]:
     return [dict((n.get("metadata") or {}).get("labels") or {}) for n in nodes]
 
 
-#: How long the cluster's default StorageClass is remembered (seconds): one list serves every reconcile meanwhile.
+#: How long the cluster's StorageClasses are remembered (seconds): one list serves every reconcile meanwhile.
 STORAGE_CLASS_MAX_AGE = 60.0
-_storage_class_cache: dict[int, tuple[float, str | None]] = {}
+_storage_class_cache: dict[int, tuple[float, tuple[str | None, str | None]]] = {}
 #: The annotation that marks a StorageClass as the cluster's default.
 DEFAULT_CLASS_ANNOTATIONS = ("storageclass.kubernetes.io/is-default-class",
                              "storageclass.beta.kubernetes.io/is-default-class")
 
 
-def default_storage_class() -> str | None:
-    """The cluster's default StorageClass, or None (none marked default, or it cannot be listed: then the model
-    cache is ephemeral and the service's ModelCache condition says so)."""
+def _storage_classes() -> tuple[str | None, str | None]:
+    """(the default StorageClass, a class whose claims can be ReadWriteMany), each None when the cluster has none
+    or the classes cannot be listed (then the model cache is ephemeral and the ModelCache condition says so)."""
     key = id(kube.client())
     now = time.monotonic()
     hit = _storage_class_cache.get(key)
@@ -87,8 +133,19 @@ def default_storage_class() -> str | None:
         if any(str(annotations.get(a)).lower() == "true" for a in DEFAULT_CLASS_ANNOTATIONS):
             found = str((item.get("metadata") or {}).get("name") or "") or None
             break
-    _storage_class_cache[key] = (now, found)
-    return found
+    answer = (found, read_write_many_class(classes))
+    _storage_class_cache[key] = (now, answer)
+    return answer
+
+
+def default_storage_class() -> str | None:
+    """The cluster's default StorageClass, or None."""
+    return _storage_classes()[0]
+
+
+def shared_storage_class() -> str | None:
+    """A StorageClass whose claims can be ReadWriteMany (render/cache.py `read_write_many_class`), or None."""
+    return _storage_classes()[1]
 
 
 #: The optional kinds the core may render, and where the API serves them.
@@ -96,13 +153,15 @@ OPTIONAL_KINDS = {"ScaledObject": kube.SCALEDOBJECTS, "InferencePool": kube.INFE
 _served_cache: dict[int, tuple[float, frozenset[str]]] = {}
 
 
-def served_kinds() -> frozenset[str] | None:
+def served_kinds(max_age: float = STORAGE_CLASS_MAX_AGE) -> frozenset[str] | None:
     """The optional kinds (KEDA ScaledObject, InferencePool) whose CRDs the cluster serves; None when discovery
-    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute."""
+    fails (the core then renders them and the API server's answer says the rest). Remembered for a minute; the
+    watchdog asks afresh (`max_age=0`) at the start of each round, so a CRD installed after the operator started is
+    picked up by the next round's reconciles."""
     key = id(kube.client())
     now = time.monotonic()
     hit = _served_cache.get(key)
-    if hit is not None and now - hit[0] < STORAGE_CLASS_MAX_AGE:
+    if hit is not None and now - hit[0] < max_age:
         return hit[1]
     found = set()
     try:
@@ -127,4 +186,4 @@ def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Obse
         list_nodes=list_gpu_nodes, resolve_model=lambda: load_model(spec, namespace), catalog=config.CONFIG.catalog,
         default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
         cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
-        served_kinds=served_kinds())
+        shared_storage_class=shared_storage_class(), served_kinds=served_kinds())

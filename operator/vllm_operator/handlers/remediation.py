@@ -100,11 +100,17 @@ def death_index(pod: Mapping[str, Any], evidence: ContainerEvidence) -> int:
 
 
 def read_log_tail(namespace: str, pod: str) -> str | None:
+    """The end of the log of the container's run that died: `--previous` once the kubelet has restarted it; before
+    that (state.terminated, the first death) the kubelet has no previous run (400) and the current log is the dead
+    run's (found by the real tier: vLLM's own KV-cache error is 60 lines above the end, out of the 2 KB message)."""
     try:
-        return kube.read_log(namespace, pod, container="vllm", tail_lines=LOG_TAIL_LINES, previous=True)
+        for previous in (True, False):
+            text = kube.read_log(namespace, pod, container="vllm", tail_lines=LOG_TAIL_LINES, previous=previous)
+            if text is not None:
+                return text
     except Exception as exc:  # a missing log is not worth failing the handler for
         log.debug("no log for %s/%s: %s", namespace, pod, exc)
-        return None
+    return None
 
 
 def _template_hash(obj: Mapping[str, Any] | None) -> str | None:

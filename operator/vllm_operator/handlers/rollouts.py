@@ -15,10 +15,12 @@ from typing import Any
 from ..api import conditions as cond
 from ..api import rollout
 from ..render.manifests import selector_for
-from . import effects, kube, lws
+from . import effects, kube
 
 log = logging.getLogger("vllm_operator.rollouts")
 
+#: How old an answer to "is the LeaderWorkerSet API served?" may be (seconds; as handlers/lws.py).
+SERVED_MAX_AGE = 30.0
 #: The strategy of a Deployment that must roll without a surge pod.
 NO_SURGE = {"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}}
 
@@ -65,25 +67,10 @@ def refresh(namespace: str, service: str, deployment: Mapping[str, Any] | None =
                                 ready_replicas=ready)
 
     changed = effects.update_status(namespace, service, build)
-    if lws.api_served():  # a LeaderWorkerSet can be the workload being replaced only where the API serves one
-        finish_switch(namespace, service, deployment)
+    # a LeaderWorkerSet can be the workload this Deployment replaces only where the API serves one
+    if effects.ready(deployment) and kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE):
+        effects.finish_switch(namespace, deployment)
     return changed
-
-
-def finish_switch(namespace: str, service: str, workload: Mapping[str, Any]) -> bool:
-    """The new workload of a Deployment ↔ LeaderWorkerSet switch is Ready: reconcile the service now, which moves
-    the Service (and InferencePool) to its pods and then deletes the old workload (`effects.apply_children`).
-    Without this event the watchdog's next round does the same."""
-    if not effects.switch_pending(namespace, workload):
-        return False
-    from .service import reconcile_current  # the reconcile lives above this module (it imports it)
-
-    with kube.api_errors(f"read VLLMService {service}"):
-        fresh = kube.get(kube.VLLMSERVICES, namespace, service)
-    if fresh is None:
-        return False
-    log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, service, workload.get("kind"))
-    return reconcile_current(service, namespace, int((fresh.get("metadata") or {}).get("generation") or 1), log)
 
 
 def _nodes(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:

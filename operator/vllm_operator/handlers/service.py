@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import json
 import logging
 import os
 import threading
@@ -25,22 +26,34 @@ from urllib3.exceptions import HTTPError
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION, RemediationStatus
-from ..render.lws import LWS_NAME_LABEL
-from ..render.manifests import LABEL_SERVICE, MANAGED_BY
-from . import config, downloads, effects, kube, lws, rollouts
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..remediation import ladder
+from ..render.lws import LWS_NAME_LABEL, lws_name
+from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.sharing import GROUP_LABEL
+from . import config, decode, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
-from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds
+from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
+from .share import group_members, group_of, observe_share
 
 log = logging.getLogger("vllm_operator")
 registry = kopf.OperatorRegistry()
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
+#: The largest diff base kept in an annotation. All annotations of an object share 256 KiB (the API server refuses
+#: more: kopf then stopped handling the service) and `kubectl apply` keeps another copy of the spec in one of them;
+#: a larger diff base is kept in status (`status.kopf.lastHandledConfiguration`), where etcd's object limit applies.
+ANNOTATION_DIFFBASE_BYTES = 96 * 1024
+#: Where a diff base too large for an annotation is kept.
+STATUS_DIFFBASE_FIELD = "lastHandledConfiguration"
+
+
 class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     """kopf's annotation diff base with the same essence, built without deep-copying the status and the system
-    metadata it drops at once (kopf copies the whole body first: on every event of every VLLMService)."""
+    metadata it drops at once (kopf copies the whole body first: on every event of every VLLMService); kept in
+    status when it does not fit an annotation."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         if extra_fields:  # fields kopf tracks beyond the essence (none today): kopf's own way
@@ -51,6 +64,27 @@ class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         lean["metadata"] = {key: meta[key] for key in ("labels", "annotations", "ownerReferences") if key in meta}
         return super().build(body=kopf.Body(cast(kopf.RawBody, lean)), extra_fields=extra_fields)
 
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        found = super().fetch(body=body)
+        if found is not None:
+            return found
+        kept = ((body.get("status") or {}).get("kopf") or {}).get(STATUS_DIFFBASE_FIELD)
+        return cast(kopf.BodyEssence, decode.loads(kept)) if isinstance(kept, str) else None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        in_status = ((body.get("status") or {}).get("kopf") or {}).get(STATUS_DIFFBASE_FIELD) is not None
+        encoded = json.dumps(essence, separators=(",", ":"))
+        if len(encoded.encode()) <= ANNOTATION_DIFFBASE_BYTES:
+            super().store(body=body, patch=patch, essence=essence)
+            if in_status:
+                patch.setdefault("status", {}).setdefault("kopf", {})[STATUS_DIFFBASE_FIELD] = None
+            return
+        annotations = body.metadata.annotations
+        for key in self.make_keys(self.key, body=body):
+            if key in annotations:
+                patch.metadata.annotations[key] = None
+        patch.setdefault("status", {}).setdefault("kopf", {})[STATUS_DIFFBASE_FIELD] = encoded
+
 
 #: How long kopf waits for the watch to show its own last patch (seconds; see operator_startup).
 CONSISTENCY_TIMEOUT = 30.0
@@ -58,6 +92,7 @@ CONSISTENCY_TIMEOUT = 30.0
 
 @kopf.on.startup(registry=registry)
 def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    decode.install()  # before any watch starts: objects nested past Python's recursion limit are cut, not fatal
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="vllm-operator.dev", key="last-handled-configuration")
@@ -180,6 +215,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
                       new: bool = False, node_max_age: float = 0.0,
                       stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
+    status, stored = relearn(name, namespace, uid, spec, status, stored, logger)
     spec_dict = dict(spec)
     observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
                                   status=dict(status), now=_now(),
@@ -189,8 +225,16 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                                   lws_installed=lws.api_served,
                                   default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
                                   cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class(), served_kinds=served_kinds())
+                                  default_storage_class=default_storage_class(),
+                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds(),
+                                  share=observe_share(name, namespace, spec_dict))
     desired = reconcile.desired_state(observed)
+    if desired.children is None and desired.plan is not None and not desired.plan.fits:
+        previous = previous_workload(namespace, name)
+        if previous is not None:  # nothing is deleted for a plan that does not fit: say what still serves
+            desired.status = reconcile.previous_still_serves(desired.status, kind=previous[0], name=previous[1],
+                                                             ready=previous[2], generation=generation,
+                                                             now=observed.now)
     if cond.find_condition(desired.status.conditions, cond.READY) is None:
         # every service has a Ready condition (the READY column), invalid and unplannable ones included
         degraded = cond.find_condition(desired.status.conditions, cond.DEGRADED)
@@ -206,10 +250,18 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
+    desired = placement.guard(namespace, name, status, desired, observed.now)
+    if placement.announces(desired):
+        # record, then act: the interruption is in the status (and said) before the Deployment changes
+        write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+        stored = effects.read_service(namespace, name) or stored
+        placement.post_announcement(namespace, _involved(name, namespace, uid), desired)
+    written: list[str] = []
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
         for line in (create_children if new else apply_children)(desired.children, namespace):
+            written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
                 # a new profile: none of its pods runs yet, whatever readyReplicas says
@@ -218,9 +270,14 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
     write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+    group = group_of(spec_dict)
+    if group is not None and any(line.startswith(("created ConfigMap vllm-share-", "updated ConfigMap vllm-share-"))
+                                 for line in written):
+        poke_share_group(namespace, group, besides=name)  # the group's plan changed: the others' shares may have
     nodes_before = (status.get("gpu") or {}).get("nodes") or 1
     nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
-    spans = ((spec.get("gpu") or {}).get("maxNodes") or 1) > 1
+    gpu = spec.get("gpu")  # the spec as stored: `gpu: L4` reaches here too (it got InvalidSpec above)
+    spans = isinstance(gpu, Mapping) and isinstance(gpu.get("maxNodes"), int) and gpu["maxNodes"] > 1
     if desired.children is not None and not new and (nodes_before != nodes_now or (node_max_age > 0 and spans)):
         # recorded, then acted: the workload of the other kind goes only now; the watchdog looks again for services
         # that may span nodes (a delete that failed after the status was written), no request for the others
@@ -233,28 +290,69 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     return desired
 
 
+def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:
+    """The workload of ours that an earlier plan rolled out, if one exists: (kind, name, ready pods or groups)."""
+    names = child_names(name)
+    with kube.api_errors("read the Deployment"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, names.deployment)
+    if deployment is not None and _ours(deployment, name):
+        return "Deployment", names.deployment, int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    if lws.api_served():
+        with kube.api_errors("read the LeaderWorkerSet"):
+            group = kube.get(kube.LEADERWORKERSETS, namespace, lws_name(name))
+        if group is not None and _ours(group, name):
+            return "LeaderWorkerSet", lws_name(name), int((group.get("status") or {}).get("readyReplicas") or 0)
+    return None
+
+
+def _ours(obj: Mapping[str, Any], service: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_SERVICE) == child_names(service).label and labels.get(
+        "app.kubernetes.io/managed-by") == MANAGED_BY
+
+
 def _profile_changed(status: Mapping[str, Any], desired: reconcile.Desired) -> bool:
     before = status.get("plan") or {}
     after = desired.status.plan
     return after is not None and before.get("args") != after.args
 
 
-def _reset_ladder(namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-    """The user changed the spec: what the ladder learned may no longer hold. Keep the history, drop the rest
-    (through the one status writer, on the status stored now)."""
+def relearn(name: str, namespace: str, uid: str, spec: Mapping[str, Any], status: Mapping[str, Any],
+            stored: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger,
+            ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """The ladder belongs to the plan's inputs it was learned on (`ladder.for_inputs`): a profile learned on other
+    inputs is dropped — recorded first, through the one status writer, before anything is rendered without it — and
+    once: the write carries the new inputs' hash, so a retry, a 409 or the next event of the same change finds
+    nothing to reset. A status without the hash adopts it in the reconcile's own write. Returns the status to
+    reconcile and the service it was read from (the precondition of the reconcile's write)."""
+    inputs = ladder.spec_inputs_hash(spec, config.CONFIG.default_image or DEFAULT_IMAGE)
+    change = ladder.for_inputs(ladder.remediation_of(status), inputs)
+    if change is None:
+        return status, stored
+    if not change.reset:
+        return {**status, "remediation": change.remediation.model_dump(by_alias=True, exclude_none=True)}, stored
 
     def build(service: dict[str, Any]) -> Any:
-        stored = service.get("status") or {}
-        remediation = RemediationStatus.model_validate(stored.get("remediation") or {})
-        generation = stored.get("observedGeneration")
-        return cond.fold_status(stored, observed_generation=generation if isinstance(generation, int) else None,
-                                now=_now(), remediation=remediation.model_copy(
-                                    update={"profile": {}, "step": 0, "exhausted": False}))
+        current = service.get("status") or {}
+        again = ladder.for_inputs(ladder.remediation_of(current), inputs)
+        if again is None:
+            return None  # recorded already (an earlier write landed before its answer was lost)
+        generation = current.get("observedGeneration")
+        return cond.fold_status(current, observed_generation=generation if isinstance(generation, int) else None,
+                                now=_now(), remediation=again.remediation)
 
-    effects.update_status(namespace, name, build)
-    new = dict(status)
-    new["remediation"] = {**dict(status.get("remediation") or {}), "profile": {}, "step": 0, "exhausted": False}
-    return new
+    if effects.update_status(namespace, name, build):
+        logger.info("%s", change.message)
+        effects.post_event(namespace, _involved(name, namespace, uid), "Normal", PROFILE_RESET, change.message)
+    with kube.api_errors(f"read {name}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+    if fresh is None:
+        raise kopf.TemporaryError(f"{name} is gone", delay=1)
+    return dict(fresh.get("status") or {}), fresh
+
+
+#: The Event reason of a learned profile dropped because the plan's inputs changed.
+PROFILE_RESET = "ProfileReset"
 
 
 #: Reconciles run here, off the event loop, each bounded in time: one slow service never holds up the others.
@@ -313,8 +411,6 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
 
 def _reconcile_now(name: str, namespace: str, uid: str, generation: int, spec: dict[str, Any],
                    status: dict[str, Any], logger: kopf.Logger, reason: str) -> reconcile.Desired:
-    if reason == "update" and (status.get("remediation") or {}).get("profile"):
-        status = _reset_ladder(namespace, name, status)
     return reconcile_service(name, namespace, uid, generation, spec, status, logger,
                              new=reason == "create" and not status)
 
@@ -383,6 +479,14 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
             downloads.record_download(meta["namespace"], owner, body)
         except kopf.TemporaryError as exc:
             logger.warning("measured download not recorded: %s", exc)
+        try:  # once its vLLM is Ready, one read of its log: the start, phase by phase → status.coldStart, vLLM's
+            # own download, and vLLM's "GPU KV cache size: N tokens" → status.kvCache next to the prediction
+            text = downloads.ready_log(meta["namespace"], body)
+            if text is not None:
+                downloads.record_ready(meta["namespace"], owner, body, text)
+                measured.record_kv_cache(meta["namespace"], owner, body, text)
+        except kopf.TemporaryError as exc:
+            logger.warning("what the pod's start measured is not recorded: %s", exc)
     if owner and (rollout.unschedulable_message(body) or rollout.in_init(body)):  # scheduler / model download
         try:  # the scheduler's word goes into the status (and may switch the rollout to no surge)
             rollouts.refresh(meta["namespace"], owner)
@@ -421,4 +525,22 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
         return
     if not body.get("status"):
         return  # the Deployment controller has not looked at it yet: the reconcile's status stands
-    rollouts.refresh(namespace, owner, body)
+    changed = rollouts.refresh(namespace, owner, body)
+    group = (meta.get("labels") or {}).get(GROUP_LABEL)
+    if changed and group:  # a share-group member's pods changed: a neighbour may be waiting for it (issue 26)
+        poke_share_group(namespace, group, besides=owner)
+
+
+def poke_share_group(namespace: str, group: str, besides: str) -> None:
+    """Reconcile the other members of a share group soon (off this thread): their shares, or their wait, may have
+    changed with this member."""
+    for member, generation in group_members(namespace, group):
+        if member != besides:
+            RECONCILE_POOL.submit(_poke, member, namespace, generation)
+
+
+def _poke(name: str, namespace: str, generation: int) -> None:
+    try:
+        reconcile_current(name, namespace, generation, log)
+    except Exception as exc:  # noqa: BLE001 - a poke is a courtesy: the watchdog reconciles the member anyway
+        log.info("share group: reconciling %s/%s after a neighbour changed failed: %s", namespace, name, exc)

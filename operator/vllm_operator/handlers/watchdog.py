@@ -2,6 +2,8 @@
 
 A safety net behind the event handlers: it catches pod failures whose events were missed (restarts, deferred
 steps), takes a due step up, and re-applies the plan if anything drifted; it writes nothing when nothing changed.
+Each round first asks the API afresh which optional CRDs it serves (KEDA, the Inference Extension, LeaderWorkerSet):
+one installed after the operator started is picked up within one round.
 
 Why not `@kopf.timer`: kopf puts a finalizer on every object that has a timer (one more PATCH, and one more event
 cycle, per new service) and keeps one asyncio task per object; a kopf index instead would cost a handler call on
@@ -31,11 +33,24 @@ from typing import Any
 
 import kopf
 
-from . import config, kube
+from . import config, effects, kube, lws
+from .observe import served_kinds
 from .remediation import remediate_service, step_up_service
 from .service import RECONCILE_POOL, answered_failure, reconcile_current, registry
 
 log = logging.getLogger("vllm_operator.watchdog")
+
+
+def finish_switch(namespace: str, name: str) -> None:
+    """A workload switch whose new workload is Ready: reconcile the service now, at its stored generation (see
+    `effects.finish_switch`); the sweep would do the same at its next round."""
+    with kube.api_errors(f"read {name}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+    if fresh is not None:
+        reconcile_current(name, namespace, int((fresh.get("metadata") or {}).get("generation") or 1), log)
+
+
+effects.SWITCH_FINISHER = finish_switch
 
 #: The watchdog's period (seconds): every service is looked at once per round (benchmarks/operator_scale.py
 #: --idle-seconds measures the cost at rest).
@@ -179,11 +194,18 @@ def watch_service(namespace: str, name: str, watched: Watched, logger: logging.L
     writes only what changed). A permanent failure waits for a spec change, not for the watchdog."""
     if watched.failed:
         return
-    allow_step_up = bool((watched.spec.get("remediation") or {}).get("allowStepUp"))
+    remediation = watched.spec.get("remediation")  # as stored: any JSON, valid or not
+    allow_step_up = isinstance(remediation, Mapping) and remediation.get("allowStepUp") is True
     with kube.shared_reads():  # the service and its Deployment are read once for the three looks (until a write)
         if remediate_service(namespace, name, logger) is None and not (
                 allow_step_up and step_up_service(namespace, name, logger)):
             reconcile_current(name, namespace, watched.generation, logger, node_max_age=WATCHDOG_NODE_MAX_AGE)
+
+
+def rediscover() -> None:
+    """Ask the API afresh which optional kinds it serves; the round's reconciles then use that answer."""
+    served_kinds(max_age=0.0)
+    lws.api_served(max_age=0.0)
 
 
 class Sweeper:
@@ -218,6 +240,10 @@ class Sweeper:
         except Exception as exc:  # the API is down or refuses: nothing to walk this round
             log.warning("watchdog: cannot list the VLLMServices (%s); next round", exc)
             return
+        try:  # optional CRDs (KEDA, the Inference Extension, LeaderWorkerSet) installed since: this round sees them
+            await loop.run_in_executor(RECONCILE_POOL, rediscover)
+        except Exception as exc:
+            log.info("watchdog: API discovery failed (%s); the last answer holds this round", exc)
         now = datetime.now(UTC)
         services = [(key, watched) for key, watched in services
                     if watched.created is None or (now - watched.created).total_seconds() >= WATCHDOG_MIN_AGE]

@@ -12,12 +12,16 @@ with these placeholders, replaced literally (so regex braces like ``{5}`` are sa
 * ``{namespace}`` — the VLLMService's namespace;
 * ``{service}`` — its name;
 * ``{service_regex}`` — its name escaped for a ``=~`` matcher;
-* ``{model}`` — the name clients use (``spec.model.servedName``, else ``spec.model.name``), vLLM's ``model_name``.
+* ``{model}`` — the name clients use (``spec.model.servedName``, else ``spec.model.name``), vLLM's ``model_name``;
+* ``{pods_regex}`` — the exact names of the pods that serve it (``render.pods.serving_pods``, passed in by the
+  caller): a Deployment's ``<deployment>-<template hash>-<suffix>``, or a LeaderWorkerSet's leaders ``<lws>-<g>``
+  (never its headless workers, which export no request metrics).
 
-The default, ``namespace="{namespace}",pod=~"{service_regex}-[a-z0-9]+-[a-z0-9]+"``, needs only ``namespace`` and
-``pod``: a Deployment's pods are named ``<name>-<template hash>-<suffix>``, so service ``qwen`` does not match the
-pods of ``qwen-2``. Where the pods' labels are mapped onto the series (``labelmap`` of
-``__meta_kubernetes_pod_label_(.+)``, or a PodMonitor's ``podTargetLabels``), match them instead::
+The default, ``namespace="{namespace}",pod=~"{pods_regex}"``, needs only ``namespace`` and ``pod`` and is the same
+matcher the KEDA triggers use: service ``qwen`` does not match the pods of ``qwen-2``. Where the pods' labels are
+mapped onto the series (``labelmap`` of ``__meta_kubernetes_pod_label_(.+)``, or a PodMonitor's
+``podTargetLabels``), match them instead (with a LeaderWorkerSet also ``leaderworkerset_sigs_k8s_io_worker_index="0"``,
+or the workers' absent series do no harm: they export none of the request metrics)::
 
     namespace="{namespace}",vllm_operator_dev_service="{service}"
     namespace="{namespace}",app_kubernetes_io_instance="{service}"
@@ -59,7 +63,7 @@ __all__ = [
     "render_selector",
 ]
 
-DEFAULT_SELECTOR = 'namespace="{namespace}",pod=~"{service_regex}-[a-z0-9]+-[a-z0-9]+"'
+DEFAULT_SELECTOR = 'namespace="{namespace}",pod=~"{pods_regex}"'
 DEFAULT_RATE_WINDOW = "5m"
 DEFAULT_TIMEOUT_SECONDS = 5.0
 
@@ -80,9 +84,14 @@ def _regex_escape(value: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", value)
 
 
-def render_selector(template: str, *, namespace: str, service: str, model: str = "") -> str:
-    """The label matchers (without braces) for one service; see the module docstring for the placeholders."""
+def render_selector(template: str, *, namespace: str, service: str, model: str = "",
+                    pods_regex: str | None = None) -> str:
+    """The label matchers (without braces) for one service; see the module docstring for the placeholders.
+    `pods_regex` (an anchored RE2 of the serving pods' names) is needed where the template uses it."""
+    if "{pods_regex}" in template and pods_regex is None:
+        raise ValueError("the selector template uses {pods_regex}: pass the serving pods' name regex")
     replacements = {
+        "{pods_regex}": _promql_string(pods_regex or ""),
         "{namespace}": _promql_string(namespace),
         "{service_regex}": _promql_string(_regex_escape(service)),
         "{service}": _promql_string(service),
@@ -189,20 +198,23 @@ class PrometheusReader:
 
     # --- queries -------------------------------------------------------------------------------
 
-    def selector(self, namespace: str, service: str, model: str = "") -> str:
-        return render_selector(self.selector_template, namespace=namespace, service=service, model=model)
+    def selector(self, namespace: str, service: str, model: str = "", pods_regex: str | None = None) -> str:
+        return render_selector(self.selector_template, namespace=namespace, service=service, model=model,
+                               pods_regex=pods_regex)
 
-    def queries(self, namespace: str, service: str, model: str = "") -> QuerySet:
-        return queries_for(self.selector(namespace, service, model), self.rate_window)
+    def queries(self, namespace: str, service: str, model: str = "", pods_regex: str | None = None) -> QuerySet:
+        return queries_for(self.selector(namespace, service, model, pods_regex), self.rate_window)
 
-    def observe(self, namespace: str, service: str, *, model: str = "", window_seconds: float = 600.0,
-                step_seconds: float = 30.0, now: datetime | None = None) -> Observation:
-        """One service's metrics over `[now - window_seconds, now]`. Raises PrometheusUnavailable."""
+    def observe(self, namespace: str, service: str, *, pods_regex: str | None, model: str = "",
+                window_seconds: float = 600.0, step_seconds: float = 30.0,
+                now: datetime | None = None) -> Observation:
+        """One service's metrics over `[now - window_seconds, now]`; `pods_regex`: the serving pods' names
+        (`render.pods.serving_pods(...).pod_name_regex`). Raises PrometheusUnavailable."""
         end = (now or datetime.now(UTC)).astimezone(UTC)
         step = max(float(step_seconds), 1.0)
         window = max(float(window_seconds), step)
         start = end - timedelta(seconds=window)
-        queries = self.queries(namespace, service, model)
+        queries = self.queries(namespace, service, model, pods_regex)
         deadline = time.monotonic() + self.timeout
         series: dict[str, tuple[Point, ...]] = {}
         for key, query in queries.range_queries().items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +50,9 @@ _MAX_LEN_KEYS = (
 )
 _KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 _FP4_BITS = 4.5  # NVFP4 (ModelOpt, compressed-tensors nvfp4-pack-quantized): E2M1 values + one E4M3 scale per 16
+_MXFP4_BITS = 4.25  # MXFP4 (OCP microscaling): E2M1 values + one E8M0 scale per 32
+#: Module kinds a mixed-precision checkpoint's quantization groups target (Quantization.module_bits)
+MODULE_KINDS = ("attention", "mlp", "experts", "shared_expert", "lm_head")
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8": 1, "fp8": 1}
 
 
@@ -59,9 +62,22 @@ class Quantization(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     method: str
-    weight_bits: float = Field(description="bits per quantized weight element")
+    weight_bits: float = Field(description="bits per quantized weight element as stored, its scales included (the "
+                                           "format's bit layout: NVFP4 4 + 8/16, MXFP4 4 + 8/32, INT4 with a 16-bit "
+                                           "scale and a packed zero point per group g: 4 + 20/g)")
     group_size: int | None = None
     kv_cache_fp8: bool = Field(False, description="the checkpoint carries FP8 KV-cache scales (kv_cache_scheme)")
+    module_bits: tuple[tuple[str, float], ...] = Field(
+        (), description="mixed precision (quantization groups with explicit targets, e.g. ModelOpt MIXED_PRECISION: "
+                        "FP8 attention + NVFP4 MLP): bits per weight of each module kind of MODULE_KINDS a group "
+                        "targets; a kind not listed stays in the model dtype. Empty: every linear layer but the "
+                        "LM head at weight_bits")
+
+    def bits_for(self, kind: str) -> float | None:
+        """Bits per weight of one module kind as stored; None where the module stays in the model dtype."""
+        if not self.module_bits:
+            return None if kind == "lm_head" else self.weight_bits
+        return dict(self.module_bits).get(kind)
 
 
 class ModelArch(BaseModel):
@@ -104,6 +120,9 @@ class ModelArch(BaseModel):
     multimodal: bool = False
     # linear-attention / mamba layers: elements of one layer's per-sequence state (conv + recurrent), before TP
     state_elements: int = Field(0, description="per-sequence state elements of one linear/mamba layer (all ranks)")
+    state_layer: StateLayer = Field(
+        "", description="the kind of linear/mamba layer ('' without one, or one not recognised)")
+    linear_key_head_dim: int = Field(0, ge=0, description="Gated DeltaNet: the key head dim (0 otherwise)")
     yarn_unscaled_max_len: int | None = Field(
         None, description="the derived max_model_len without the YaRN factor (vLLM 0.30+); None without YaRN")
     quantization: Quantization | None = None
@@ -247,6 +266,28 @@ def _layer_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[
     return (LayerKind.SLIDING,) * layers, window  # e.g. Mistral-7B-v0.1: every layer windowed
 
 
+StateLayer = Literal["", "gated_deltanet", "mamba2", "mamba1"]
+
+
+def _state_layer(cfg: Mapping[str, Any]) -> tuple[StateLayer, int]:
+    """Which kind of state layer the linear layers are ('gated_deltanet', 'mamba2', 'mamba1'; '' for none known) and,
+    for Gated DeltaNet, its key head dim (vLLM 0.33 picks FlashInfer's GDN prefill on Blackwell only at 128)."""
+    def num(*keys: str) -> int:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return 0
+
+    if num("linear_num_value_heads"):
+        return "gated_deltanet", num("linear_key_head_dim") or 128
+    if num("mamba_n_heads", "mamba_num_heads"):
+        return "mamba2", 0
+    if num("mamba_d_state", "ssm_state_size", "state_size", "d_state"):
+        return "mamba1", 0
+    return "", 0
+
+
 def _state_elements(cfg: Mapping[str, Any], hidden: int) -> int:
     """Elements of one linear-attention/mamba layer's per-sequence state (vLLM's MambaStateShapeCalculator), all TP
     ranks together: conv state (kernel − 1) × conv channels plus the recurrent state."""
@@ -308,15 +349,72 @@ def _derived_max_len(cfg: Mapping[str, Any], model_type: str) -> int:
     return length
 
 
+def _int_bits(bits: float, group: Any, symmetric: bool = False) -> float:
+    """Stored bits per weight of a group-quantized integer format: the values, a 16-bit scale per group and (unless
+    symmetric) a zero point of the same width, packed (AWQ/GPTQ qzeros, compressed-tensors pack-quantized)."""
+    if not isinstance(group, int) or isinstance(group, bool) or group <= 0:
+        return bits  # per-channel: one scale per output row, negligible per weight
+    return bits + (16 + (0 if symmetric else bits)) / group
+
+
+def _group_bits(weights: Mapping[str, Any]) -> float:
+    """Stored bits per weight of one compressed-tensors / ModelOpt quantization group, from its bit layout."""
+    bits = float(weights.get("num_bits", 8))
+    group = weights.get("group_size")
+    if weights.get("type") == "float":
+        if bits == 4:  # FP4 (E2M1) with a block scale: NVFP4 E4M3 per 16, MXFP4 E8M0 per 32
+            return _MXFP4_BITS if group == 32 else _FP4_BITS
+        return bits  # FP8: per-tensor / per-channel / 128x128-block fp32 scales, negligible per weight
+    return _int_bits(bits, group, bool(weights.get("symmetric", True)))
+
+
+def _target_kind(target: str) -> str:
+    """The module kind a quantization target names ('model.layers.0.mlp.experts', 're:.*self_attn.*', 'Linear')."""
+    text = target.lower()
+    for kind, words in (("lm_head", ("lm_head",)), ("shared_expert", ("shared_expert",)), ("experts", ("experts",)),
+                        ("attention", ("attn", "attention")), ("mlp", ("mlp", "feed_forward", "ffn"))):
+        if any(word in text for word in words):
+            return kind
+    return "linear"  # a class name ('Linear') or a catch-all pattern: every linear layer
+
+
+def _mixed_bits(groups: Mapping[str, Any], ignore: Any) -> tuple[tuple[str, float], ...]:
+    """Bits per module kind from groups with explicit targets; the wider format wins where two groups name one kind
+    (the estimate errs towards more weight memory)."""
+    bits: dict[str, float] = {}
+    for group in groups.values():
+        if not isinstance(group, Mapping) or not isinstance(group.get("weights"), Mapping):
+            continue
+        value = _group_bits(group["weights"])
+        for target in group.get("targets") or ():
+            kind = _target_kind(str(target))
+            kinds = [k for k in MODULE_KINDS if k != "lm_head"] if kind == "linear" else [kind]
+            for k in kinds:
+                bits[k] = max(bits.get(k, 0.0), value)
+    ignored = " ".join(str(i) for i in ignore) if isinstance(ignore, list) else ""
+    if "lm_head" in ignored:
+        bits.pop("lm_head", None)
+    return tuple(sorted(bits.items()))
+
+
 def _quantization(config: Mapping[str, Any]) -> Quantization | None:
     q = config.get("quantization_config") or config.get("compression_config")
     if not isinstance(q, Mapping):
         return None
     method = str(q.get("quant_method", "unknown")).lower()
     kv_fp8 = isinstance(q.get("kv_cache_scheme"), Mapping) or q.get("kv_cache_quant_algo") in ("FP8", "fp8")
+    groups = q.get("config_groups")
+    mixed = _mixed_bits(groups, q.get("ignore")) if isinstance(groups, Mapping) else ()
+    if len({bits for _, bits in mixed}) > 1 or (mixed and method in ("modelopt", "compressed-tensors")
+                                                  and any(kind == "lm_head" for kind, _ in mixed)):
+        bulk = max(bits for _, bits in mixed)
+        return Quantization(method=method, weight_bits=bulk, module_bits=mixed, kv_cache_fp8=kv_fp8)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "marlin"):
-        return Quantization(method=method, weight_bits=float(q.get("bits", q.get("w_bit", 4))),
-                            group_size=q.get("group_size", q.get("q_group_size")), kv_cache_fp8=kv_fp8)
+        bits = float(q.get("bits", q.get("w_bit", 4)))
+        group = q.get("group_size", q.get("q_group_size"))
+        symmetric = method.startswith("gptq") and bool(q.get("sym", False))
+        return Quantization(method=method, weight_bits=_int_bits(bits, group, symmetric), group_size=group,
+                            kv_cache_fp8=kv_fp8)
     if method in ("fp8", "fbgemm_fp8", "modelopt"):
         nested = q.get("quantization")
         algo = str(q.get("quant_algo") or (nested.get("quant_algo") if isinstance(nested, Mapping) else "") or "")
@@ -324,19 +422,17 @@ def _quantization(config: Mapping[str, Any]) -> Quantization | None:
             return Quantization(method="modelopt_fp4", weight_bits=_FP4_BITS, group_size=16, kv_cache_fp8=kv_fp8)
         return Quantization(method=method, weight_bits=8.0, kv_cache_fp8=kv_fp8)
     if method == "mxfp4":
-        return Quantization(method=method, weight_bits=4.25)
+        return Quantization(method=method, weight_bits=_MXFP4_BITS)
     if method == "bitsandbytes":
         bits = 4.0 if q.get("load_in_4bit") else 8.0
         return Quantization(method=method, weight_bits=bits, group_size=64 if bits == 4 else None)
     if method == "compressed-tensors":
-        bits = 8.0
-        group = None
-        for group_cfg in (q.get("config_groups") or {}).values():
+        bits, group = 8.0, None
+        for group_cfg in (groups or {}).values():
             weights = group_cfg.get("weights") or {}
-            bits = float(weights.get("num_bits", bits))
-            group = weights.get("group_size", group)
-            if bits == 4 and weights.get("type") == "float":  # compressed-tensors nvfp4: FP8 scale per 16
-                bits = _FP4_BITS
+            bits, group = _group_bits(weights), weights.get("group_size", group)
+        if mixed:  # one format for every targeted kind
+            bits = mixed[0][1]
         return Quantization(method=method, weight_bits=bits, group_size=group, kv_cache_fp8=kv_fp8)
     bits = q.get("bits") or q.get("weight_bits") or 8
     return Quantization(method=method, weight_bits=float(bits), group_size=q.get("group_size"), kv_cache_fp8=kv_fp8)
@@ -354,15 +450,20 @@ def _param_count(a: dict[str, Any]) -> tuple[int, tuple[int, ...]]:
         attn += a["num_heads"] * a["v_head_dim"] * h
     else:
         attn = h * a["head_dim"] * (2 * a["num_heads"] + 2 * a["num_kv_heads"])
+        if a["attn_output_gate"]:  # Qwen3-Next/3.5: q_proj also yields the output gate (2 x heads x head_dim)
+            attn += h * a["head_dim"] * a["num_heads"]
+    linear = a["linear_attn_params"] or attn
+    kinds = a["layer_kinds"]
+    layer_attn = [linear if i < len(kinds) and kinds[i] is LayerKind.LINEAR else attn for i in range(layers)]
     mlp_mult = 3 if a["gated"] else 2
     dense_mlp = mlp_mult * h * a["intermediate_size"]
     if a["num_experts"]:
         moe = a["num_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["num_experts"] * h
         moe += a["shared_experts"] * mlp_mult * h * a["moe_intermediate_size"] + a["shared_expert_size"] * mlp_mult * h
         moe_layers = set(a["moe_layers"])
-        per_layer = tuple(int(attn + (moe if i in moe_layers else dense_mlp)) for i in range(layers))
+        per_layer = tuple(int(layer_attn[i] + (moe if i in moe_layers else dense_mlp)) for i in range(layers))
     else:
-        per_layer = tuple(int(attn + dense_mlp) for _ in range(layers))
+        per_layer = tuple(int(layer_attn[i] + dense_mlp) for i in range(layers))
     embed = vocab * h * (1 if a["tie"] else 2)
     return int(sum(per_layer) + embed + a["vision_params"]), per_layer
 
@@ -424,6 +525,8 @@ def arch_from_config(
         "kv_lora_rank": kv_lora if is_mla else None, "qk_rope_head_dim": rope_dim,
         "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 0), "v_head_dim": int(cfg.get("v_head_dim") or 0),
         "head_dim_qk": int(cfg.get("qk_nope_head_dim") or 0) + rope_dim,
+        "layer_kinds": kinds, "attn_output_gate": bool(cfg.get("attn_output_gate")),
+        "linear_attn_params": _linear_attn_params(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
     }
     total_params, layer_params = _param_count(counts)
     return ModelArch(
@@ -454,6 +557,8 @@ def arch_from_config(
         shared_expert_gate=bool(num_experts and model_type == "qwen2_moe" and shared_size),
         multimodal=any(isinstance(config.get(k), Mapping) for k in ("vision_config", "audio_config")),
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
+        state_layer=_state_layer(cfg)[0] if LayerKind.LINEAR in kinds else "",
+        linear_key_head_dim=_state_layer(cfg)[1] if LayerKind.LINEAR in kinds else 0,
         yarn_unscaled_max_len=_yarn_unscaled(cfg),
         quantization=_quantization(config) or _quantization(cfg),
         total_size=total_size,
@@ -527,14 +632,60 @@ def _chunked_local(cfg: Mapping[str, Any], layers: int) -> tuple[int | None, tup
     return chunk, tuple(i for i, uses_rope in enumerate(flags) if uses_rope != 0)
 
 
+def _linear_attn_params(cfg: Mapping[str, Any], hidden: int) -> int:
+    """Parameters of one Gated DeltaNet layer (vLLM's Qwen3-Next / Qwen3.5 GatedDeltaNet): in_proj_qkvz (hidden ->
+    q, k of nk x dk, v and z of nv x dv), in_proj_ba (hidden -> 2 x nv), the causal conv1d over q, k, v (kernel taps
+    per channel), A_log and dt_bias (nv each), the gated RMSNorm (dv) and out_proj (nv x dv -> hidden). 0 for other
+    linear/mamba layers (their attention-sized estimate stands)."""
+    def num(key: str, default: int = 0) -> int:
+        value = cfg.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+    nv = num("linear_num_value_heads")
+    if not nv:
+        return 0
+    nk, dk, dv = num("linear_num_key_heads", nv), num("linear_key_head_dim", 128), num("linear_value_head_dim", 128)
+    kernel = num("linear_conv_kernel_dim", 4)
+    conv_channels = 2 * nk * dk + nv * dv
+    return (hidden * (conv_channels + nv * dv) + hidden * 2 * nv + conv_channels * kernel + 2 * nv + dv
+            + nv * dv * hidden)
+
+
+def _qwen3_vision_params(vision: Mapping[str, Any]) -> int:
+    """Parameters of the Qwen3-VL / Qwen3.5 vision tower (vLLM's Qwen3_VisionTransformer): the 3-D patch embedding
+    (channels x temporal x patch^2 -> hidden, with bias), the learned position embeddings, `depth` blocks (qkv and
+    proj with biases, fc1/fc2 with biases, two LayerNorms), and the patch merger (LayerNorm, hidden x merge^2 ->
+    itself -> out_hidden_size, with biases), once more per deepstack index."""
+    try:
+        h, inter, depth = int(vision["hidden_size"]), int(vision["intermediate_size"]), int(vision["depth"])
+        out, patch = int(vision["out_hidden_size"]), int(vision["patch_size"])
+        temporal, channels = int(vision.get("temporal_patch_size", 2)), int(vision.get("in_channels", 3))
+        positions, merge = int(vision.get("num_position_embeddings", 0)), int(vision.get("spatial_merge_size", 2))
+    except (KeyError, TypeError, ValueError):
+        return 0
+    if min(h, inter, depth, out, patch, temporal, channels, merge) <= 0 or max(
+            h, inter, depth, out, patch, positions, merge * merge * h) > 2**17:
+        return 0
+    block = (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h) + 4 * h
+    merged = h * merge * merge
+    merger = 2 * h + merged * merged + merged + merged * out + out
+    deepstack = vision.get("deepstack_visual_indexes")
+    mergers = 1 + (len(deepstack) if isinstance(deepstack, list) and len(deepstack) <= depth else 0)
+    return channels * temporal * patch * patch * h + h + positions * h + depth * block + mergers * merger
+
+
 def _vision_params(config: Mapping[str, Any]) -> int:
     """Parameters of the Llama-4 vision tower and projector (transformers' modeling_llama4): patch embedding (an
     unfold Linear, no bias), class and position embeddings, pre/post LayerNorms, `num_hidden_layers` encoder layers
     (q/k/v/o and fc1/fc2 with biases, two LayerNorms), the pixel-shuffle MLP (intermediate → projector_input_dim →
     projector_output_dim, no biases) and the projector to the text hidden size. 0 for other vision towers (their
-    rows carry the tower in total_size only)."""
+    rows carry the tower in total_size only; the Qwen3-VL / Qwen3.5 tower: _qwen3_vision_params)."""
     vision, text = config.get("vision_config"), config.get("text_config")
-    if not isinstance(vision, Mapping) or vision.get("model_type") != "llama4_vision_model":
+    if not isinstance(vision, Mapping):
+        return 0
+    if str(vision.get("model_type", "")).startswith(("qwen3_vl", "qwen3_5")):
+        return _qwen3_vision_params(vision)
+    if vision.get("model_type") != "llama4_vision_model":
         return 0
     try:
         h, inter, layers = int(vision["hidden_size"]), int(vision["intermediate_size"]), int(vision["num_hidden_layers"])
@@ -574,14 +725,42 @@ def dtype_bytes(dtype: str) -> int:
     return _DTYPE_BYTES.get(dtype.replace("torch.", "").lower(), 2)
 
 
+def module_params(arch: ModelArch) -> dict[str, int]:
+    """The parameter count split by module kind (MODULE_KINDS, plus 'embed' and 'vision'): the routed experts, shared
+    experts and dense MLPs from their widths (gated: gate + up + down), the LM head when untied, and the rest of the
+    decoder layers (attention, norms, routers) as 'attention'."""
+    h = arch.hidden_size
+    embed = arch.vocab_size * h
+    moe = len(arch.moe_layers) if arch.is_moe else 0
+    experts = arch.routed_expert_params * arch.num_experts * moe
+    shared = 3 * h * arch.shared_expert_size * moe
+    mlp = 3 * h * arch.intermediate_size * (arch.num_layers - moe)
+    head = 0 if arch.tie_word_embeddings else embed
+    rest = max(arch.param_count - arch.vision_params - embed - head - experts - shared - mlp, 0)
+    return {"embed": embed, "lm_head": head, "experts": experts, "shared_expert": shared, "mlp": mlp,
+            "attention": rest, "vision": arch.vision_params}
+
+
+def lm_head_bytes_per_param(arch: ModelArch) -> float:
+    """Bytes one LM-head weight takes as stored (and as vLLM holds it): quantized where a mixed-precision checkpoint's
+    groups target it (ModelOpt quantizes ParallelLMHead), else 16-bit."""
+    bits = arch.quantization.bits_for("lm_head") if arch.quantization is not None else None
+    return bits / 8 if bits is not None else 2.0
+
+
 def checkpoint_bytes(arch: ModelArch) -> int:
-    """The checkpoint's size: the index's total_size, else an estimate from the parameter count and dtype."""
+    """The checkpoint's size: the index's total_size, else an estimate from the parameter count and the format's
+    bit layout (Quantization.weight_bits includes the block scales), module by module for mixed precision."""
     if arch.total_size:
         return arch.total_size
-    if arch.quantization is not None:
-        per_param = arch.quantization.weight_bits / 8 + 0.02
-        embed = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
-        return int((arch.param_count - embed) * per_param + embed * 2)
+    q = arch.quantization
+    if q is not None:
+        parts = module_params(arch)
+        total = 0.0
+        for kind, count in parts.items():
+            bits = q.bits_for(kind) if kind in MODULE_KINDS else None
+            total += count * (bits / 8 if bits is not None else 2.0)
+        return int(total)
     return int(arch.param_count * dtype_bytes(arch.dtype))
 
 
@@ -594,8 +773,8 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = [
-    "ArchError", "LayerKind", "ModelArch", "Quantization", "arch_from_config", "checkpoint_bytes", "dtype_bytes",
-    "gib", "ceil_div",
+    "ArchError", "LayerKind", "MODULE_KINDS", "ModelArch", "Quantization", "arch_from_config", "checkpoint_bytes",
+    "dtype_bytes", "gib", "ceil_div", "lm_head_bytes_per_param", "module_params",
 ]
 
 

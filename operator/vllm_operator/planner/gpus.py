@@ -93,6 +93,9 @@ class GPUSpec(BaseModel):
     tier: Tier
     uma: bool = False
     nvlink: bool = False
+    host: Literal["linux", "wsl2"] = Field("linux", description="where CUDA runs: WSL2 (a Windows host) reports the "
+                                           "whole framebuffer as total; such rows carry no GFD label (the card's "
+                                           "label resolves to its Linux row)")
     default_utilization: float = Field(gt=0.0, le=1.0)
     utilization_set: bool = Field(False, description="default_utilization was set by an operator override "
                                                      "(--gpu-catalog): planned as given, not derived from the GPU")

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.v1alpha1 import MemoryBreakdown
 from . import messages
-from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib
+from .arch import LayerKind, ModelArch, ceil_div, checkpoint_bytes, dtype_bytes, gib, lm_head_bytes_per_param
 from .failures import FailureKind
 from .lora import LoRASlots, adapter_bytes_per_stage
 from .speculative import DraftMemory, Speculation, attention_layer_kinds, draft_memory
@@ -148,7 +148,8 @@ class _KVLayout:
     layer_kinds: tuple[LayerKind, ...]  # the stage's layers
     block_size: int = 16     # tokens per attention block (grown for linear/mamba hybrids)
     inflight_batches: int = 1  # sliding-window layers keep window − 1 + this × max_num_batched_tokens tokens
-    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode: prefix caching)
+    state_blocks: int = 1    # pages one request holds per linear/mamba group (2 in "align" mode, 3 with a
+    #                          prefill checkpoint page: prefill_checkpoint_page)
 
     @property
     def bytes_per_block(self) -> int:
@@ -191,6 +192,22 @@ def v2_sampler_state_bytes(arch: ModelArch, flags: EngineFlags, profile: Version
     if profile.runner != "V2":
         return 0
     return int(_V2_SAMPLER_STATE_BYTES * flags.max_num_seqs * arch.vocab_size)
+
+
+def v2_sampler_entry_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile) -> float:
+    """Bytes per sampled row and vocabulary entry at the peak of Model Runner V2's profile-run sampler pass
+    (gpu/model_runner.py::_dummy_sampler_run, read in the 0.26.0-0.33.0 wheels).
+
+    The logits come out of compute_logits in the model dtype: each TP rank's [rows x vocab/TP] shard is gathered
+    into [rows x vocab] (model_executor/layers/logits_processor.py::_get_logits), both alive during the gather. The
+    dummy requests keep the sampler's default states (temperature 0, top-k = vocab, top-p 1: SamplingStates), so
+    apply_sampling_params makes no fp32 copy and the Triton gumbel kernel's per-block buffers are
+    rows x ceil(vocab/1024) entries: nothing else of vocab size. From 0.33 a second pass runs with
+    SamplingParams.for_sampler_warmup() (top-k 50, top-p 0.9, min-p, penalties, logprobs 5): the fp32 copy of the
+    logits and what the top-k/top-p sampler allocates, `profile.sampler_bytes` (resolved from v2_sampler_bytes).
+    """
+    logits = _model_dtype_bytes(arch, flags) * (1 + 1 / flags.tensor_parallel_size)
+    return logits + profile.sampler_bytes
 
 
 def state_page_bytes(arch: ModelArch, flags: EngineFlags) -> int:
@@ -260,7 +277,25 @@ def layer_token_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfi
     return 2 * kv_heads * arch.head_dim * kv_bytes
 
 
-def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...]) -> _KVLayout:
+def prefill_checkpoint_page(arch: ModelArch, profile: VersionProfile, compute_capability: str | None) -> bool:
+    """Whether this release keeps one more state page per request for the model's state layers in "align" mode
+    (MambaSpec.num_prefill_checkpoint_blocks): Mamba2 from 0.32 (mamba_mixer2.py); Gated DeltaNet from 0.33 when
+    FlashInfer's GDN prefill runs (qwen_gdn_linear_attn.py::_resolve_gdn_prefill_backend: SM90, or SM10.x/12.x with a
+    key head dim of 128). An unknown GPU is planned with the page (the larger booking)."""
+    if profile.mamba_prefill_checkpoint == "none":
+        return False
+    if arch.state_layer == "mamba2":
+        return True
+    if arch.state_layer != "gated_deltanet" or profile.mamba_prefill_checkpoint != "mamba2_gdn":
+        return False
+    if compute_capability is None:
+        return True
+    major = compute_capability.split(".")[0]
+    return major == "9" or (major in ("10", "12") and arch.linear_key_head_dim == 128)
+
+
+def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds: tuple[LayerKind, ...],
+            compute_capability: str | None = None) -> _KVLayout:
     block = flags.block_size
     per_token = layer_token_bytes(arch, flags, profile)
     page = block * per_token
@@ -283,7 +318,8 @@ def _layout(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, kinds:
         state_groups = tuple(kind for kind, count in counts.items() for _ in range(ceil_div(count, group_size)))
         prefix_caching = flags.enable_prefix_caching
         align = profile.hybrid_prefix_caching if prefix_caching is None else prefix_caching
-        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, 2 if align else 1)
+        pages = (2 + prefill_checkpoint_page(arch, profile, compute_capability)) if align else 1
+        return _KVLayout(page, group_size, state_groups, kinds, block, inflight, pages)
     hybrid_manager = profile.tokens_definition != "blocks"
     counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
     if len(counts) <= 1 or not hybrid_manager:
@@ -347,7 +383,7 @@ def weights_bytes_per_gpu(arch: ModelArch, flags: EngineFlags) -> list[int]:
         embed, head = embed_params * embed_b, head_params * embed_b
     else:
         scale = 1.064 if q.method == "mxfp4" else 1.0  # MXFP4 kernels pad/swizzle expert weights
-        embed, head = embed_params * 2.0, head_params * 2.0
+        embed, head = embed_params * 2.0, head_params * lm_head_bytes_per_param(arch)
         body = max(ckpt * scale - embed - head, ckpt * 0.5)
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     layer_params = arch.layer_param_counts or (1,) * arch.num_layers
@@ -407,7 +443,10 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
     forward = tokens * (_FWD_INTER_BYTES * arch.intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
     if arch.is_moe and arch.moe_intermediate_size:
         forward = tokens * (_FWD_INTER_BYTES * arch.moe_intermediate_size / tp + _FWD_HIDDEN_BYTES * arch.hidden_size)
-    sampler = profile.sampler_bytes * rows * arch.vocab_size if last_stage else 0.0
+    per_entry = profile.sampler_bytes
+    if profile.runner == "V2":
+        per_entry = v2_sampler_entry_bytes(arch, flags, profile)
+    sampler = per_entry * rows * arch.vocab_size if last_stage else 0.0
     sampler += _HIDDEN_KEPT_BYTES * tokens * arch.hidden_size
     peak = _ACT_BASE_GIB * GiB + max(forward, sampler)
     if arch.is_moe and not (arch.quantization and arch.quantization.method == "mxfp4"):
@@ -421,14 +460,16 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
 
 
 def non_torch_bytes(flags: EngineFlags, profile: VersionProfile, *, nvlink: bool = True) -> int:
-    """Non-torch growth while profiling: NCCL/custom all-reduce buffers at TP>=2 (NVLink GPUs), cuBLAS workspaces."""
+    """Non-torch growth while profiling: cuBLAS workspaces and lazily loaded kernels on every rank (nontorch_gib[0]),
+    NCCL/custom all-reduce buffers at TP>=2 (NVLink GPUs: nontorch_gib[1]); a NCCL group without custom all-reduce
+    (TP over PCIe, or the pipeline-parallel group) adds 0.07 GiB to the base."""
     tp, pp = flags.tensor_parallel_size, flags.pipeline_parallel_size
     if tp > 1 and nvlink:
         value = profile.nontorch_gib[1]
-    elif tp > 1:
-        value = profile.nontorch_gib[0] + 0.07  # no custom all-reduce without NVLink/P2P
-    elif pp > 1:
-        value = 0.07
+    elif tp > 1 or pp > 1:
+        # no custom all-reduce without NVLink/P2P; a TP-1 pipeline stage is a rank like any other (its cuBLAS and
+        # kernel growth is the base's) with a NCCL group of its own (was 0.07 alone, below a single GPU's growth)
+        value = profile.nontorch_gib[0] + 0.07
     else:
         value = profile.nontorch_gib[0]
     return int(value * GiB)
@@ -563,7 +604,8 @@ def stage_terms(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, st
         mrv2 += receive
     else:
         act += receive
-    # 0.27+ (`consumed` profiler): allocator leftovers after empty_cache count against the budget (ESTIMATE)
+    # 0.27+ (`consumed` profiler): what the allocator keeps after memory_profiling's closing empty_cache counts
+    # against the budget (allocator_slack_gib; 0: empty_cache returns every free segment)
     slack = int(profile.allocator_slack_gib * GiB) if profile.profiler == "consumed" else 0
     counted = profile.v2_sampler_state_counted
     graph = cudagraph_bytes(arch, flags, profile, layers, compute_capability=compute_capability)
@@ -636,7 +678,7 @@ def predict_startup(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile:
     best: tuple[int, int, _KVLayout, int, StageTerms] | None = None
     headroom_need = 0
     for stage, kinds in enumerate(stage_kinds):
-        layout = _layout(arch, flags, profile, kinds)
+        layout = _layout(arch, flags, profile, kinds, gpu.compute_capability)
         terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
         headroom_need = max(headroom_need, terms.headroom)
         # request_memory (0.32+): the daemon's weights leave the budget, and none are loaded into this process
@@ -706,13 +748,18 @@ def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProf
     cc = gpu.compute_capability if gpu is not None else None
     if profile.cudagraph_subtracted and cudagraph_capture_counts(arch, flags, profile, cc)[2] > _CAPTURE_MAX_DEFAULT:
         out.append("cudagraph_gib")  # the first capture beyond the calibrated 512 (compute capability 10.x, 0.28+)
-    if profile.runner == "V2" and "v2_sampler_bytes" in profile.estimates:
-        out.append("activation_gib")  # MRV2's sampler peak with full sampling parameters (0.33+)
+    if profile.runner == "V2" and profile.v2_sampler_bytes and "v2_sampler_bytes" in profile.estimates:
+        out.append("activation_gib")  # MRV2's warm-up sampler pass with full sampling parameters (0.33+)
     if (profile.runner == "V2" and profile.cudagraph_subtracted and not flags.enforce_eager
             and "v2_cudagraph_scale" in profile.estimates):
         out.append("cudagraph_gib")  # MRV2's trial-capture estimate (0.29+)
     if profile.profiler == "consumed" and profile.allocator_slack_gib and "allocator_slack_gib" in profile.estimates:
         out.append("persistent_gib")  # allocator leftovers (0.27+)
+    if gpu is not None and gpu.uma and profile.version_tuple >= (0, 26, 0):
+        # utils/mem_utils.py::MemorySnapshot.measure (read in 0.26.0-0.33.0): on an integrated GPU the free memory is
+        # psutil's available host memory, so the process's own host-side growth during startup (compile workers,
+        # loader buffers) is counted as non-KV memory; nothing in vLLM's source bounds it
+        out.append("non_torch_gib")
     if flags.speculative is not None:
         out.append("activation_gib")  # the sampler booked for k + 1 tokens per sequence (vLLM profiles fewer)
         draft = speculative_memory(arch, flags, profile)

@@ -6,9 +6,21 @@ them back. One place, so the three agree.
 
 from __future__ import annotations
 
-from .versions import VersionProfile
+from .versions import VersionError, VersionProfile, parse_version
 
 DOCS = "https://docs.vllm.ai/en/latest/configuration/conserving_memory/"
+#: From this release the KV-cache refusal formats its GiB figures with vllm.utils.mem_utils.format_gib,
+#: `round(x, 2)` ("2.0 GiB", not "2.00 GiB"): read in vLLM 0.32.0's own output by the real tier (docs/real-vllm.md).
+#: Earlier releases of the same wording are not checked and keep two decimals.
+FORMAT_GIB_SINCE = "0.32.0"
+
+
+def _kv_gib(profile: VersionProfile, value: float) -> str:
+    try:
+        rounded = bool(profile.version) and parse_version(profile.version) >= parse_version(FORMAT_GIB_SINCE)
+    except VersionError:
+        rounded = False
+    return str(round(value, 2)) if rounded else f"{value:.2f}"
 
 
 def free_memory_message(
@@ -99,8 +111,8 @@ def kv_too_small_message(
         )
     return (
         f"ValueError: To serve at least one request with the model's max seq len ({max_model_len}), "
-        f"({needed_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
-        f"({available_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+        f"({_kv_gib(profile, needed_gib)} GiB KV cache is needed, which is larger than the available KV cache memory "
+        f"({_kv_gib(profile, available_gib)} GiB). Based on the available memory, the estimated maximum model length is "
         f"{estimated_max_len}. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU "
         f"backend) or decreasing `max_model_len` when initializing the engine. See {DOCS} for more details."
     )

@@ -37,7 +37,7 @@ from .memory import (
     stage_terms,
     weights_bytes_per_gpu,
 )
-from .plan import Option, Plan, PlanRequest, layer_partition, plan
+from .plan import Option, Plan, PlanRequest, layer_partition, plan, rank_options
 from .versions import VersionProfile, profile_for
 
 __all__ = [
@@ -151,7 +151,7 @@ def stage_memory(arch: ModelArch, flags: EngineFlags, gpu: GPUFacts, profile: Ve
     stages: list[StageMemory] = []
     first = 0
     for stage, kinds in enumerate(_stage_kinds(arch, pp, flags.pp_layer_partition)):
-        layout = _layout(arch, flags, profile, kinds)
+        layout = _layout(arch, flags, profile, kinds, gpu.compute_capability)
         # the same per-stage terms as predict_startup: activation (+ the V1 PP receive buffer), persistent buffers
         # counted from 0.27 (allocator leftovers, MRV2 sampler state and PP receive buffer), CUDA-graph estimate
         terms = stage_terms(arch, flags, profile, stage, len(kinds), compute_capability=gpu.compute_capability)
@@ -278,15 +278,53 @@ def _option(result: Plan, split: Split, summary: str) -> Option:
                   max_concurrency=result.prediction.max_concurrency)
 
 
+class _NodeSearch:
+    """Whether some split fits on n nodes, each node count planned at most once and without options (a layout
+    search asks only whether each layout fits; the options of one plan cost dozens of plans)."""
+
+    def __init__(self, request: PlanRequest, gpus_per_node: int) -> None:
+        self.request, self.gpus_per_node = request, gpus_per_node
+        self.found: dict[int, tuple[Split, Plan] | None] = {}
+        self.tried: dict[int, list[str]] = {}
+
+    def fits(self, nodes: int) -> tuple[Split, Plan] | None:
+        if nodes not in self.found:
+            self.found[nodes], self.tried[nodes] = None, []
+            for split in candidate_splits(self.request.arch, nodes, self.gpus_per_node, self.request.gpu.nvlink):
+                result = plan(_with_split(self.request, split), options=False)
+                if result.fits:
+                    self.found[nodes] = (split, result)
+                    break
+                self.tried[nodes].append(f"{split.describe()} on {nodes} nodes")
+        return self.found[nodes]
+
+    def fewest(self, low: int, high: int) -> tuple[int, Split, Plan] | None:
+        """The fewest nodes in [low, high] on which a split fits: a binary search (more nodes never hold less: each
+        stage gets fewer layers), so 64 allowed nodes cost at most 7 node counts, not 63."""
+        high = min(high, self.request.arch.num_layers)  # beyond: more stages than layers, no split at all
+        if low > high or self.fits(high) is None:
+            return None
+        while low < high:
+            middle = (low + high) // 2
+            if self.fits(middle) is not None:
+                high = middle
+            else:
+                low = middle + 1
+        split, result = self.fits(high)  # type: ignore[misc]  # fits(high) holds by the loop's invariant
+        return high, split, result
+
+    def tried_before(self, nodes: int | None = None) -> list[str]:
+        return [text for n in sorted(self.tried) if nodes is None or n < nodes for text in self.tried[n]]
+
+
 def spanning_option(request: PlanRequest, gpus_per_node: int, after: int) -> Option | None:
     """The fewest nodes beyond `after` (up to MAX_OPTION_NODES) on which some split fits."""
-    for nodes in range(after + 1, max(MAX_OPTION_NODES, after) + 1):
-        for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
-            result = plan(_with_split(request, split))
-            if result.fits:
-                return _option(result, split, f"Span {nodes} nodes of {gpus_per_node}× {request.gpu.name} "
-                                              f"({split.describe()}; spec.gpu.maxNodes / --nodes {nodes})")
-    return None
+    found = _NodeSearch(request, gpus_per_node).fewest(after + 1, max(MAX_OPTION_NODES, after))
+    if found is None:
+        return None
+    nodes, split, result = found
+    return _option(result, split, f"Span {nodes} nodes of {gpus_per_node}× {request.gpu.name} "
+                                  f"({split.describe()}; spec.gpu.maxNodes / --nodes {nodes})")
 
 
 def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: int = 1) -> MultiNodePlan:
@@ -334,24 +372,25 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
     why_more = (f"an earlier start on fewer nodes ran out of memory (a remediation step asked for at least {least})"
                 if single.fits else f"one node's {gpus_per_node} GPU(s) do not fit "
                 f"({single.failure.kind if single.failure else 'workload'})")
-    tried: list[str] = []
-    for nodes in range(max(2, least if least <= max_nodes else 2), max_nodes + 1):
-        for split in candidate_splits(request.arch, nodes, gpus_per_node, request.gpu.nvlink):
-            result = plan(_with_split(request, split))
-            if result.fits:
-                why = (f"{split.describe()} over {nodes} nodes of {gpus_per_node}× {request.gpu.name}: {why_more}"
-                       + (f"; tried {', '.join(tried)}" if tried else "")
-                       + ("; each node is one pipeline stage, TP stays inside the node"
-                          + ("'s NVLink" if request.gpu.nvlink else "")
-                          if split.tensor_parallel_size == gpus_per_node else
-                          "; TP 1 × PP because these GPUs have no NVLink (vLLM's advice for PCIe cards)") + ".")
-                result = _restore_user_pins(result, pinned, split, why)
-                return _finish(request, result, split, max_nodes, [], [])
-            tried.append(f"{split.describe()} on {nodes} nodes")
+    search = _NodeSearch(request, gpus_per_node)
+    found = search.fewest(max(2, least if least <= max_nodes else 2), max_nodes)
+    if found is not None:
+        nodes, split, _ = found
+        tried = search.tried_before(nodes)
+        result = plan(_with_split(request, split))  # the chosen layout, with everything a plan says
+        why = (f"{split.describe()} over {nodes} nodes of {gpus_per_node}× {request.gpu.name}: {why_more}"
+               + (f"; tried {', '.join(tried)}" if tried else "")
+               + ("; each node is one pipeline stage, TP stays inside the node"
+                  + ("'s NVLink" if request.gpu.nvlink else "")
+                  if split.tensor_parallel_size == gpus_per_node else
+                  "; TP 1 × PP because these GPUs have no NVLink (vLLM's advice for PCIe cards)") + ".")
+        result = _restore_user_pins(result, pinned, split, why)
+        return _finish(request, result, split, max_nodes, [], [])
+    tried = search.tried_before()
     options = list(single.options)
     spanning = spanning_option(request, gpus_per_node, max_nodes)
-    if spanning is not None:
-        options.insert(0, spanning)
+    if spanning is not None:  # after every single-node option (issue 23): rank_options keeps it there
+        options = rank_options([*options, spanning])
     single = single.model_copy(update={"options": options})
     reasons = [f"Tried spanning nodes: {', '.join(tried)}; none fits."] if tried else []
     return _finish(request, single, single_split, max_nodes, reasons, options)

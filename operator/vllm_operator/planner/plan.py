@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..api.v1alpha1 import LoRASpec, MemoryBreakdown, PinnedFlags
+from ..api.v1alpha1 import MAX_MODEL_LEN_AUTO, LoRASpec, MemoryBreakdown, PinnedFlags
 from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
@@ -121,6 +121,9 @@ class PlanRequest(BaseModel):
                           "its config.json was read); None: read from pinned.speculative_config")
     load_format: str = Field("auto", description="`--load-format`: 'ipc_cache' maps weights a weight-cache daemon "
                                                  "holds on the GPU (vLLM 0.32+ takes them out of its budget)")
+    vllm_defaults: frozenset[str] = Field(
+        frozenset(), description="the pinned flags with_vllm_defaults filled in with vLLM's own default (a command "
+                                 "that did not set them): the reasons say \"vLLM's default\", not \"pinned\"")
 
 
 class InvalidParallelism(ValueError):
@@ -190,9 +193,18 @@ class Plan(BaseModel):
     def memory(self) -> MemoryBreakdown:
         return self.prediction.memory
 
+    max_model_len_auto: bool = Field(False, description="max-model-len is pinned to `auto`: vLLM fits it at startup "
+                                                          "(flags.max_model_len is the length it is predicted to pick)")
+
+    def rendered_flags(self) -> dict[str, Any]:
+        """The flags as they reach vLLM: `flags`, with `auto` where max-model-len is pinned to it."""
+        if not self.max_model_len_auto:
+            return self.flags
+        return {**self.flags, "max_model_len": MAX_MODEL_LEN_AUTO}
+
     def args(self) -> list[str]:
         """The flags as vLLM command-line arguments."""
-        return flags_to_args(self.flags)
+        return flags_to_args(self.rendered_flags())
 
 
 def flags_to_args(flags: dict[str, Any]) -> list[str]:
@@ -270,7 +282,7 @@ def _utilization(request: PlanRequest, profile: VersionProfile, tp: int, arch: M
                  eager: bool, reasons: list[str], pp: int = 1) -> float:
     pinned = request.pinned.gpu_memory_utilization
     if pinned is not None:
-        reasons.append(f"gpu-memory-utilization {pinned} is pinned.")
+        reasons.append(f"gpu-memory-utilization {pinned} {_pinned_or_default(request, 'gpu_memory_utilization')}.")
         return pinned
     gpu = request.gpu
     total = gpu.reported_gib
@@ -456,11 +468,13 @@ def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags,
     with the activation, sampler and CUDA-graph figures of that many sequences; and the reason for it."""
     request = choice.request
     pinned_len = request.pinned.max_model_len
-    target = pinned_len or _length_target(request)
+    if pinned_len == MAX_MODEL_LEN_AUTO:
+        return _auto_length(choice, max_num_seqs)
+    target = int(pinned_len) if pinned_len is not None else _length_target(request)
     flags = choice.flags(target, max_num_seqs)
     prediction = choice.predict(flags)
     if pinned_len is not None:
-        return flags, prediction, f"max-model-len {pinned_len} is pinned."
+        return flags, prediction, f"max-model-len {pinned_len} {_pinned_or_default(request, 'max_model_len')}."
     estimate, margin = prediction.estimated_max_model_len, 0.0
     fit = estimate
     if estimate < target:  # the KV cache binds: leave room for the error of the predicted figures, but never at
@@ -482,6 +496,39 @@ def _fit_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags,
         f"length needs more KV cache than the {prediction.memory.kv_cache_gib:.2f} GiB left per GPU; {estimate} tokens "
         f"is the longest that fits (vLLM's own estimate with max-num-seqs {flags.max_num_seqs}), less {margin:.1%} "
         f"for the error of the predicted activation, CUDA-graph and overhead figures: {fit}, rounded down.")
+
+
+def _auto_length(choice: _Choice, max_num_seqs: int | None) -> tuple[EngineFlags, StartupPrediction, str]:
+    """`--max-model-len auto` (or -1), as vLLM 0.14.0+ resolves it: the engine is configured and profiled at the
+    model's derived length, then `_auto_fit_max_model_len` (v1/core/kv_cache_utils.py) keeps that length when one
+    request of it fits the KV memory, else binary-searches the longest that does - the same search as the estimate
+    vLLM's KV-too-small error prints (`estimated_max_model_len`), so no margin: vLLM fits what it measures."""
+    derived = choice.request.arch.derived_max_model_len
+    flags = choice.flags(derived, max_num_seqs)
+    prediction = choice.predict(flags)
+    version = choice.profile.version
+    estimate = prediction.estimated_max_model_len
+    if estimate <= 0:
+        message = ("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. "
+                   "Try increasing `gpu_memory_utilization`.")
+        if prediction.failure is None or prediction.failure.kind is FailureKind.KV_CACHE_TOO_SMALL:
+            prediction = prediction.model_copy(update={"failure": PredictedFailure(
+                kind=FailureKind.KV_CACHE_TOO_SMALL, message=message)})
+        return flags, prediction, f"max-model-len auto: vLLM {version} would stop: \"{message}\""
+    if estimate >= derived:
+        return flags, prediction, (f"max-model-len auto: vLLM {version} keeps the model's full context, {derived} "
+                                   "tokens: one request of it fits the KV cache.")
+    flags = choice.flags(estimate, max_num_seqs)
+    prediction = choice.predict(flags)
+    return flags, prediction, (
+        f"max-model-len auto: vLLM {version} reduces the model's {derived} to {estimate} tokens, the longest one "
+        f"request of which fits the {prediction.memory.kv_cache_gib:.2f} GiB of KV cache per GPU (its log: "
+        f"\"Auto-fit max_model_len: reduced from {derived} to {estimate}\").")
+
+
+def _pinned_or_default(request: PlanRequest, name: str) -> str:
+    """"is pinned", or "is vLLM's default" for a flag `with_vllm_defaults` filled in (the command did not set it)."""
+    return "is vLLM's default" if name in request.vllm_defaults else "is pinned"
 
 
 def _estimate_margin(prediction: StartupPrediction) -> float:
@@ -529,7 +576,8 @@ def _candidate(request: PlanRequest, profile: VersionProfile, tp: int, pp: int, 
     flags, prediction, length_note = _fit_length(choice, None)
     if request.pinned.max_num_seqs is not None:
         return _Candidate(flags, prediction, [*notes, length_note,
-                                              f"max-num-seqs {request.pinned.max_num_seqs} is pinned."])
+                                              f"max-num-seqs {request.pinned.max_num_seqs} "
+                                              f"{_pinned_or_default(request, 'max_num_seqs')}."])
     most = flags.max_num_seqs  # vLLM's default (or the ladder's limit): never admit more
     if prediction.failure is not None:
         fewest = _fallback_seqs(request, flags)
@@ -708,9 +756,12 @@ def _choose(request: PlanRequest, profile: VersionProfile) -> tuple[_Candidate, 
     return best, _starts(request, best), candidates
 
 
-def plan(request: PlanRequest) -> Plan:
+def plan(request: PlanRequest, *, options: bool = True) -> Plan:
     """The flags to run `request.arch` on `request.gpu`, with the predicted startup and the reasons. Raises
-    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers)."""
+    InvalidParallelism for a pinned layout vLLM cannot run (more pipeline stages than layers).
+
+    `options=False`: no alternatives are searched when it does not fit (a search over layouts asks only whether
+    each one fits; the options cost many plans each)."""
     profile = profile_for_model(profile_for(request.vllm_version), request.arch)
     request = request.model_copy(update={"arch": arch_for_release(request.arch, profile)})
     check_parallelism(request.arch, request.pinned.pipeline_parallel_size)
@@ -731,7 +782,8 @@ def plan(request: PlanRequest) -> Plan:
     if refused is not None:  # no GPU, flag or checkpoint change helps: vLLM refuses --enable-lora for this model
         fits, failure = False, refused
     degenerate = fits and bool(shortfalls(request, result.flags))
-    options = [] if refused or (fits and not degenerate) else list(_options(request, profile, usable_only=degenerate))
+    found = [] if refused or not options or (fits and not degenerate) else list(
+        _options(request, profile, usable_only=degenerate))
     prediction = result.prediction
     if prediction.failure is not None:
         prediction = prediction.model_copy(update={"failure": _plain_failure(prediction.failure)})
@@ -745,11 +797,12 @@ def plan(request: PlanRequest) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
+        max_model_len_auto=request.pinned.max_model_len == MAX_MODEL_LEN_AUTO,
         pinned=_pinned_names(request),
         prediction=prediction,
         failure=failure,
         reasons=reasons,
-        options=options,
+        options=found,
         lora_bytes=lora_bytes(request.arch, result.flags),
     )
 
@@ -935,7 +988,7 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
     short = shortfalls(request, flags) if fits else []
     objective = _objective_text(request)
     if request.pinned.tensor_parallel_size:
-        reasons.append(f"tensor-parallel-size {tp} is pinned.")
+        reasons.append(f"tensor-parallel-size {tp} {_pinned_or_default(request, 'tensor_parallel_size')}.")
     elif not fits:
         reasons.append(f"tensor-parallel-size {tp}: the most of the {request.gpu_count} GPU(s) allowed; no valid "
                        f"size up to that starts{' with the stated workload' if request.workload.concurrency else ''}.")
@@ -978,7 +1031,8 @@ def _reasons(request: PlanRequest, profile: VersionProfile, candidate: _Candidat
                               compute_capability=request.gpu.compute_capability,
                               max_model_len=flags.max_model_len)
     if request.pinned.max_num_batched_tokens:
-        reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens} is pinned.")
+        reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens} "
+                       f"{_pinned_or_default(request, 'max_num_batched_tokens')}.")
     elif flags.max_num_batched_tokens != defaults.max_num_batched_tokens:
         reasons.append(f"max-num-batched-tokens {flags.max_num_batched_tokens}: below vLLM's default of "
                        f"{defaults.max_num_batched_tokens} to shrink the activation peak (learned from an earlier "
@@ -1070,7 +1124,33 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
     found.extend(_fp8_kv_option(request, attempt))
     found.extend(_quantized_options(request, attempt))
     found.extend(_one(_larger_gpu(request, attempt)))
-    return found
+    return rank_options(found)
+
+
+#: How much an option asks the user to change, least first (issue 23): flags and context on the same GPUs, more of the
+#: same GPUs, another pool of this cluster, another checkpoint; GPUs the cluster lacks come last, whatever they are.
+_OPTION_TIER = {"flags": 0, "context": 0, "gpus": 1, "nodes": 1, "pool": 2, "quantized-checkpoint": 3,
+                "larger-gpu": 4}
+
+
+def option_spans_nodes(option: Option) -> bool:
+    return option.kind == "nodes"
+
+
+def rank_options(options: Iterable[Option], *, in_cluster: bool = False) -> list[Option]:
+    """Options by what the user must change least: the same GPUs first, then fewer nodes and GPUs, then other pools
+    of this cluster, then another checkpoint, then GPUs the cluster lacks (`in_cluster`: every option whose source
+    is not the cluster). A multi-node option never ranks above a single-node one (of the cluster's GPUs). Stable:
+    equal options keep the order they were found in."""
+    listed = list(options)
+
+    def key(pair: tuple[int, Option]) -> tuple[int, int, int, int, int]:
+        index, option = pair
+        lacking = option.kind == "larger-gpu" or (in_cluster and option.source != "cluster")
+        return (int(lacking), int(option_spans_nodes(option)), _OPTION_TIER.get(option.kind, 4), option.gpu_count,
+                index)
+
+    return [option for _, option in sorted(enumerate(listed), key=key)]
 
 
 def _one(option: Option | None) -> list[Option]:
@@ -1118,7 +1198,8 @@ def _shorter_context_option(request: PlanRequest, attempt: _Attempt) -> list[Opt
     option = attempt("Unpin max-model-len and let the planner size the context", relaxed, kind="context")
     if option is None:
         return []
-    wanted = request.pinned.max_model_len or request.workload.context_length or 0
+    pinned_len = request.pinned.max_model_len
+    wanted = (pinned_len if isinstance(pinned_len, int) else None) or request.workload.context_length or 0
     if option.max_model_len < wanted:
         option.summary = f"Shorter context: max-model-len {option.max_model_len}"
         return [option]
@@ -1278,7 +1359,9 @@ def with_vllm_defaults(request: PlanRequest) -> PlanRequest:
     """
     profile = profile_for(request.vllm_version)
     pinned = request.pinned
-    length = pinned.max_model_len or arch_for_release(request.arch, profile).derived_max_model_len
+    derived = arch_for_release(request.arch, profile).derived_max_model_len
+    # `auto`: vLLM sizes its batch defaults at the derived length, before the KV cache is fitted
+    length = derived if pinned.max_model_len in (None, MAX_MODEL_LEN_AUTO) else int(pinned.max_model_len)
     defaults = batch_defaults(profile, gpu_memory_gib=request.gpu.reported_gib, is_a100=request.gpu.is_a100,
                               compute_capability=request.gpu.compute_capability,
                               max_model_len=length, chunked_prefill=pinned.enable_chunked_prefill is not False)
@@ -1286,10 +1369,13 @@ def with_vllm_defaults(request: PlanRequest) -> PlanRequest:
         "tensor_parallel_size": pinned.tensor_parallel_size or 1,
         "pipeline_parallel_size": pinned.pipeline_parallel_size or 1,
         "gpu_memory_utilization": pinned.gpu_memory_utilization or profile.default_utilization,
-        "max_model_len": length,
+        "max_model_len": pinned.max_model_len or length,
         "max_num_seqs": pinned.max_num_seqs or defaults.max_num_seqs,
         "max_num_batched_tokens": pinned.max_num_batched_tokens or defaults.max_num_batched_tokens,
         "kv_cache_dtype": pinned.kv_cache_dtype or "auto",
         "enforce_eager": bool(pinned.enforce_eager),
     })
-    return request.model_copy(update={"pinned": filled})
+    defaulted = frozenset(name for name in ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+                                             "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                                             "kv_cache_dtype", "enforce_eager") if getattr(pinned, name) is None)
+    return request.model_copy(update={"pinned": filled, "vllm_defaults": request.vllm_defaults | defaulted})

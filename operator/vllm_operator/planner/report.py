@@ -22,6 +22,8 @@ _ESTIMATE_WORDS = {  # MemoryBreakdown.estimated → what the estimate is
     "weights_gib": "weights (a speculative draft whose config.json was not read)",
     "cudagraph_gib": "CUDA graphs (Model Runner V2 estimate)",
     "persistent_gib": "allocator leftovers",
+    "non_torch_gib": "non-torch memory (unified memory: vLLM counts the host's available memory, so the process's "
+                     "host-side growth during startup comes out of the KV cache)",
     "kv_cache_gib": "KV cache",
 }
 

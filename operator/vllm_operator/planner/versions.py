@@ -55,6 +55,10 @@ class VersionProfile(BaseModel):
     yarn_factor_applied: bool
     tokens_log: Literal["two_lines", "one_line"]
     hybrid_prefix_caching: bool
+    mamba_prefill_checkpoint: Literal["none", "mamba2", "mamba2_gdn"] = Field(
+        description="state layers that keep one more state page per request in 'align' mode (MambaSpec "
+                            "num_prefill_checkpoint_blocks): Mamba2 from 0.32, Gated DeltaNet on FlashInfer's prefill "
+                            "from 0.33")
     cudagraph_capture_max_cc10: int = Field(
         ge=1, description="the default largest CUDA-graph capture size on compute capability 10.x GPUs")
     external_weights_budget: bool = Field(

@@ -865,25 +865,24 @@ def _error_rank(line: _Line, rank: int, ignored: set[int]) -> bool:
     return not line.context_only and _ERRORISH.search(line.body) is not None
 
 
+#: An exception class name as Python prints it (`ValueError`, `torch.OutOfMemoryError`): the one word of an
+#: unrecognised failure that is copied out of the pod.
+_EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,60}(?:\.[A-Za-z_][A-Za-z0-9_]{0,60}){0,4}")
+#: Where the text of an unrecognised failure is: the pod, never an Event, a condition, status or the operator's log.
+SEE_LOGS = "the text is in the pod: see `kubectl logs <pod> -c <container> --previous`"
+
+
 def _unknown(lines: Sequence[_Line], *, exit_code: int | None, reason: str | None, later: _Line | None) -> Failure:
+    """An unrecognised failure: its class, the exception's name and the exit code, never its free-form text (a line
+    of an unknown error may carry anything, a credential included: issue 20)."""
     best = later or _best_error_line(lines, _ignored_exception_lines(lines))
-    exit_text = _exit_text(exit_code, reason)
-    if best is None:
-        tail = next((line.body.strip() for line in reversed(lines) if line.body.strip()), "")
-        summary = "Container failed" + (f" ({exit_text})" if exit_text else "") + " without a recognizable error"
-        return Failure(
-            kind=FailureKind.UNKNOWN,
-            summary=_one_line(summary + (f"; last line: {tail}" if tail else "")),
-            excerpt=_clip(tail, EXCERPT_MAX),
-            exit_code=exit_code,
-        )
-    body = best.body.strip()
-    return Failure(
-        kind=FailureKind.UNKNOWN,
-        summary=_one_line(body if not exit_text else f"{body} [{exit_text}]"),
-        excerpt=_clip(body, EXCERPT_MAX),
-        exit_code=exit_code,
-    )
+    exit_text = _exit_text(exit_code, reason if reason is None or _EXCEPTION_NAME.fullmatch(reason) else "Error")
+    exc_type = best.exc_type if best is not None else None
+    named = f" ({exc_type})" if exc_type and _EXCEPTION_NAME.fullmatch(exc_type) else ""
+    summary = ("Container failed" + (f" ({exit_text})" if exit_text else "")
+               + (f" with an error the operator does not recognise{named}" if best is not None
+                  else " without a recognizable error"))
+    return Failure(kind=FailureKind.UNKNOWN, summary=f"{summary}; {SEE_LOGS}", excerpt="", exit_code=exit_code)
 
 
 def _is_oom_killed(reason: str | None) -> bool:

@@ -18,18 +18,24 @@ No Kubernetes, no kopf, no clock: `now`, everything observed and the planner (`O
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
+from pydantic import BaseModel
+
 from ..api import conditions as cond
 from ..api.v1alpha1 import (
     RemediationEvent,
     RemediationStatus,
+    SpecValidationError,
     VLLMServiceSpec,
     VLLMServiceStatus,
     flags_from_api,
+    parse_spec,
 )
 from ..render.lws import PARTITION_ENV
 from ..render.manifests import ANNOTATION_PLAN
@@ -142,6 +148,72 @@ def recorded_keys(remediation: RemediationStatus) -> frozenset[str]:
         keys.add(remediation.last_failure_key)
     keys.update(remediation.handled_keys)
     return frozenset(keys)
+
+
+# --- what a profile was learned on ------------------------------------------------------------------------------
+
+#: The spec fields a plan is computed from. A learned profile belongs to them: it is reset when one of them changes,
+#: never for replicas, labels, annotations, env, autoscaling, routing, the Service or any other plan-neutral field.
+PLAN_INPUT_FIELDS = ("model", "gpu", "vllm_version", "flags", "extra_args", "workload", "lora")
+
+
+def _essence(value: Any) -> Any:
+    """A field as JSON without the values left at their defaults: a field a newer CRD adds with a default (an
+    operator upgrade) changes no hash."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return value
+
+
+def plan_inputs_hash(spec: VLLMServiceSpec, image: str) -> str:
+    """A stable hash of what the plan is computed from: `PLAN_INPUT_FIELDS`, the image the pods run (`image`: the
+    spec's or the operator's default) and the layer split pinned in spec.env (the one env var the plan reads)."""
+    inputs = {name: _essence(getattr(spec, name)) for name in PLAN_INPUT_FIELDS}
+    inputs["image"] = image
+    inputs["layerPartition"] = next((e.value for e in spec.env if e.name == PARTITION_ENV), None)
+    payload = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def spec_inputs_hash(spec: Mapping[str, Any], default_image: str) -> str | None:
+    """`plan_inputs_hash` of a raw spec (None when it is invalid: nothing is learned or reset for it)."""
+    try:
+        parsed = parse_spec(spec)
+    except SpecValidationError:
+        return None
+    return plan_inputs_hash(parsed, parsed.image or default_image)
+
+
+@dataclass(frozen=True)
+class Relearn:
+    """What an edit does to the ladder: the remediation to record, and whether a learned profile was dropped."""
+
+    remediation: RemediationStatus
+    reset: bool
+    message: str = ""
+
+
+def for_inputs(remediation: RemediationStatus, inputs_hash: str | None) -> Relearn | None:
+    """The ladder after the plan's inputs hash to `inputs_hash`; None when nothing changes.
+
+    The same inputs keep everything. A status without a hash (written before hashes were kept, or a new service)
+    adopts it and keeps its profile: an operator upgrade resets nothing. Other inputs drop the profile, the step and
+    the exhausted mark — the history and the failure keys stay, so no failure is acted on twice — and record the new
+    hash in the same write, so a retried or repeated reconcile of the same change finds nothing left to reset."""
+    if inputs_hash is None or remediation.inputs_hash == inputs_hash:
+        return None
+    if remediation.inputs_hash is None:
+        return Relearn(remediation.model_copy(update={"inputs_hash": inputs_hash}), reset=False)
+    learned = bool(remediation.profile) or remediation.step > 0 or remediation.exhausted
+    update: dict[str, Any] = {"inputs_hash": inputs_hash}
+    message = ""
+    if learned:
+        update.update(profile={}, step=0, exhausted=False)
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(remediation.profile.items())) or "none"
+        message = (f"the plan's inputs changed (model, GPU, image, pinned flags, workload or LoRA): what the ladder "
+                   f"learned on the previous ones ({shown}; step {remediation.step}) no longer applies; the plan "
+                   "starts over, the history is kept")
+    return Relearn(remediation.model_copy(update=update), reset=learned, message=message)
 
 
 def _group_layout(spec: VLLMServiceSpec, status: Mapping[str, Any], node_rank: int | None,

@@ -31,24 +31,69 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 # Values that follow a secret-bearing name: `--api-key VALUE`, `--api-key=VALUE`, `Authorization: Bearer VALUE`,
-# `'api_key': 'VALUE'` / `'api_key': ['VALUE']` (vLLM's "non-default args" line), `HF_TOKEN=VALUE`, `token: VALUE`.
+# `'api_key': 'VALUE'` / `'api_key': ['VALUE', 'VALUE2']` (vLLM's "non-default args" line), `HF_TOKEN=VALUE`,
+# `AWS_SECRET_ACCESS_KEY=VALUE`, `token: VALUE`, `invalid token VALUE`, `https://user:VALUE@host/`.
 _SECRET_NAME = r"(?:api[_-]?keys?|hf[_-]?token|access[_-]?token|auth[_-]?token|token|secret|password|passwd)"
+# a value: quoted (anything up to the closing quote) or bare (up to white space or a delimiter)
+_VALUE = r"""(?:'[^'\n]*'|"[^"\n]*"|(?!None\b)[^\s'",\[\](){}<>][^\s'",\[\](){}<>]*)"""
+# environment-style names with a secret-bearing segment anywhere (`*_SECRET*`, `*_KEY*`, `*_TOKEN*`), upper case
+_ENV_SECRET = r"\b[A-Z0-9_]*(?<![A-Z0-9])(?:SECRET|KEY|KEYS|TOKEN|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(?![A-Z0-9])" \
+              r"[A-Z0-9_]*\b"
+# any-case names that end in one (`aws_secret_access_key`, `client_secret`, `x-api-key`); never `*_tokens`
+_NAME_SECRET = r"\b[\w.-]*?(?:secret|password|passwd|credentials?|api[_-]?keys?|access[_-]?key|private[_-]?key" \
+               r"|token)(?![\w.-])|\b[\w.-]*?[_-](?:secret|key|token)[\w.-]*?(?<![sS])(?![\w.-])"
 _CONTEXT_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"(?i)(--" + _SECRET_NAME + r"(?:=|\s+))(?!-)(['\"]?)([^\s'\",\[\]{}*][^\s'\",\[\]{}]*)"),
+    # URL userinfo: scheme://user:password@host, scheme://token@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)()([^/\s@'\"<>]+)(?=@)"),
+    # Authorization / Proxy-Authorization header values, with or without a scheme
+    re.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token|digest|apikey)\s+)?)()"
+               r"([^\s'\",]+)"),
     re.compile(r"(?i)(\bbearer\s+)()([A-Za-z0-9._~+/=-]{6,})"),
     re.compile(r"(?i)(\bbasic\s+)()([A-Za-z0-9+/=]{8,})"),
-    re.compile(r"(?i)(['\"]?\b[\w-]*" + _SECRET_NAME + r"['\"]?\s*[:=]\s*\[?\s*)(['\"]?)((?!None\b)[^\s'\",\[\]{}*<][^\s'\",\[\]{}]*)"),
+    # "invalid token X", "bad api key: X", "expired credentials X"
+    re.compile(r"(?i)(\b(?:invalid|bad|wrong|expired|unknown|revoked|incorrect|malformed)\s+(?:hf\s+|api\s+|access\s+|"
+               r"auth\s+|bearer\s+)?(?:token|key|api[_ -]?key|secret|password|credentials?)\s*[:=]?\s*)(['\"]?)"
+               r"((?!for\b|in\b|is\b|was\b|provided\b|given\b|or\b|and\b|the\b|format\b)[^\s'\",]{4,})"),
 )
+# a list or tuple after a secret-bearing name: every item goes
+_LIST_AFTER_NAME = re.compile(r"(?i)((?:['\"]?\b[\w-]*" + _SECRET_NAME + r"|" + _ENV_SECRET + r")['\"]?\s*[:=]\s*)"
+                              r"([\[(])([^\])\n]*)([\])]|$)", re.MULTILINE)
+_ITEM = re.compile(r"""'[^']*'|"[^"]*"|[^\s,'"]+""")
+# one value after a secret-bearing name (after the lists are masked: `***` is not masked again)
+_VALUE_AFTER_NAME = (
+    re.compile(r"(?i)(['\"]?(?:" + _NAME_SECRET + r")['\"]?\s*[:=]\s*)()(" + _VALUE + r")"),
+    re.compile(r"(['\"]?" + _ENV_SECRET + r"['\"]?\s*[:=]\s*)()(" + _VALUE + r")"),
+)
+# a command-line flag naming a secret: every value after it up to the next flag (vLLM's --api-key takes several)
+_SECRET_FLAG_VALUES = re.compile(r"(?i)(--[\w-]*" + _SECRET_NAME + r"[\w-]*(?:=|[ \t]+))((?:(?!--)" + _VALUE
+                                 + r"(?:[ \t]+|$))*(?:(?!--)" + _VALUE + r")?)", re.MULTILINE)
+
+
+def _mask_items(match: re.Match[str]) -> str:
+    items = _ITEM.sub(lambda item: item.group()[0] + MASK + item.group()[0] if item.group()[0] in "'\""
+                      else (item.group() if item.group() in ("None", MASK) else MASK), match.group(3))
+    return f"{match.group(1)}{match.group(2)}{items}{match.group(4)}"
+
+
+def _mask_flag_values(match: re.Match[str]) -> str:
+    values = match.group(2)
+    if not values.strip():
+        return match.group(0)
+    trailing = values[len(values.rstrip()):]
+    return f"{match.group(1)}{MASK}{trailing}"
 
 
 def redact(text: str) -> str:
-    """`text` with every token-shaped string replaced by `***`."""
+    """`text` with every token-shaped string replaced by `***`, and every value after a secret-bearing name."""
     if not text:
         return text
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(MASK, text)
-    for pattern in _CONTEXT_PATTERNS:
-        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    text = _LIST_AFTER_NAME.sub(_mask_items, text)
+    text = _SECRET_FLAG_VALUES.sub(_mask_flag_values, text)
+    for pattern in (*_CONTEXT_PATTERNS, *_VALUE_AFTER_NAME):
+        text = pattern.sub(lambda m: m.group(0) if m.group(3).strip("'\"") in (MASK, "None", "")
+                           else f"{m.group(1)}{m.group(2)}{MASK}", text)
     return text
 
 

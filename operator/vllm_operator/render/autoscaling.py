@@ -13,6 +13,7 @@ autoscaler writes spec.replicas and the operator renders the Deployment from it:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..api.v1alpha1 import GROUP, VERSION, AutoscalingMetric, AutoscalingSpec
@@ -32,14 +33,10 @@ ADAPTER_METRIC = {"WaitingRequests": "vllm_num_requests_waiting", "RunningReques
 WAKE_ONLY_THRESHOLD = "1000000000"
 
 
-def pod_matchers(namespace: str, deployment: str) -> str:
-    """PromQL label matchers for the Deployment's pods (`<deployment>-<replicaset hash>-<suffix>`), the operator's
-    default Prometheus selector (metrics/observe.py DEFAULT_SELECTOR) for names that are DNS labels."""
-    return f'namespace="{namespace}",pod=~"{deployment.replace(".", "[.]")}-[a-z0-9]+-[a-z0-9]+"'
-
-
 def prometheus_query(metric: AutoscalingMetric, selector: str) -> str:
-    """The PromQL sum over the service's pods (`selector`: its label matchers) for one metric."""
+    """The PromQL sum over the service's serving pods (`selector`: `render.pods.ServingPods.promql()`, the same
+    matchers the operator's metrics watch uses) for one metric. vLLM labels each series `engine` and `model_name`;
+    the sum is over every engine of every serving pod."""
     if metric.type == "WaitingRequests":
         return f"sum(vllm:num_requests_waiting{{{selector}}}) or vector(0)"
     if metric.type == "RunningRequests":
@@ -112,10 +109,30 @@ def build_scaled_object(*, name: str, child_name: str, namespace: str, labels: d
 
 
 def cold_start_message(checkpoint_gib: float, load_seconds_per_gib: float, engine_seconds: float,
-                       persistent_cache: bool) -> str:
-    """What scaling from zero costs: loading the weights (and downloading them without a persistent cache)."""
+                       persistent_cache: bool, measured: Mapping[str, Any] | None = None) -> str:
+    """What scaling from zero costs: the last measured start (status.coldStart) when there is one, else loading
+    the weights (and downloading them without a persistent cache) at the assumed rates."""
+    total = (measured or {}).get("readySeconds")
+    if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+        phases = [(label, (measured or {}).get(key)) for label, key in _PHASE_LABELS]
+        said = ", ".join(f"{label} {format_seconds(v)}" for label, v in phases
+                         if isinstance(v, (int, float)) and not isinstance(v, bool))
+        cache = "" if persistent_cache else "; the model cache is ephemeral: every start downloads the weights"
+        return (f"a start from zero took {format_seconds(total)} before the first request was served (measured on "
+                f"pod {(measured or {}).get('measuredPod')}: {said}){cache}")
     minutes = (engine_seconds + load_seconds_per_gib * checkpoint_gib) / 60
     cache = ("from the persistent model cache" if persistent_cache
              else "after downloading them again (the model cache is ephemeral)")
     return (f"a cold start from zero loads {checkpoint_gib:.1f} GiB of weights {cache}: up to about "
             f"{minutes:.0f} min before the first request is served")
+
+
+_PHASE_LABELS = (("image pull and volume", "podStartSeconds"), ("download", "downloadSeconds"),
+                 ("weights load", "loadSeconds"), ("compile", "compileSeconds"),
+                 ("CUDA graphs", "graphCaptureSeconds"))
+
+
+def format_seconds(seconds: float) -> str:
+    """`95.2` → `1m35s`, `7.4` → `7s`."""
+    whole = int(round(seconds))
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"

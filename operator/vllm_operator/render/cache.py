@@ -151,8 +151,11 @@ class CachePlan(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    volume: dict[str, Any] = Field(description="the `model-cache` volume source (persistentVolumeClaim/emptyDir)")
+    volume: dict[str, Any] = Field(description="the `model-cache` volume source (persistentVolumeClaim/emptyDir); "
+                                               "empty when each pod gets its own claim from `claim_template`")
     claim: dict[str, Any] | None = Field(None, description="a PersistentVolumeClaim to create when missing")
+    claim_template: dict[str, Any] | None = Field(
+        None, description="a claim per pod (a LeaderWorkerSet's volumeClaimTemplates), kept across group recreation")
     persistent: bool
     exclusive: bool = Field(False, description="a ReadWriteOnce claim: roll without a surge pod")
     reason: str
@@ -181,21 +184,26 @@ def default_size(checkpoint_gib: float) -> str:
 
 
 def startup_failure_threshold(checkpoint_gib: float, *, download_mib_per_s: float,
-                              measured_mib_per_s: float | None = None, download: bool = True) -> int:
+                              measured_mib_per_s: float | None = None, download: bool = True,
+                              engine_seconds: float = ENGINE_START_SECONDS) -> int:
     """Startup probe periods (10 s): engine start + loading + the download. A persistent cache is empty on the
     first start too, so the download is budgeted (a probe that kills the first download would make the cache
     useless) unless the `model-download` init container made it (`download=False`); the measured rate, when known,
-    replaces the assumed one."""
+    replaces the assumed one, and the measured engine start (render/coldstart.py) the assumed 600 s."""
     rate = measured_mib_per_s if measured_mib_per_s and measured_mib_per_s > 0 else download_mib_per_s
     download_s = checkpoint_gib * 1024 / rate if download else 0.0
-    seconds = ENGINE_START_SECONDS + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download_s
+    seconds = engine_seconds + LOAD_SECONDS_PER_GIB * checkpoint_gib + 1.25 * download_s
     return max(int(math.ceil(seconds / PROBE_PERIOD_SECONDS)), 60)
 
 
 def plan_cache(*, service: str, namespace: str, model: str, revision: str | None, spec: ModelCacheSpec | None,
                settings: CacheSettings, default_storage_class: str | None, checkpoint_gib: float,
-               max_pods: int, labels: dict[str, str], owner: dict[str, Any]) -> CachePlan:
-    """Where this service's weights live; see the module docstring."""
+               max_pods: int, labels: dict[str, str], owner: dict[str, Any],
+               shared_storage_class: str | None = None, group_pods: bool = False) -> CachePlan:
+    """Where this service's weights live; see the module docstring. `max_pods`: the most pods the service may run
+    (its bounds, not the replica count of the moment); `shared_storage_class`: a class of the cluster that gives
+    ReadWriteMany claims (see `read_write_many_class`); `group_pods`: the pods are a LeaderWorkerSet's (each pod
+    can have a claim of its own)."""
     if spec is not None and spec.claim_name:
         return CachePlan(volume={"persistentVolumeClaim": {"claimName": spec.claim_name}}, persistent=True,
                          reason=PERSISTENT, message=f"weights are cached on the claim {spec.claim_name} "
@@ -215,24 +223,34 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
     storage_class = settings.storage_class or default_storage_class
     if settings.mode == "ephemeral":
         return _ephemeral("the operator's model cache mode is ephemeral; set spec.modelCache, or run the operator "
-                          "with --model-cache-mode auto")
+                          "with --model-cache-mode auto", checkpoint_gib)
+    # several pods of one service share one ReadWriteMany claim where the cluster has a class that gives one
+    detected = (max_pods > 1 and settings.access_mode == "ReadWriteOnce" and settings.storage_class is None
+                and shared_storage_class is not None)
+    if detected:
+        storage_class = shared_storage_class
     if settings.mode == "auto" and storage_class is None:
         return _ephemeral("the cluster has no default StorageClass; set spec.modelCache, mark a StorageClass as "
-                          "default, or run the operator with --model-cache-storage-class")
-    shared = settings.access_mode == "ReadWriteMany"
+                          "default, or run the operator with --model-cache-storage-class", checkpoint_gib)
+    shared = settings.access_mode == "ReadWriteMany" or detected
+    access_mode = "ReadWriteMany" if shared else settings.access_mode
+    if not shared and max_pods > 1 and group_pods:
+        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods)
     if not shared and max_pods > 1:
         return _ephemeral(f"this service may run {max_pods} pods and the default cache claim is ReadWriteOnce (one "
-                          "node); set spec.modelCache.claimName to a ReadWriteMany claim, or run the operator with "
-                          "--model-cache-access-mode ReadWriteMany")
+                          "node); set spec.modelCache.claimName to a ReadWriteMany claim, add a StorageClass that "
+                          "gives ReadWriteMany claims (an NFS/CephFS/EFS/Filestore/Azure Files provisioner, or the "
+                          f"annotation {ACCESS_MODE_ANNOTATION}: ReadWriteMany), or run the operator with "
+                          "--model-cache-access-mode ReadWriteMany", checkpoint_gib)
     name = shared_claim_name(model, revision) if shared else own_claim_name(service)
     claim_labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "model-cache",
                     LABEL_CACHE_MODEL: _hash(f"{model}@{revision or 'main'}")}
     if not shared:
         claim_labels.update(labels)
-    claim_spec = {"accessModes": [settings.access_mode],
+    claim_spec = {"accessModes": [access_mode],
                   "resources": {"requests": {"storage": settings.size or default_size(checkpoint_gib)}}}
-    if settings.storage_class:
-        claim_spec["storageClassName"] = settings.storage_class
+    if settings.storage_class or detected:
+        claim_spec["storageClassName"] = storage_class
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": claim_labels,
                                 "annotations": {"vllm-operator.dev/model": model[:253]}}
     if not shared:
@@ -242,14 +260,56 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                      claim={"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata,
                             "spec": claim_spec},
                      persistent=True, exclusive=not shared, reason=PERSISTENT,
-                     message=f"weights are cached on the claim {name} ({settings.access_mode}, {where}; "
+                     message=f"weights are cached on the claim {name} ({access_mode}, {where}; "
                      f"storage class {storage_class}): restarts and remediation steps do not download them again")
 
 
-def _ephemeral(why: str) -> CachePlan:
+def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, settings: CacheSettings,
+             checkpoint_gib: float, max_pods: int) -> CachePlan:
+    """A ReadWriteOnce claim per pod of a LeaderWorkerSet (its volumeClaimTemplates: `model-cache-<pod>`), kept
+    when a group is recreated or scaled down, deleted with the LeaderWorkerSet (so with the service)."""
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                  "resources": {"requests": {"storage": settings.size or default_size(checkpoint_gib)}}}
+    if settings.storage_class:
+        claim_spec["storageClassName"] = settings.storage_class
+    template = {"metadata": {"name": "model-cache", "labels": {
+        **labels, "app.kubernetes.io/component": "model-cache"}}, "spec": claim_spec}
+    return CachePlan(volume={}, claim_template=template, persistent=True, reason=PERSISTENT,
+                     message=f"weights are cached on a claim per pod (the LeaderWorkerSet's volumeClaimTemplates, "
+                     f"ReadWriteOnce, storage class {storage_class}; up to {max_pods} pods): a recreated group "
+                     f"finds its weights and compiled graphs again; the claims go with the service")
+
+
+def _ephemeral(why: str, checkpoint_gib: float) -> CachePlan:
     return CachePlan(volume={"emptyDir": {}}, persistent=False, reason=EPHEMERAL,
-                     message=f"weights are cached in an emptyDir: every pod restart and remediation step downloads "
-                     f"them again; {why}")
+                     message=f"weights are cached in an emptyDir: every pod start, restart and remediation step "
+                     f"downloads them again ({checkpoint_gib:.1f} GiB each time); {why}")
+
+
+#: A StorageClass annotation that says which access mode its claims give (for provisioners not known below).
+ACCESS_MODE_ANNOTATION = "vllm-operator.dev/access-mode"
+#: Provisioners of shared file systems, whose claims may be ReadWriteMany (substrings of the provisioner name).
+READ_WRITE_MANY_PROVISIONERS = ("nfs", "cephfs", "efs.csi.aws.com", "filestore.csi.storage.gke.io",
+                                "file.csi.azure.com", "kubernetes.io/azure-file", "fsx.csi.aws.com",
+                                "juicefs", "driver.longhorn.io", "csi.weka.io", "spectrumscale.csi.ibm.com")
+
+
+def read_write_many_class(classes: Sequence[Mapping[str, Any]]) -> str | None:
+    """The StorageClass whose claims can be ReadWriteMany (the annotation says so, or a shared file system's
+    provisioner), the default class first; None when the cluster has none."""
+    def default(item: Mapping[str, Any]) -> bool:
+        annotations = (item.get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get("storageclass.kubernetes.io/is-default-class", "")).lower() == "true"
+
+    for item in sorted(classes, key=lambda c: not default(c)):
+        meta = item.get("metadata") or {}
+        said = str((meta.get("annotations") or {}).get(ACCESS_MODE_ANNOTATION, ""))
+        provisioner = str(item.get("provisioner") or "").lower()
+        if said == "ReadWriteMany" or (not said and any(p in provisioner for p in READ_WRITE_MANY_PROVISIONERS)):
+            name = str(meta.get("name") or "")
+            if name:
+                return name
+    return None
 
 
 # --- the model-download init container ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ..api.v1alpha1 import VLLMServiceSpec
 from . import autoscaling, routing
 from .cache import ENGINE_START_SECONDS, LOAD_SECONDS_PER_GIB
 from .manifests import ANNOTATION_SPEC_HASH, DEFAULT_PORT, spec_hash
+from .pods import ServingPods
 
 #: The kinds a cluster may not serve, and the CRD to install.
 OPTIONAL_KINDS = {"ScaledObject": "KEDA (keda.sh/v1alpha1 ScaledObject, https://keda.sh/docs/deploy/)",
@@ -41,10 +42,13 @@ def _had(conditions: Sequence[Mapping[str, Any]], type_: str) -> bool:
 
 
 def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLMServiceSpec, owner: dict[str, Any],
-                       labels: dict[str, str], pod_selector: dict[str, str], prometheus_selector: str,
-                       served: frozenset[str] | None, conditions: Sequence[Mapping[str, Any]],
-                       checkpoint_gib: float, persistent_cache: bool) -> Extras:
-    """`served`: the optional kinds the cluster serves (None: unknown, assumed served)."""
+                       labels: dict[str, str], pods: ServingPods, served: frozenset[str] | None,
+                       conditions: Sequence[Mapping[str, Any]], checkpoint_gib: float, persistent_cache: bool,
+                       cold_start: Mapping[str, Any] | None = None) -> Extras:
+    """`pods`: the pods that serve the service (`render.pods.serving_pods`), which the InferencePool selects and
+    the KEDA triggers query; `served`: the optional kinds the cluster serves (None: unknown, assumed served);
+    `cold_start`: the measured start (status.coldStart), which the scale-from-zero figure then states instead of
+    the assumed one."""
     out = Extras()
 
     def serves(kind: str) -> bool:
@@ -64,7 +68,7 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
             if kind == "ScaledObject":
                 out.children.append(_hashed(autoscaling.build_scaled_object(
                     name=name, child_name=child_name, namespace=namespace, labels=labels, owner=owner, spec=scaling,
-                    selector=prometheus_selector)))
+                    selector=pods.promql())))
             else:
                 out.children.append(_hashed(autoscaling.build_hpa(
                     name=name, child_name=child_name, namespace=namespace, labels=labels, owner=owner,
@@ -75,7 +79,8 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
                        + "; the operator follows spec.replicas and only recommends")
             if scaling.min_replicas == 0:
                 message += "; " + autoscaling.cold_start_message(checkpoint_gib, LOAD_SECONDS_PER_GIB,
-                                                                 ENGINE_START_SECONDS, persistent_cache)
+                                                                 ENGINE_START_SECONDS, persistent_cache,
+                                                                 measured=cold_start)
             out.updates.append(cond.ConditionUpdate(
                 autoscaling.AUTOSCALING, cond.TRUE,
                 autoscaling.KEDA_READY if kind == "ScaledObject" else autoscaling.HPA_READY, message))
@@ -92,14 +97,14 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
         else:
             wanted.add("InferencePool")
             out.children.append(_hashed(routing.build_inference_pool(
-                child_name=child_name, namespace=namespace, labels=labels, owner=owner, selector=pod_selector,
+                child_name=child_name, namespace=namespace, labels=labels, owner=owner, selector=dict(pods.match_labels),
                 port=DEFAULT_PORT, spec=pool)))
             picker = (f"endpoint picker {pool.endpoint_picker.name}:{pool.endpoint_picker.port}"
                       if pool.endpoint_picker else "no endpoint picker named")
             out.updates.append(cond.ConditionUpdate(
                 routing.ROUTING, cond.TRUE, routing.POOL_READY,
-                f"InferencePool {child_name} selects the pods on port {DEFAULT_PORT} ({picker}); route to it "
-                "from an HTTPRoute backendRef"))
+                f"InferencePool {child_name} selects {pods.describe()} on port {DEFAULT_PORT} ({picker}); route to "
+                "it from an HTTPRoute backendRef"))
     elif _had(conditions, routing.ROUTING):
         out.updates.append(cond.ConditionUpdate(routing.ROUTING, cond.FALSE, routing.NOT_CONFIGURED,
                                                 "spec.routing.inferencePool.enabled is false"))

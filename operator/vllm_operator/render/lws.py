@@ -29,16 +29,19 @@ from .manifests import (
     build_cache_pvc,
     build_deployment,
     build_service,
-    child_names,
     host_memory_gib,
     spec_hash,
 )
+from .pods import (
+    LWS_GROUP_INDEX_LABEL as LWS_GROUP_INDEX_LABEL,  # re-exported: handlers and tests import them here
+)
+from .pods import LWS_NAME_LABEL as LWS_NAME_LABEL
+from .pods import LWS_WORKER_INDEX_LABEL as LWS_WORKER_INDEX_LABEL
+from .pods import lws_name as lws_name  # the LWS name (a DNS-1035 label, as the LWS webhook requires)
+from .pods import serving_pods
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 #: vLLM's layer split override (vllm/distributed/utils.py get_pp_indices); a remediation step may set it.
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 MASTER_PORT = 29501   # vLLM's ParallelConfig.master_port default
@@ -152,19 +155,20 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
             },
         },
     }
+    if inp.cache_claim_template is not None:
+        # a claim per pod (`model-cache-<pod>`): a recreated group's pods find their weights and compiled graphs;
+        # kept when groups scale down (they come back warm), deleted with the LeaderWorkerSet (so with the service)
+        template = lws["spec"]["leaderWorkerTemplate"]
+        template["volumeClaimTemplates"] = [copy.deepcopy(inp.cache_claim_template)]
+        template["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
     lws["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(lws["spec"])
     return lws
-
-
-def lws_name(name: str) -> str:
-    """The LWS name: a DNS-1035 label (the LWS webhook requires one; pods are `<name>-<g>` and `<name>-<g>-<w>`)."""
-    return child_names(name).service
 
 
 def build_leader_service(inp: RenderInput) -> dict[str, Any]:
     """The Service of a multi-node VLLMService: it selects the leaders only (workers serve no HTTP)."""
     service = build_service(inp)
-    service["spec"]["selector"] = {LWS_NAME_LABEL: lws_name(inp.name), LWS_WORKER_INDEX_LABEL: "0"}
+    service["spec"]["selector"] = dict(serving_pods(inp.name, inp.namespace, multinode=True).match_labels)
     service["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(service["spec"])
     return service
 

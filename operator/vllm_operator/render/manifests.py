@@ -23,8 +23,10 @@ from ..api.labels import LABEL_SERVICE as LABEL_SERVICE
 from ..api.labels import MANAGED_BY as MANAGED_BY
 from ..planner.versions import version_from_image
 from .cache import build_download_container
+from .coldstart import compile_cache_root
 from .flags import flag_table
-from .names import DNS1123_LABEL, dns1035_label, dns1123_subdomain, label_value
+from .names import dns1035_label, dns1123_subdomain, label_value
+from .pods import deployment_name, instance_selector, serving_pods
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
@@ -82,8 +84,12 @@ class RenderInput(BaseModel):
     cache_storage_class: str | None = None
     cache_mount_path: str = "/root/.cache/huggingface"
     cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
+    cache_claim_template: dict[str, Any] | None = Field(
+        None, description="a model-cache claim per pod (LeaderWorkerSet volumeClaimTemplates; render/cache.py)")
     roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
     download_init: bool = Field(False, description="fill the cache with the model-download init container first")
+    compile_cache: bool = Field(False, description="keep vLLM's compile and CUDA-graph caches on the persistent "
+                                                   "model cache (per vLLM release and GPU)")
     startup_failure_threshold: int | None = Field(None, description="startup probe periods (render/cache.py)")
     memory: str | None = Field(None, description="host memory override (request = limit)")
     cpu: str | None = None
@@ -110,8 +116,7 @@ def child_names(name: str) -> ChildNames:
     """Deployment: the service's own name when it is a valid DNS-1123 label (the pods' names derive from it);
     Service: a DNS-1035 label; labels: a label value. Each is the name itself when valid, else shortened with a
     stable hash (see `dns1035_label`)."""
-    deployment = name if len(name) <= 63 and DNS1123_LABEL.fullmatch(name) else dns1035_label(name)
-    return ChildNames(deployment=deployment, service=dns1035_label(name), label=label_value(name))
+    return ChildNames(deployment=deployment_name(name), service=dns1035_label(name), label=label_value(name))
 
 
 def labels_for(name: str) -> dict[str, str]:
@@ -126,8 +131,9 @@ def labels_for(name: str) -> dict[str, str]:
 
 
 def selector_for(name: str) -> dict[str, str]:
-    value = label_value(name)
-    return {"app.kubernetes.io/instance": value, LABEL_SERVICE: value}
+    """Every pod of the service, of any workload (`render.pods.instance_selector`); the serving pods are
+    `render.pods.serving_pods`."""
+    return instance_selector(name)
 
 
 def spec_hash(obj: Any) -> str:
@@ -254,6 +260,14 @@ def _pod_parts(inp: RenderInput) -> dict[str, Any]:
     if inp.hf_token_secret:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": inp.hf_token_secret, "key": inp.hf_token_key, "optional": False}}})
+    if inp.compile_cache:
+        # on the claim, per release and GPU: a restart (a remediation step too) loads the compiled graphs instead
+        # of compiling again; these replace the restricted profile's emptyDir paths
+        root = compile_cache_root(mount, inp.vllm_version, inp.gpu_product_label)
+        cache_env = {"VLLM_CACHE_ROOT": root, "TORCHINDUCTOR_CACHE_DIR": f"{root}/torchinductor",
+                     "TRITON_CACHE_DIR": f"{root}/triton"}
+        env = [e for e in env if e["name"] not in cache_env]
+        env.extend({"name": k, "value": v} for k, v in cache_env.items())
     env.extend(dict(e) for e in inp.env)
     memory = inp.memory or f"{host_memory_gib(inp.weights_gib_total, inp.gpu_count)}Gi"
     cpu = inp.cpu or str(2 + 2 * inp.gpu_count)
@@ -289,10 +303,12 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
                                     {"name": "model-cache", "mountPath": parts["mount"]}]
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi"}},
-        {"name": "model-cache", **(dict(inp.cache_volume) if inp.cache_volume is not None else
-                                   {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}}
-                                   if inp.cache_claim else {"emptyDir": {}})},
     ]
+    if inp.cache_claim_template is None:  # else each pod's claim comes from the LeaderWorkerSet's templates
+        volumes.append({"name": "model-cache", **(
+            dict(inp.cache_volume) if inp.cache_volume is not None else
+            {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}} if inp.cache_claim
+            else {"emptyDir": {}})})
     if inp.security_profile == "restricted":
         mounts += [{"name": "home", "mountPath": RESTRICTED_HOME}, {"name": "tmp", "mountPath": "/tmp"}]
         volumes += [{"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
@@ -364,7 +380,7 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
                      "ownerReferences": [inp.owner.to_k8s()]},
         "spec": {
             "type": inp.service_type,
-            "selector": selector_for(inp.name),
+            "selector": dict(serving_pods(inp.name, inp.namespace, multinode=False).match_labels),
             "ports": [{"name": "http", "port": _clamp(inp.service_port, 1, 65535), "targetPort": "http",
                        "protocol": "TCP"}],
         },

@@ -1,0 +1,179 @@
+"""What a start costs a serving service, phase by phase (issue 25): the real operator process on the simulated
+cluster, one service through five events in turn.
+
+Qwen2.5-7B-Instruct on L4 nodes (two, one GPU each), a default StorageClass (ReadWriteOnce claims), network 100 MiB/s
+(`--rate`); an H100 node whose only GPU another service holds. The events:
+
+1. first start — the service is created;
+2. restart after a remediation step — vLLM's arguments change (what a ladder step does), so the pod is replaced;
+3. scale 1→2 — `spec.replicas: 2`, as `kubectl scale` writes it;
+4. scale 0→1 — `spec.replicas: 0`, then 1;
+5. edit onto a full pool — `gpu.product` to the H100 whose GPU is taken (watched for `--window` simulated seconds).
+
+Per event: simulated seconds without a Ready pod (downtime), GiB downloaded (the simulated kubelet's events), the
+seconds until the event's pods are Ready, and torch.compile seconds of the last pod started (from its vLLM log:
+a warm compile cache loads the compiled graphs instead). Run it on two checkouts to compare code before and after:
+
+    .venv/bin/python benchmarks/cold_start.py [--rate 100] [--window 600] [--shared-class]
+
+`--shared-class` adds a StorageClass with a shared-filesystem provisioner (ReadWriteMany claims).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_operator_sim.cluster import NodePool, SimulatedCluster
+
+NAME = "qwen"
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+L4, H100 = "NVIDIA-L4", "NVIDIA-H100-80GB-HBM3"
+_COMPILE = re.compile(r"torch\.compile takes ([0-9.]+) s in total")
+
+
+@dataclass
+class Row:
+    event: str
+    downtime_s: float = 0.0
+    gib: float = 0.0
+    to_ready_s: float | None = None
+    compile_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _service(spec: dict[str, Any], name: str = NAME) -> dict[str, Any]:
+    return {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def _ready_pods(cluster: SimulatedCluster, name: str = NAME) -> list[dict[str, Any]]:
+    pods = cluster.api.list_objects("pods", "default", label_selector=f"vllm-operator.dev/service={name}")
+    return [p for p in pods if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                   for c in (p.get("status") or {}).get("conditions") or [])]
+
+
+def _downloaded(cluster: SimulatedCluster) -> float:
+    return sum(e.details.get("bytes", 0) for e in cluster.kubelet.events
+               if e.service == NAME and e.kind == "download") / 2**30
+
+
+def _compile_s(cluster: SimulatedCluster, pod: dict[str, Any]) -> float | None:
+    """torch.compile seconds from the pod's vLLM log (`GET pods/log` on the loopback API server)."""
+    url = f"{cluster.server.url}/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log?container=vllm"
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback only
+        log = answer.read().decode("utf-8", "replace")
+    found = _COMPILE.findall(log)
+    return float(found[-1]) if found else None
+
+
+def _watch(cluster: SimulatedCluster, row: Row, done: Any, *, limit_s: float, timeout: float) -> None:
+    """Poll until `done()` (or `limit_s` simulated seconds): downtime is the simulated time with no Ready pod."""
+    start = last = cluster.clock.now()
+    deadline = time.monotonic() + timeout
+    gib0 = _downloaded(cluster)
+    while True:
+        now = cluster.clock.now()
+        if not _ready_pods(cluster):
+            row.downtime_s += now - last
+        last = now
+        if done():
+            row.to_ready_s = now - start
+            break
+        if now - start >= limit_s or time.monotonic() > deadline:
+            row.notes.append(f"not done after {now - start:.0f} s")
+            break
+        time.sleep(0.05)
+    row.gib = _downloaded(cluster) - gib0
+    pods = sorted(_ready_pods(cluster), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    if pods:
+        row.compile_s = _compile_s(cluster, pods[-1])
+
+
+def _args_of(pod: dict[str, Any]) -> list[str]:
+    return [str(a) for a in pod["spec"]["containers"][0].get("args") or []]
+
+
+def run(rate: float, window: float, timeout: float, shared_class: bool) -> list[Row]:
+    pools = [NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)]
+    rows: list[Row] = []
+    with SimulatedCluster(pools, speed=50) as cluster:
+        cluster.kubelet.download_mib_per_s = rate
+        if shared_class:
+            cluster.api.create_object("storageclasses", {
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs"},
+                "provisioner": "nfs.csi.k8s.io"})
+        cluster.start_operator()
+        spec: dict[str, Any] = {"model": {"name": MODEL}, "gpu": {"product": L4},
+                                "flags": {"maxNumSeqs": 16}}
+        cluster.apply(_service({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "gpu": {"product": H100}},
+                               name="other"))
+
+        row = Row("first start")
+        cluster.apply(_service(spec))
+        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 1, limit_s=3600, timeout=timeout)
+        row.downtime_s = 0.0  # nothing served before
+        rows.append(row)
+
+        row = Row("restart after a remediation step")
+        spec = {**spec, "flags": {"maxNumSeqs": 8}}
+        cluster.apply(_service(spec))
+        _watch(cluster, row, lambda: [p for p in _ready_pods(cluster) if "8" in _args_of(p)[
+            _args_of(p).index("--max-num-seqs") + 1:][:1]], limit_s=3600, timeout=timeout)
+        rows.append(row)
+
+        row = Row("scale 1→2")
+        spec = {**spec, "replicas": 2}
+        cluster.apply(_service(spec))
+        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 2, limit_s=3600, timeout=timeout)
+        rows.append(row)
+
+        row = Row("scale 0→1")
+        cluster.apply(_service({**spec, "replicas": 0}))
+        cluster.wait_for(lambda: not cluster.api.list_objects(
+            "pods", "default", label_selector=f"vllm-operator.dev/service={NAME}"), timeout=timeout,
+            message="the pods never went at replicas 0")
+        spec = {**spec, "replicas": 1}
+        cluster.apply(_service(spec))
+        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 1, limit_s=3600, timeout=timeout)
+        row.downtime_s = 0.0  # scaled to zero on purpose: the wait is the start
+        rows.append(row)
+
+        row = Row("edit onto a full pool")
+        cluster.apply(_service({**spec, "gpu": {"product": H100}}))
+        _watch(cluster, row, lambda: False, limit_s=window, timeout=timeout)
+        row.to_ready_s = None
+        obj = cluster.api.get_object("vllmservices", NAME, "default") or {}
+        progressing = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                            if c.get("type") == "Progressing"), {})
+        row.notes = [f"watched {window:.0f} s; Progressing {progressing.get('reason')}"]
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=100.0, help="simulated download rate, MiB/s (default 100)")
+    parser.add_argument("--window", type=float, default=600.0, help="simulated seconds the full-pool edit is watched")
+    parser.add_argument("--timeout", type=float, default=300.0, help="real seconds per event at most")
+    parser.add_argument("--shared-class", action="store_true", help="add a ReadWriteMany (NFS) StorageClass")
+    args = parser.parse_args(argv)
+    rows = run(args.rate, args.window, args.timeout, args.shared_class)
+    print(f"{MODEL} on L4 nodes, default StorageClass (ReadWriteOnce){' + an NFS class' if args.shared_class else ''}"
+          f", network {args.rate:g} MiB/s (simulated seconds)")
+    print("| event | downtime | GiB downloaded | until Ready | torch.compile of the last pod | notes |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        ready = f"{r.to_ready_s:.0f} s" if r.to_ready_s is not None else "-"
+        compiled = f"{r.compile_s:.1f} s" if r.compile_s is not None else "-"
+        print(f"| {r.event} | {r.downtime_s:.0f} s | {r.gib:.1f} | {ready} | {compiled} | {'; '.join(r.notes)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Before a rollout that stops the serving pod first: can the new pod be placed? (api/placement.py decides.)
+
+Asked only when it matters — its rendered Deployment cannot surge (a ReadWriteOnce model cache), and the spec or the
+plan changed since the status was written (or an earlier rollout was held) — so a steady service costs no request;
+it matters only if the Deployment as it is has Ready pods. Then: that Deployment, the nodes the new pod may use, the
+pods on them (at most MAX_NODES nodes; in every namespace when the operator watches them all, else in the namespaces
+it watches, where the chart lets it list pods — GPUs held by pods it cannot see are not counted, and such a rollout
+may still wait) and the service's own pods.
+
+A held rollout leaves the Deployment as it is (the Deployment is dropped from the children to apply), says why in
+Progressing (reason RolloutHeld) and in one Warning Event; a rollout that will interrupt service says so (Progressing
+reason RolloutInterrupts, and an Event) in the same status write that records the new plan, before the Deployment is
+updated. A held rollout is looked at again at every reconcile (the watchdog's round included), and proceeds once a
+GPU is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ..api import conditions as cond
+from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide
+from ..reconcile import EVENT_NORMAL, EVENT_WARNING, Desired, Event
+from ..render.manifests import selector_for
+from . import config, effects, kube
+
+#: The most nodes of a pool whose pods are listed for one decision (a larger pool: the first ones, by name).
+MAX_NODES = 32
+
+
+def _deployment(children: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((c for c in children if c.get("kind") == "Deployment"), None)
+
+
+def _surges(deployment: Mapping[str, Any]) -> bool:
+    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+    return str(rolling.get("maxSurge", "25%")) not in ("0", "0%")
+
+
+def _held_before(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == cond.PROGRESSING and c.get("reason") == ROLLOUT_HELD
+               for c in status.get("conditions") or [] if isinstance(c, Mapping))
+
+
+def _changed(status: Mapping[str, Any], desired: Desired) -> bool:
+    before = status.get("plan") or {}
+    after = desired.status.plan
+    return after is None or before.get("specHash") != after.spec_hash or before.get("args") != after.args
+
+
+def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
+             ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    with kube.api_errors(f"read Deployment {name}"):
+        current = kube.get(kube.DEPLOYMENTS, namespace, str(desired_deployment["metadata"]["name"]))
+    template_spec = ((desired_deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    selector = ",".join(f"{k}={v}" for k, v in sorted((template_spec.get("nodeSelector") or {}).items()))
+    with kube.api_errors("list the nodes of the new pool"):
+        nodes = sorted(kube.list_objects(kube.NODES, label_selector=selector or None),
+                       key=lambda n: str((n.get("metadata") or {}).get("name")))[:MAX_NODES]
+    pods: list[dict[str, Any]] = []
+    # every namespace when the operator watches them all (the chart grants it pods there), else those it watches
+    scopes: tuple[str | None, ...] = config.CONFIG.namespaces or (None,)
+    for node in nodes:
+        node_name = str((node.get("metadata") or {}).get("name") or "")
+        for scope in scopes:
+            with kube.api_errors(f"list the pods on node {node_name}"):
+                pods.extend(kube.list_objects(kube.PODS, scope, field_selector=f"spec.nodeName={node_name}"))
+    own_selector = ",".join(f"{k}={v}" for k, v in selector_for(name).items())
+    with kube.api_errors(f"list the pods of {name}"):
+        own = [str((p.get("metadata") or {}).get("name") or "")
+               for p in kube.list_objects(kube.PODS, namespace, label_selector=own_selector)]
+    return current, nodes, pods, own
+
+
+def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired, now: datetime) -> Desired:
+    """The desired state, with the Deployment held back (and said) when its new pod could not be placed, or the
+    interruption said when it can."""
+    children = desired.children
+    deployment = _deployment(children) if children is not None else None
+    if (children is None or deployment is None or _surges(deployment)
+            or not (_changed(status, desired) or _held_before(status))):
+        return desired
+    current, nodes, pods, own = _observe(namespace, name, deployment)
+    # the Deployment's own count: the status's readyReplicas may not have caught up with a pod that just got Ready
+    ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
+    start = (status.get("coldStart") or {}).get("readySeconds")
+    placement = decide(current, deployment, ready=ready, nodes=nodes, pods=pods, own_pods=own,
+                       start_seconds=float(start) if isinstance(start, (int, float)) else None)
+    return _apply(desired, placement, status, now)
+
+
+def _apply(desired: Desired, placement: Placement, status: Mapping[str, Any], now: datetime) -> Desired:
+    if placement.verdict == "proceed":
+        return desired
+    generation = desired.status.observed_generation
+    if placement.verdict == "hold":
+        assert desired.children is not None
+        desired.children = [c for c in desired.children if c.get("kind") != "Deployment"]
+        updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, ROLLOUT_HELD, placement.message)]
+        said = any(c.get("type") == cond.PROGRESSING and c.get("reason") == ROLLOUT_HELD
+                   and c.get("message") == placement.message for c in status.get("conditions") or [])
+        if not said:
+            desired.events.append(Event(EVENT_WARNING, ROLLOUT_HELD, placement.message))
+    else:
+        updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, ROLLOUT_INTERRUPTS, placement.message)]
+        desired.events.append(Event(EVENT_NORMAL, ROLLOUT_INTERRUPTS, placement.message))
+    desired.status = cond.fold_status(desired.status, conditions=updates, observed_generation=generation, now=now)
+    return desired
+
+
+def announces(desired: Desired) -> bool:
+    """Whether this reconcile starts a rollout that interrupts service (said before it starts)."""
+    found = cond.find_condition(desired.status.conditions, cond.PROGRESSING)
+    return bool(found is not None and found.reason == ROLLOUT_INTERRUPTS and desired.children
+                and _deployment(desired.children) is not None
+                and any(e.reason == ROLLOUT_INTERRUPTS for e in desired.events))
+
+
+def post_announcement(namespace: str, involved: Mapping[str, Any], desired: Desired) -> None:
+    """Post the interruption's Event now (before the Deployment changes); it is taken off the events to post later."""
+    for event in [e for e in desired.events if e.reason == ROLLOUT_INTERRUPTS]:
+        effects.post_event(namespace, involved, event.type, event.reason, event.message)
+        desired.events.remove(event)

@@ -1,0 +1,137 @@
+"""The cold-start budget (render/coldstart.py): phases read from a pod's status and vLLM's own log lines, folded
+into status.coldStart, and the engine budget the startup probe takes from it; compile caches on the claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vllm_operator.render import coldstart
+from vllm_operator.render.cache import DOWNLOAD_CONTAINER, ENGINE_START_SECONDS, startup_failure_threshold
+from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
+
+#: vLLM 0.32's lines as it prints them (file:line prefixes as in real logs).
+LOG = """\
+INFO 11-27 10:00:01 [weight_utils.py:538] Time spent downloading weights for Qwen/Qwen3-8B: 84.120000 seconds
+INFO 11-27 10:00:30 [gpu_model_runner.py:2602] Model loading took 15.2683 GiB memory and 21.034512 seconds
+INFO 11-27 10:00:58 [monitor.py:34] torch.compile takes 25.41 s in total
+INFO 11-27 10:01:20 [gpu_model_runner.py:3480] Graph capturing finished in 12 secs, took 0.52 GiB
+INFO 11-27 10:01:21 [core.py:210] init engine (profile, create kv cache, warmup model) took 61.90 seconds
+"""
+
+
+def _pod(*, ready: bool = True, restarts: int = 0, init: bool = True) -> dict[str, Any]:
+    inits = [{"name": DOWNLOAD_CONTAINER, "state": {"terminated": {
+        "exitCode": 0, "startedAt": "2026-11-27T10:00:20Z", "finishedAt": "2026-11-27T10:01:50Z"}}}] if init else []
+    return {"metadata": {"name": "chat-abc"},
+            "status": {"conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-27T10:00:00Z"},
+                {"type": "Ready", "status": "True" if ready else "False",
+                 "lastTransitionTime": "2026-11-27T10:03:40Z"}],
+                "initContainerStatuses": inits,
+                "containerStatuses": [{"name": "vllm", "ready": ready, "restartCount": restarts,
+                                       "state": {"running": {"startedAt": "2026-11-27T10:01:51Z"}}}]}}
+
+
+def test_phases_come_from_vllms_own_lines() -> None:
+    assert coldstart.phases_from_log(LOG) == {"downloadSeconds": 84.12, "loadSeconds": 21.035,
+                                              "compileSeconds": 25.41, "graphCaptureSeconds": 12.0,
+                                              "engineInitSeconds": 61.9}
+    for older in ("Model loading took 7.2 GB and 9.5 seconds",  # V0 (0.6) wording
+                  "Model loading took 7.2 GiB and 9.5 seconds"):  # V1 before 'memory' was added
+        assert coldstart.phases_from_log(older) == {"loadSeconds": 9.5}
+    assert coldstart.phases_from_log("Loading model weights took 7.2 GB") == {}
+
+
+@pytest.mark.parametrize("line", [
+    "torch.compile takes 1e999 s in total",
+    "torch.compile takes 99999999999 s in total",
+    "Graph capturing finished in -3 secs",
+    "init engine (profile, create kv cache, warmup model) took nan seconds",
+])
+def test_hostile_figures_are_not_phases(line: str) -> None:
+    assert coldstart.phases_from_log(line) == {}
+
+
+def test_a_ready_pod_gives_every_phase() -> None:
+    measured = coldstart.cold_start_from_pod(_pod(), LOG, download_container=DOWNLOAD_CONTAINER)
+    assert measured == {"podStartSeconds": 20.0, "downloadSeconds": 90.0, "loadSeconds": 21.035,
+                        "compileSeconds": 25.41, "graphCaptureSeconds": 12.0, "engineInitSeconds": 61.9,
+                        "readySeconds": 220.0, "measuredPod": "chat-abc", "measuredAt": "2026-11-27T10:03:40Z"}
+    # without the init container, vLLM's own download line is the download
+    alone = coldstart.cold_start_from_pod(_pod(init=False), LOG, download_container=DOWNLOAD_CONTAINER)
+    assert alone is not None and alone["downloadSeconds"] == 84.12 and alone["podStartSeconds"] == 111.0
+
+
+def test_not_ready_or_restarted_pods_measure_nothing() -> None:
+    assert coldstart.cold_start_from_pod(_pod(ready=False), LOG, download_container=DOWNLOAD_CONTAINER) is None
+    assert coldstart.cold_start_from_pod(_pod(restarts=2), LOG, download_container=DOWNLOAD_CONTAINER) is None
+    assert coldstart.cold_start_from_pod({}, LOG, download_container=DOWNLOAD_CONTAINER) is None
+    garbled = _pod()
+    garbled["status"]["conditions"][0]["lastTransitionTime"] = "not a time"
+    measured = coldstart.cold_start_from_pod(garbled, "", download_container=DOWNLOAD_CONTAINER)
+    assert measured is not None and "readySeconds" not in measured and measured["downloadSeconds"] == 90.0
+
+
+def test_folding_keeps_the_slowest_engine_start_and_counts_starts() -> None:
+    first = coldstart.fold_cold_start(None, {"engineInitSeconds": 61.9, "measuredPod": "a"},
+                                      compile_cache="persistent")
+    assert first == {"engineInitSeconds": 61.9, "measuredPod": "a", "compileCache": "persistent", "starts": 1,
+                     "slowestEngineInitSeconds": 61.9}
+    assert coldstart.fold_cold_start(first, {"engineInitSeconds": 70.0, "measuredPod": "a"},
+                                     compile_cache="persistent") is None  # that pod is recorded
+    warm = coldstart.fold_cold_start(first, {"engineInitSeconds": 20.0, "measuredPod": "b"},
+                                     compile_cache="persistent")
+    assert warm is not None and warm["starts"] == 2 and warm["slowestEngineInitSeconds"] == 61.9
+    assert coldstart.fold_cold_start(first, None, compile_cache="ephemeral") is None
+
+
+def test_the_engine_budget_follows_the_slowest_measured_start() -> None:
+    assert coldstart.engine_seconds_budget(None, ENGINE_START_SECONDS) == ENGINE_START_SECONDS
+    assert coldstart.engine_seconds_budget({"slowestEngineInitSeconds": 100.0}, 600.0) == 200.0
+    assert coldstart.engine_seconds_budget({"slowestEngineInitSeconds": 10.0}, 600.0) == coldstart.MIN_ENGINE_SECONDS
+    assert coldstart.engine_seconds_budget({"slowestEngineInitSeconds": 900.0}, 600.0) == 600.0
+    assert coldstart.engine_seconds_budget({"slowestEngineInitSeconds": True}, 600.0) == 600.0
+    fewer = startup_failure_threshold(15.0, download_mib_per_s=100, download=False, engine_seconds=200.0)
+    assert fewer < startup_failure_threshold(15.0, download_mib_per_s=100, download=False)
+
+
+def _deployment(**changes: Any) -> dict[str, Any]:
+    inp = RenderInput(name="chat", namespace="ns", owner=OwnerRef(name="chat", uid="u"), model="Qwen/Qwen3-8B",
+                      image="vllm/vllm-openai:v0.32.0", vllm_version="0.32.0", flags={}, gpu_count=1,
+                      gpu_product_label="NVIDIA-L40S", **changes)
+    return build_deployment(inp)
+
+
+def _env(deploy: dict[str, Any]) -> dict[str, str]:
+    [container] = deploy["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def test_compile_caches_live_on_the_claim_per_release_and_gpu() -> None:
+    claim = {"persistentVolumeClaim": {"claimName": "chat-model-cache"}}
+    deploy = _deployment(cache_volume=claim, compile_cache=True)
+    env = _env(deploy)
+    root = "/root/.cache/huggingface/vllm-compile/0.32.0/NVIDIA-L40S"
+    assert env["VLLM_CACHE_ROOT"] == root
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{root}/torchinductor" and env["TRITON_CACHE_DIR"] == f"{root}/triton"
+    assert coldstart.compile_cache_kind(deploy["spec"]["template"]) == "persistent"
+    # the restricted profile's home paths are replaced, not doubled
+    restricted = _deployment(cache_volume=claim, compile_cache=True, security_profile="restricted")
+    [container] = restricted["spec"]["template"]["spec"]["containers"]
+    names = [e["name"] for e in container["env"]]
+    assert names.count("VLLM_CACHE_ROOT") == 1 and "/vllm-compile/0.32.0/" in _env(restricted)["VLLM_CACHE_ROOT"]
+    assert coldstart.compile_cache_kind(restricted["spec"]["template"]) == "persistent"
+    ephemeral = _deployment()
+    assert "VLLM_CACHE_ROOT" not in _env(ephemeral)
+    assert coldstart.compile_cache_kind(ephemeral["spec"]["template"]) == "ephemeral"
+
+
+def test_a_change_of_release_or_gpu_gets_its_own_compile_cache() -> None:
+    a = coldstart.compile_cache_root("/c", "0.32.0", "NVIDIA-L40S")
+    assert a != coldstart.compile_cache_root("/c", "0.33.0", "NVIDIA-L40S")
+    assert a != coldstart.compile_cache_root("/c", "0.32.0", "NVIDIA-H100-80GB-HBM3")
+    assert coldstart.compile_cache_root("/c/", "0.32.0", "../../etc x") == "/c/vllm-compile/0.32.0/etc-x"
+    assert coldstart.compile_cache_root("/c", "0.32.0", None) == "/c/vllm-compile/0.32.0/any-gpu"
+    assert coldstart.compile_cache_root("/c", "..", "..") == "/c/vllm-compile/unknown/any-gpu"
