@@ -90,7 +90,7 @@ def pods_of(name: str, workload: Mapping[str, Any]) -> tuple[list[dict[str, Any]
     spec = workload["spec"]
     if workload["kind"] == "Deployment":
         # names as the ReplicaSet controller makes them: template hash and suffix from Kubernetes' safe alphabet
-        return [_pod(f"{name}-7d9f8b6c5-{'bcdfg'[i % 5]}x2k{i // 5}", spec["template"])
+        return [_pod(f"{name}-7d9f8b6c5-{'bcdfg'[i % 5]}x2k{'qrstv'[i // 5]}", spec["template"])
                 for i in range(spec.get("replicas", 1))], []
     lwt = spec["leaderWorkerTemplate"]
     serving, others = [], []
@@ -110,13 +110,31 @@ def selected(selector: Mapping[str, str], pods: list[dict[str, Any]]) -> set[str
     return {p["metadata"]["name"] for p in pods if _matches(p["metadata"]["labels"], selector)}
 
 
+def string_selected(selector: str, pods: list[dict[str, Any]]) -> set[str]:
+    """The pods a label selector string selects, as the API server reads one (`k=v`, `k==v`, `k!=v`, `k`, `!k`)."""
+    def holds(term: str, labels: Mapping[str, str]) -> bool:
+        term = term.strip()
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            return labels.get(key.strip()) != value.strip()
+        if "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            return labels.get(key.strip()) == value.strip()
+        if term.startswith("!"):
+            return term[1:].strip() not in labels
+        return term in labels
+
+    terms = [t for t in selector.split(",") if t.strip()]
+    return {p["metadata"]["name"] for p in pods if terms and all(holds(t, p["metadata"]["labels"]) for t in terms)}
+
+
 _MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
 
 
 def series_selected(query: str, pods: list[dict[str, Any]]) -> set[str]:
     """The pods whose series (labels `namespace`, `pod`, as a PodMonitor scrapes them) every vector selector of the
     PromQL `query` matches; a query without any selector selects nothing."""
-    blocks = re.findall(r"vllm:[a-z_:]+\{([^}]*)\}", query)
+    blocks = re.findall(r'vllm:[a-z_:]+\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}', query)  # braces inside quotes too
     if not blocks:
         return set()
     chosen: set[str] | None = None
@@ -342,8 +360,8 @@ def test_every_selector_and_query_addresses_exactly_the_serving_pods(matrix: dic
     serving = {p["metadata"]["name"] for p in pods_of(name, s.workload)[0]}
     everyone = _universe(matrix)
     assert selected(s.k8s_service["spec"]["selector"], everyone) == serving, "the Service"
-    scale_selector = dict(kv.split("=", 1) for kv in s.service["status"]["selector"].split(","))
-    assert selected(scale_selector, everyone) == serving, "status.selector (the HPA's and KEDA's pod metrics)"
+    assert string_selected(s.service["status"]["selector"], everyone) == serving, \
+        "status.selector (the HPA's and KEDA's pod metrics)"
     _, scaler, pool, _, _ = name.split("-")
     if pool == "pool":
         assert s.pool is not None
