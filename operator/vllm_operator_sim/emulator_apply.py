@@ -10,8 +10,9 @@ Lists are associative, sets or atomic according to the schema (``x-kubernetes-li
   sets, and removes what this manager set before and no longer sets (if nobody else owns it).
 * :func:`track_update` moves the fields an ordinary write (create, update, patch) changes to its manager.
 
-Simplifications: no ``.`` (membership) entries; ownership is by leaf; one entry per manager, operation and
-subresource (the real server also splits by API version).
+Simplifications: no ``.`` (membership) entries; ownership is by leaf (a map a removal leaves empty goes with it,
+as the real server's parent entries make it); one entry per manager, operation and subresource (the real server
+also splits by API version).
 """
 
 from __future__ import annotations
@@ -144,6 +145,29 @@ def _remove(obj: Any, field: Field) -> None:
         del obj[index]
 
 
+def _is_key(field: Field) -> bool:
+    """Whether ``field`` is a key field of an associative list item (``…, k:{"name":…}, f:name``)."""
+    return len(field) > 1 and field[-2].startswith('k:') and field[-1][2:] in json.loads(field[-2][2:])
+
+
+def _prune(obj: Obj, field: Field, kept: set[Field]) -> None:
+    """After removing ``field``: drop the maps, list items and lists it leaves empty on its way up, as the real
+    server does (it owns the parents too, ``.`` entries), unless someone still sets that parent itself."""
+    for depth in range(len(field) - 1, 0, -1):
+        parent = field[:depth]
+        if parent in kept:
+            return
+        if parent[-1].startswith(('k:', 'v:')):  # an item whose key fields went too is an empty map now
+            items = value_at(obj, parent[:-1])
+            if isinstance(items, list):
+                items[:] = [item for item in items if item != {}]
+            continue
+        value = value_at(obj, parent)
+        if value not in ({}, []):
+            return
+        _remove(obj, parent)
+
+
 def _merge(live: Any, config: Any, schema: Mapping[str, Any]) -> Any:
     schema = resolve(schema)
     if isinstance(live, dict) and isinstance(config, Mapping):
@@ -271,8 +295,22 @@ def apply(live: Obj, config: Mapping[str, Any], manager: str, schema: Mapping[st
         body = {k: v for k, v in config.items() if k not in ('status', 'apiVersion', 'kind')}
         body['metadata'] = {k: v for k, v in (config.get('metadata') or {}).items() if k in _META_FIELDS}
     new: Obj = _merge(live, body, resolve(schema))
-    for field in sorted(owners.get(me, set()) - applied - others, key=len, reverse=True):
+    kept = applied | others
+    # deepest first; an item's key fields are not removed one by one (the item is found by them): an item left with
+    # nothing but its keys, none of them owned by someone else, goes whole
+    items: set[Field] = set()
+    for field in sorted(owners.get(me, set()) - applied - others, key=lambda f: (-len(f), f)):
+        if _is_key(field):
+            items.add(field[:-1])
+            continue
         _remove(new, field)
+        _prune(new, field, kept)
+    for item in sorted(items, key=lambda f: (-len(f), f)):
+        value = value_at(new, item)
+        keys = set(json.loads(item[-1][2:]))
+        if isinstance(value, dict) and set(value) <= keys and not any(f[:len(item)] == item for f in kept):
+            _remove(new, item)
+            _prune(new, (*item, 'f:_'), kept)
     owners[me] = applied
     new.setdefault('metadata', {})['managedFields'] = _entries(owners, live.get('apiVersion', ''), now, previous, me)
     return new

@@ -10,8 +10,11 @@ Deployment on the recorded profile (never rolled back, never stepped again), the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from kit.inprocess import (  # noqa: F401 (`cluster`: faulty_cluster_fixture)
     Cluster,
@@ -106,3 +109,113 @@ def test_a_ladder_killed_at_a_different_request_of_every_step_equals_the_ladder_
     assert [a.get("enforceEager", False) for a in after] == [False, True, True]
     assert after[2].get("maxNumBatchedTokens") == 1024 and "maxNumBatchedTokens" not in after[1]
     assert len(cluster.events(NAME, "RemediatedNoKVCacheMemory")) == max_steps
+
+
+# --- a Deployment → LeaderWorkerSet switch, killed at each of its steps -----------------------------------------------
+
+BIG = "big"
+LWS_CRD = Path(__file__).resolve().parents[1] / "data" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"    # one node of 8× H100: a Deployment
+LLAMA_405B = "meta-llama/Llama-3.1-405B-Instruct"  # two nodes: a LeaderWorkerSet
+LEADERS = {"leaderworkerset.sigs.k8s.io/name": BIG, "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+
+
+@dataclass(frozen=True)
+class SwitchPoint:
+    method: str
+    path: str
+    body: str | None
+    lands: bool
+    after_ready: bool  # the request comes once the new workload is Ready (the test plays the LWS controller first)
+
+
+SWITCH_POINTS = {
+    "create-lost": SwitchPoint("PATCH", rf"/leaderworkersets/{BIG}$", "leaderWorkerTemplate", False, False),
+    "record-lost": SwitchPoint("PATCH", rf"/vllmservices/{BIG}/status$", '"multiNode"', False, False),
+    "record-lands-after-death": SwitchPoint("PATCH", rf"/vllmservices/{BIG}/status$", '"multiNode"', True, False),
+    "service-switch-lost": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", False, True),
+    "service-switch-lands-after-death": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", True, True),
+    "old-delete-lost": SwitchPoint("DELETE", rf"/deployments/{BIG}$", None, False, True),
+}
+
+
+def _lws(cluster: Cluster) -> dict[str, Any] | None:
+    return cluster.server.get_object("leaderworkersets", BIG, cluster.namespace)
+
+
+def _ready_lws(cluster: Cluster) -> None:
+    """Play the LWS controller: the group ready, and its Ready leader pod (whose event the operator sees)."""
+    lws = _lws(cluster)
+    assert lws is not None
+    n = lws["spec"].get("replicas", 1)
+    cluster.server.patch_status("leaderworkersets", BIG, {"replicas": n, "readyReplicas": n, "updatedReplicas": n},
+                                cluster.namespace)
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    labels = {**leader["metadata"]["labels"], **LEADERS, "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    cluster.server.create_object("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{BIG}-0", "namespace": cluster.namespace, "labels": labels}, "spec": leader["spec"]},
+        cluster.namespace)
+    cluster.server.patch_status("pods", f"{BIG}-0", {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, cluster.namespace)
+
+
+def _kill_at(cluster: Cluster, held: Any, point: SwitchPoint) -> None:
+    cluster.wait_for(lambda: held.fired == 1, TIMEOUT, "the operator is at the switch's step")
+    cluster.kill()
+    faults = cluster.faults
+    assert faults is not None
+    faults.clear()  # the held request lands (forwarded) or fails (503): the operator is gone
+    cluster.start_operator(process=True)  # nothing survives but what is in the API
+
+
+@pytest.mark.parametrize("point", SWITCH_POINTS.values(), ids=list(SWITCH_POINTS))
+def test_a_switch_killed_at_any_step_never_serves_from_two_workloads(cluster: Cluster, point: SwitchPoint) -> None:
+    """record, create, wait Ready, switch the Service, delete the old workload: kill -9 inside any step, start
+    again, and the switch finishes — the Service selects exactly one workload's pods at every write, the old
+    workload serves until the new one is Ready and is deleted only after the Service left it."""
+    crd = next(d for d in yaml.safe_load_all(LWS_CRD.read_text()) if d)
+    cluster.server.create_object("customresourcedefinitions", crd)
+    for i in (1, 2):
+        cluster.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    cluster.start_operator(process=True)
+    cluster.create_service(BIG, {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
+    cluster.wait_deployment(BIG, timeout=TIMEOUT)
+    pods = cluster.wait_for(lambda: cluster.k8s_service(BIG), TIMEOUT, "the Service")["spec"]["selector"]
+    faults = cluster.faults
+    assert faults is not None
+    held = faults.add(method=point.method, path=point.path, body=point.body, hold=TIMEOUT,
+                      status=None if point.lands else 503, name="held")
+
+    cluster.patch_spec(BIG, {"model": {"name": LLAMA_405B}})
+    if not point.after_ready:
+        _kill_at(cluster, held, point)
+    cluster.wait_for(_lws_and_recorded(cluster), TIMEOUT, "the LeaderWorkerSet applied and its plan recorded")
+    cluster.wait_quiet(1.0, timeout=TIMEOUT)
+    assert cluster.deployment(BIG) is not None, "the old workload serves until the new one is Ready"
+    assert cluster.k8s_service(BIG)["spec"]["selector"] == pods  # type: ignore[index]
+
+    _ready_lws(cluster)
+    if point.after_ready:
+        _kill_at(cluster, held, point)
+    cluster.wait_for(lambda: cluster.deployment(BIG) is None or None, TIMEOUT, "the old Deployment deleted")
+    assert cluster.k8s_service(BIG)["spec"]["selector"] == LEADERS  # type: ignore[index]
+    assert held.fired == 1
+
+    # every Service write selected exactly one workload's pods; the Deployment went after the Service left it
+    writes = [(str(r.method).split(".")[-1], r.url.path, r.data) for r in cluster.recorded_requests()
+              if str(r.method).split(".")[-1] in ("PATCH", "DELETE", "POST", "PUT")]
+    selectors = [((data or {}).get("spec") or {}).get("selector") for method, path, data in writes
+                 if path.endswith(f"/services/{BIG}") and method == "PATCH"]
+    assert all(s in (pods, LEADERS) for s in selectors if s is not None), selectors
+    deleted = [i for i, (method, path, _) in enumerate(writes) if method == "DELETE" and path.endswith(
+        f"/deployments/{BIG}")]
+    switched = [i for i, (method, path, data) in enumerate(writes) if method == "PATCH" and path.endswith(
+        f"/services/{BIG}") and ((data or {}).get("spec") or {}).get("selector") == LEADERS]
+    assert deleted and switched and switched[0] < deleted[0]
+
+
+def _lws_and_recorded(cluster: Cluster) -> Any:
+    def check() -> bool | None:
+        status = (cluster.service(BIG) or {}).get("status") or {}
+        return (_lws(cluster) is not None and (status.get("gpu") or {}).get("nodes") == 2) or None
+    return check

@@ -147,19 +147,28 @@ def test_invalid_and_unplannable_services_fill_every_column(cluster: Cluster, sp
 
 
 def test_a_new_service_whose_deployment_exists_already_is_patched_not_refused(cluster: Cluster) -> None:
-    """A new service's children are created without reading them first; one that exists (a previous operator got
-    that far, or a leftover of the same name) answers 409 and is read, compared and patched instead."""
+    """A new service's children are created without reading them first; one that exists answers 409 and is read:
+    the service's own (a previous operator got that far: its ownerReference and labels) is compared and applied
+    instead; a leftover of the same name that is not the service's is left alone and named (NameConflict)."""
+    obj = cluster.create_service("chat", {"model": {"name": QWEN}})  # the operator is not running yet
+    owner = {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService", "name": "chat",
+             "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    labels = {"app.kubernetes.io/managed-by": "vllm-operator", "vllm-operator.dev/service": "chat", "app": "x"}
     cluster.server.create_object("deployments", {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "chat", "namespace": "default", "annotations": {"vllm-operator.dev/spec-hash": "old"}},
+        "metadata": {"name": "chat", "namespace": "default", "labels": labels, "ownerReferences": [owner],
+                     "annotations": {"vllm-operator.dev/spec-hash": "old"}},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "x"}},
                  "template": {"metadata": {"labels": {"app": "x"}},
                               "spec": {"containers": [{"name": "vllm", "image": "old"}]}}}}, namespace="default")
+    cluster.server.create_object("services", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "chat", "namespace": "default"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}}, namespace="default")
     cluster.start_operator()
-    cluster.create_service("chat", {"model": {"name": QWEN}})
     deployment = cluster.wait_deployment(
         "chat", lambda d: d["metadata"]["annotations"].get("vllm-operator.dev/spec-hash") != "old")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"].startswith("vllm/vllm-openai:")
-    cluster.wait_for(lambda: cluster.k8s_service("chat"), message="the Service after it is applied too")
+    _wait_until(cluster, "chat", "NameConflict", "status", "True")
+    assert cluster.k8s_service("chat")["spec"]["selector"] == {"app": "theirs"}  # type: ignore[index]
     obj = _wait_until(cluster, "chat", "PlanFeasible", "status", "True")
     assert obj["status"]["state"] == "RollingOut"

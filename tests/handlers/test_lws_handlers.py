@@ -84,25 +84,66 @@ def test_lws_absent_then_installed_then_ready(harness: Cluster, monkeypatch: pyt
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 
 
+def _ready_deployment(h: Cluster, name: str) -> None:
+    """Play the Deployment controller: every replica of the current generation ready."""
+    d = h.server.get_object("deployments", name, "default")
+    n = d["spec"].get("replicas", 1)
+    h.server.patch_status("deployments", name, {"observedGeneration": d["metadata"]["generation"], "replicas": n,
+                                                "updatedReplicas": n, "readyReplicas": n, "availableReplicas": n},
+                          "default")
+
+
+def _ready_lws(h: Cluster, name: str) -> None:
+    """Play the LWS controller: every group ready, and a Ready leader pod (its event is what the operator sees)."""
+    lws_obj = _lws(h, name)
+    assert lws_obj is not None
+    n = lws_obj["spec"].get("replicas", 1)
+    h.server.patch_status("leaderworkersets", name, {"replicas": n, "readyReplicas": n, "updatedReplicas": n},
+                          "default")
+    lwt = lws_obj["spec"]["leaderWorkerTemplate"]
+    labels = {**lwt["leaderTemplate"]["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": name,
+              "leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    h.server.create_object("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{name}-0", "namespace": "default", "labels": labels}, "spec": lwt["leaderTemplate"]["spec"]},
+        "default")
+    h.server.patch_status("pods", f"{name}-0", {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, "default")
+
+
 def test_moving_between_a_deployment_and_a_leaderworkerset_deletes_the_old_child(harness: Cluster) -> None:
-    """A plan that starts spanning nodes (or stops) changes the workload's kind: the new child is applied and the
-    plan recorded first, then the old one — this service's own — is deleted (no orphan keeps GPUs)."""
+    """A plan that starts spanning nodes (or stops) changes the workload's kind: make before break — the new child
+    is applied and the plan recorded, the Service keeps selecting the old workload's pods until the new one is
+    Ready, then it switches (exactly the new selector: no key of the old one left) and the old workload — this
+    service's own — is deleted (no orphan keeps GPUs)."""
     h = harness
     _install_lws(h)
     for i in (1, 2):
         h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
     h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})   # fits one node: a Deployment
     h.wait_for(lambda: h.deployment("big"), message="the Deployment")
+    deployment_selector = h.wait_for(lambda: h.k8s_service("big"), message="the Service")["spec"]["selector"]
     assert _lws(h, "big") is None
 
     h.patch_spec("big", {"model": {"name": LLAMA_405B}})   # no longer fits one node: a LeaderWorkerSet
     h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    h.wait_for(lambda: h.service("big")["status"]["gpu"].get("nodes") == 2 or None, message="the plan recorded")
+    h.wait_settled("big")
+    assert h.deployment("big") is not None  # still serving: the LWS is not Ready
+    assert h.k8s_service("big")["spec"]["selector"] == deployment_selector
+
+    _ready_lws(h, "big")
     h.wait_for(lambda: h.deployment("big") is None or None, message="the Deployment deleted")
-    assert h.service("big")["status"]["gpu"]["nodes"] == 2
+    assert h.k8s_service("big")["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "big",
+                                                        "leaderworkerset.sigs.k8s.io/worker-index": "0"}
 
     h.patch_spec("big", {"model": {"name": LLAMA_70B}})    # back on one node
     h.wait_for(lambda: h.deployment("big"), message="the Deployment again")
+    h.wait_settled("big")
+    assert _lws(h, "big") is not None
+    assert h.k8s_service("big")["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    _ready_deployment(h, "big")
     h.wait_for(lambda: _lws(h, "big") is None or None, message="the LeaderWorkerSet deleted")
+    assert h.k8s_service("big")["spec"]["selector"] == deployment_selector  # the LWS keys are gone
     assert (h.service("big")["status"]["gpu"].get("nodes") or 1) == 1
 
 
@@ -133,6 +174,10 @@ def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
                      "ownerReferences": deployment["metadata"]["ownerReferences"]},
         "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
             {"name": "x", "image": "busybox"}]}}}}}, "default")
-    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == [
-        "deleted LeaderWorkerSet solo: replaced by a Deployment"]
-    assert _lws(h, "solo") is None
+    # ours, but the Deployment that replaces it is not Ready yet: it keeps serving
+    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == []
+    assert _lws(h, "solo") is not None
+    _ready_deployment(h, "solo")  # the Deployment's event finishes the switch (or this call, whichever is first)
+    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) in (
+        [], ["deleted LeaderWorkerSet solo: replaced by a Deployment"])
+    h.wait_for(lambda: _lws(h, "solo") is None or None, message="the replaced LeaderWorkerSet deleted")

@@ -1,7 +1,10 @@
 """Every write the operator makes, in one place: children, the VLLMService's status, Events.
 
-* `apply_children` — create what is missing, merge-patch what changed (by the spec-hash annotation); idempotent, so
-  a retry or a resumed operator can apply the same children again.
+* `apply_children` — server-side apply (field manager `vllm-operator`) of what is missing or changed (by the
+  spec-hash annotation), so each child converges to exactly its render; only the service's own objects are touched
+  (a name taken by someone else's object is a `NameConflict` condition); a Deployment ↔ LeaderWorkerSet switch
+  keeps the old workload serving until the new one is Ready. Idempotent, so a retry or a resumed operator can apply
+  the same children again.
 * `update_status` — THE status writer: read the VLLMService, let the caller build the next status from what is
   stored *now*, merge-patch it with the read's `metadata.resourceVersion` as a precondition; on 409 read and build
   again; on a 5xx or a dropped connection retry a few times at once (the write may have landed: the rebuild sees
@@ -15,9 +18,12 @@ Handlers observe, call the pure core and hand the results here; nothing else wri
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -29,6 +35,7 @@ from ..api import conditions as cond
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
 from ..render.lws import lws_name
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.sharing import GROUP_LABEL
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -73,35 +80,258 @@ def involved(service: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Create what is missing, patch what changed (by spec-hash annotation); returns what was written."""
-    written = []
+#: The condition naming children the operator will not touch: an object of the child's kind and name exists that is
+#: not this service's (no ownerReference to its uid, or not labelled as the operator's for it). Event reason too.
+NAME_CONFLICT = "NameConflict"
+NO_CONFLICT = "NoConflict"
+#: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes switches it.
+WORKLOADS = ("Deployment", "LeaderWorkerSet")
+#: The children that address the serving pods by a selector: during a workload switch they keep addressing the old
+#: workload's pods until the new one is Ready, then all of them switch before the old workload is deleted.
+ADDRESSING = ("Service", "InferencePool")
+
+
+def owned(obj: Mapping[str, Any] | None, uid: str, label: str) -> bool:
+    """Whether `obj` is this service's child: an ownerReference to its uid and the operator's labels for it."""
+    meta = (obj or {}).get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or [])
+            and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY and labels.get(LABEL_SERVICE) == label)
+
+
+#: The labels that say whose an object is: the service's own children carry the first, a share group's (its record
+#: ConfigMap, its ResourceClaims: owned by every member) the second.
+IDENTITY_LABELS = (LABEL_SERVICE, GROUP_LABEL)
+
+
+def ours(existing: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
+    """Whether `existing` is the object `child` renders, the operator's: an ownerReference to one of the child's
+    owners (by uid) and the child's identity labels (managed-by, and the service's or the share group's)."""
+    meta, want = existing.get("metadata") or {}, child["metadata"]
+    labels, wanted = meta.get("labels") or {}, want.get("labels") or {}
+    uids = {ref.get("uid") for ref in want.get("ownerReferences") or []}
+    return (any(ref.get("uid") in uids for ref in meta.get("ownerReferences") or [])
+            and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+            and all(labels.get(key) == wanted[key] for key in IDENTITY_LABELS if key in wanted))
+
+
+def _owner(children: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(VLLMService name, uid, label value) of the service whose children these are ("" when none says)."""
     for child in children:
-        resource = kube.KIND_RESOURCES[child["kind"]]
-        name = child["metadata"]["name"]
-        what = f"apply {child['kind']} {name}"
-        existing = _retrying(what, partial(kube.get, resource, namespace, name))
-        if existing is None:
-            try:
-                _retrying(what, partial(kube.create, resource, namespace, child))
-            except kopf.TemporaryError:
-                # a create that landed but answered 5xx: the retry's 409 AlreadyExists means it exists now
-                if _retrying(what, partial(kube.get, resource, namespace, name)) is None:
-                    raise
-            written.append(f"created {child['kind']} {name}")
+        meta = child["metadata"]
+        label = (meta.get("labels") or {}).get(LABEL_SERVICE)
+        ref: Mapping[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
+        if label and ref.get("kind") == "VLLMService":
+            return str(ref.get("name") or ""), str(ref.get("uid") or ""), str(label)
+    return "", "", ""
+
+
+def _legacy(entry: Mapping[str, Any]) -> bool:
+    return (entry.get("operation") == "Update" and not entry.get("subresource")
+            and entry.get("manager") in kube.LEGACY_MANAGERS)
+
+
+def adopted_fields(managed: list[dict[str, Any]] | None, api_version: str,
+                   config: Mapping[str, Any] | None = None) -> list[dict[str, Any]] | None:
+    """`metadata.managedFields` with the fields the operator owns through ordinary writes (`Update` entries of
+    `kube.LEGACY_MANAGERS`: children created with POST or merge-patched) moved into its `Apply` entry, so that
+    server-side apply removes them when the render stops setting them. None when nothing needs moving: no such
+    entry, or (given the `config` about to be applied) every field they hold is still in it — the apply then owns
+    them too, and the move waits for the render that drops one. Status and scale entries stay as they are."""
+    entries = [dict(e) for e in managed or []]
+    legacy = [e for e in entries if _legacy(e)]
+    if not legacy or (config is not None and all(holds(config, e.get("fieldsV1") or {}) for e in legacy)):
+        return None
+    mine = next((e for e in entries if e.get("manager") == kube.FIELD_MANAGER and e.get("operation") == "Apply"
+                 and not e.get("subresource")), None)
+    if mine is None:
+        mine = {"manager": kube.FIELD_MANAGER, "operation": "Apply", "apiVersion": api_version,
+                "fieldsType": "FieldsV1", "fieldsV1": {}}
+        entries.append(mine)
+    tree: dict[str, Any] = copy.deepcopy(mine.get("fieldsV1") or {})
+    for entry in legacy:
+        _union(tree, entry.get("fieldsV1") or {})
+    mine["fieldsV1"] = tree
+    return [e for e in entries if not any(e is old for old in legacy)]
+
+
+def holds(config: Any, fields: Mapping[str, Any]) -> bool:
+    """Whether `config` sets every field of a FieldsV1 tree (`f:` keys, `k:` associative list items by their keys,
+    `v:` set members): the items and keys the server recorded are all the schema this needs."""
+    for segment, sub in fields.items():
+        if segment == ".":
             continue
-        if child["kind"] in ("PersistentVolumeClaim", "ResourceClaim"):
-            continue  # immutable spec: created once, never patched
-        want = child["metadata"].get("annotations", {}).get(ANNOTATION_SPEC_HASH)
-        have = ((existing.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
-        if want != have:
-            body = {"metadata": {"labels": child["metadata"]["labels"],
-                                 "annotations": child["metadata"]["annotations"],
-                                 "ownerReferences": child["metadata"]["ownerReferences"]},
-                    **({"data": child["data"]} if child["kind"] == "ConfigMap" else {"spec": child["spec"]})}
-            _retrying(what, partial(kube.patch, resource, namespace, name, body))
-            written.append(f"updated {child['kind']} {name}")
+        if segment.startswith("f:"):
+            if not isinstance(config, Mapping) or segment[2:] not in config:
+                return False
+            value = config[segment[2:]]
+        elif segment.startswith(("k:", "v:")):
+            want = json.loads(segment[2:])
+            items = config if isinstance(config, list) else []
+            if segment.startswith("v:"):
+                if want not in items:
+                    return False
+                continue
+            value = next((i for i in items if isinstance(i, Mapping) and all(i.get(k) == v for k, v in want.items())),
+                         None)
+            if value is None:
+                return False
+        else:
+            return False
+        if isinstance(sub, Mapping) and any(k != "." for k in sub) and not holds(value, sub):
+            return False
+    return True
+
+
+def _union(into: dict[str, Any], other: Mapping[str, Any]) -> None:
+    for key, sub in other.items():
+        if isinstance(sub, Mapping):
+            _union(into.setdefault(key, {}), sub)
+
+
+def _apply(resource: kube.Resource, namespace: str, child: dict[str, Any], existing: Mapping[str, Any] | None,
+           what: str) -> None:
+    """Server-side apply of the whole child. A child the operator wrote before with ordinary writes (created with
+    POST, merge-patched: `Update` entries) whose render now drops a field those writes set is taken over first:
+    the entries move into the apply entry (one metadata write, the read's resourceVersion as a precondition — a
+    409 retries the reconcile), so the apply removes that field."""
+    name = child["metadata"]["name"]
+    if existing is not None:
+        meta = existing.get("metadata") or {}
+        rewritten = adopted_fields(meta.get("managedFields"), str(existing.get("apiVersion") or child["apiVersion"]),
+                                   child)
+        if rewritten is not None:
+            body = {"metadata": {"managedFields": rewritten, "resourceVersion": meta.get("resourceVersion")}}
+            _retrying(f"{what}: take over its fields", partial(kube.patch, resource, namespace, name, body,
+                                                                discard=True))
+    _retrying(what, partial(kube.apply, resource, namespace, name, child, discard=True))
+
+
+def ready(workload: Mapping[str, Any] | None) -> bool:
+    """Whether a workload serves with all its replicas (Deployment: pods of its current generation; LWS: groups)."""
+    if not workload:
+        return False
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    want = int(spec.get("replicas", 1) or 0)
+    generation = (workload.get("metadata") or {}).get("generation")
+    seen = status.get("observedGeneration")
+    if workload.get("kind") == "Deployment" and generation is not None and seen is not None and seen < generation:
+        return False
+    updated = status.get("updatedReplicas", status.get("readyReplicas"))
+    return int(status.get("readyReplicas") or 0) >= want and int(updated or 0) >= want
+
+
+def _workload_names(service: str) -> dict[str, str]:
+    return {"Deployment": child_names(service).deployment, "LeaderWorkerSet": lws_name(service)}
+
+
+#: Kinds whose spec cannot change once created (claims): created once, never re-applied.
+IMMUTABLE = ("PersistentVolumeClaim", "ResourceClaim")
+
+
+def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Make each child exactly its render: server-side apply (field manager `vllm-operator`, forced) of what is
+    missing or whose spec hash changed; fields the render no longer sets go, fields other managers set stay.
+
+    Only this service's own objects are touched: a child's name taken by an object without its ownerReference and
+    labels is left alone (never patched, adopted or deleted), named in the `NameConflict` condition; the rest still
+    converge. A workload switch (Deployment ↔ LeaderWorkerSet) makes before it breaks: the new workload is applied,
+    the Service and InferencePool keep addressing the old one's pods until the new one is Ready, then they switch
+    and the old workload is deleted — each step decided from what the API shows, so a restart resumes it."""
+    if not children:
+        return []
+    service, uid, label = _owner(children)
+    kinds = [c["kind"] for c in children if c["kind"] in WORKLOADS]
+    old_kind = next((k for k in WORKLOADS if kinds and k != kinds[0]), None)
+    old = None
+    if old_kind is not None:
+        name = _workload_names(service)[old_kind]
+        found = _retrying(f"read {old_kind} {name}", partial(kube.get, kube.KIND_RESOURCES[old_kind], namespace, name))
+        old = found if owned(found, uid, label) else None
+    written: list[str] = []
+    conflicts: list[str] = []
+    switched = old is None
+    for child in children:
+        kind, name = child["kind"], child["metadata"]["name"]
+        resource = kube.KIND_RESOURCES[kind]
+        what = f"apply {kind} {name}"
+        existing = _retrying(what, partial(kube.get, resource, namespace, name))
+        if existing is not None and not ours(existing, child):
+            conflicts.append(f"{kind} {name}")
+            continue
+        if kind in ADDRESSING and existing is not None and not switched:
+            continue  # the old workload still serves: its pods stay addressed until the new one is Ready
+        if existing is None:
+            _create(resource, namespace, child, what)
+            written.append(f"created {kind} {name}")
+        elif kind not in IMMUTABLE and _hash(child) != _hash(existing):
+            _apply(resource, namespace, child, existing, what)
+            written.append(f"updated {kind} {name}")
+        if kind in WORKLOADS and old is not None:
+            switched = existing is not None and _hash(child) == _hash(existing) and ready(existing)
+    if old is not None and switched:
+        written.extend(_delete_owned(namespace, str(old["kind"]), old, f"replaced by a {kinds[0]}"))
+    elif old is not None:
+        written.append(f"kept {old['kind']} {old['metadata']['name']} serving until the {kinds[0]} is Ready")
+    if service:
+        say_conflicts(namespace, service, uid, conflicts)
     return written
+
+
+def _hash(obj: Mapping[str, Any]) -> str | None:
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SPEC_HASH)
+    return None if value is None else str(value)
+
+
+def _create(resource: kube.Resource, namespace: str, child: dict[str, Any], what: str) -> None:
+    name = child["metadata"]["name"]
+    try:
+        _retrying(what, partial(kube.apply, resource, namespace, name, child, discard=True))
+    except kopf.TemporaryError:
+        # an apply that landed but answered 5xx: it exists now
+        if _retrying(what, partial(kube.get, resource, namespace, name)) is None:
+            raise
+
+
+def say_conflicts(namespace: str, service: str, uid: str, conflicts: list[str]) -> bool:
+    """Set (or clear) the NameConflict condition: which objects hold this service's children's names, and what to
+    rename. A Warning Event when the condition is newly set or names other objects. False when the status already
+    says it; when it was written, raises kopf.TemporaryError (a short delay) so that the reconcile runs again on the
+    status stored now — its own status write would otherwise be built on the status read before."""
+    message = ""
+    if conflicts:
+        message = (f"{', '.join(conflicts)} already exist{'s' if len(conflicts) == 1 else ''} in {namespace} and "
+                   f"{'is' if len(conflicts) == 1 else 'are'} not this VLLMService's (no ownerReference to it, or not "
+                   f"labelled app.kubernetes.io/managed-by={MANAGED_BY}, {LABEL_SERVICE}); the operator leaves "
+                   f"{'it' if len(conflicts) == 1 else 'them'} alone. Rename or delete "
+                   f"{'that object' if len(conflicts) == 1 else 'those objects'}, or rename this VLLMService "
+                   "(its children are named after it)")
+    said: list[bool] = []
+
+    def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
+        status = stored.get("status") or {}
+        current = next((c for c in status.get("conditions") or [] if c.get("type") == NAME_CONFLICT), None)
+        if not conflicts and (current is None or current.get("status") == cond.FALSE):
+            return None
+        if conflicts and current is not None and current.get("status") == cond.TRUE and \
+                current.get("message") == message:
+            return None
+        said.append(bool(conflicts))
+        update = (cond.ConditionUpdate(NAME_CONFLICT, cond.TRUE, NAME_CONFLICT, message) if conflicts else
+                  cond.ConditionUpdate(NAME_CONFLICT, cond.FALSE, NO_CONFLICT, "every child is this service's own"))
+        generation = status.get("observedGeneration")
+        return cond.fold_status(status, conditions=[update], now=datetime.now(UTC),
+                                observed_generation=generation if isinstance(generation, int) else None)
+
+    if not update_status(namespace, service, build):
+        return False
+    if said and said[-1]:
+        post_event(namespace, involved({"metadata": {"name": service, "namespace": namespace, "uid": uid}}),
+                   "Warning", NAME_CONFLICT, message)
+    # the caller's own status write was built on the status read before this one (and a new service's is written
+    # without a precondition): reconcile again on what is stored now rather than write over the condition
+    raise kopf.TemporaryError(f"{NAME_CONFLICT} of {namespace}/{service} recorded; reconciling again",
+                              delay=RETRY_DELAY)
 
 
 def delete_stale(stale: list[tuple[str, str]], namespace: str) -> list[str]:
@@ -122,30 +352,80 @@ def delete_stale(stale: list[tuple[str, str]], namespace: str) -> list[str]:
     return written
 
 
+def _delete_owned(namespace: str, kind: str, obj: Mapping[str, Any], why: str) -> list[str]:
+    name = str((obj.get("metadata") or {}).get("name"))
+    resource = kube.KIND_RESOURCES[kind]
+    try:
+        _retrying(f"delete {kind} {name}", partial(kube.delete, resource, namespace, name))
+    except kopf.TemporaryError:
+        if _retrying(f"read {kind} {name}", partial(kube.get, resource, namespace, name)) is not None:
+            raise
+    return [f"deleted {kind} {name}: {why}"]
+
+
+#: What finishes a switch whose new workload is Ready: a reconcile of the service (namespace, name) on what is stored
+#: now, which moves the Service and deletes the old workload (`apply_children`). Set by the layer that reconciles
+#: (handlers/watchdog.py, at startup); None: the watchdog's next round does it.
+SWITCH_FINISHER: Callable[[str, str], Any] | None = None
+
+
+def finish_switch(namespace: str, workload: Mapping[str, Any]) -> bool:
+    """Called on an event of a Ready workload (a Deployment, or a LeaderWorkerSet's pod): when its service still owns
+    a workload of the other kind, reconcile the service now rather than at the watchdog's next round."""
+    finisher = SWITCH_FINISHER
+    if finisher is None or not switch_pending(namespace, workload):
+        return False
+    ref = next(r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
+               if r.get("kind") == "VLLMService")
+    log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, ref.get("name"),
+             workload.get("kind"))
+    finisher(namespace, str(ref.get("name")))
+    return True
+
+
+def switch_pending(namespace: str, workload: Mapping[str, Any]) -> bool:
+    """Whether `workload` (a Deployment or LeaderWorkerSet of ours) is Ready while its service still owns a workload
+    of the other kind: a switch waiting for this moment to move the Service over and delete the old one."""
+    kind = workload.get("kind")
+    meta = workload.get("metadata") or {}
+    ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == "VLLMService"), None)
+    if kind not in WORKLOADS or ref is None or not ready(workload):
+        return False
+    other = WORKLOADS[1] if kind == WORKLOADS[0] else WORKLOADS[0]
+    name = _workload_names(str(ref.get("name")))[other]
+    found = _retrying(f"read {other} {name}", partial(kube.get, kube.KIND_RESOURCES[other], namespace, name))
+    return owned(found, str(ref.get("uid")), str((meta.get("labels") or {}).get(LABEL_SERVICE)))
+
+
 def delete_replaced_workload(namespace: str, name: str, uid: str, children: list[dict[str, Any]]) -> list[str]:
-    """Delete the workload of the other kind once the new one is applied and the plan that chose it is recorded
-    (call it after the status write): a Deployment when the service now runs on a LeaderWorkerSet (its plan spans
-    nodes), a LeaderWorkerSet when it is back on one node. Only a child this service owns — an ownerReference to its
-    UID and the operator's labels — is deleted; one that is gone or someone else's is left alone."""
-    kinds = ("Deployment", "LeaderWorkerSet")
-    now = [c["kind"] for c in children if c.get("kind") in kinds]
+    """Delete the workload of the other kind once the switch to the new one is complete (call it after the status
+    write that records the plan choosing it): a Deployment when the service now runs on a LeaderWorkerSet (its plan
+    spans nodes), a LeaderWorkerSet when it is back on one node. Complete means the new workload is Ready and every
+    addressing child (Service, InferencePool) is applied as rendered for it; until then the old one keeps serving.
+    Only a child this service owns — an ownerReference to its UID and the operator's labels — is deleted; one that
+    is gone or someone else's is left alone."""
+    now = [c for c in children if c.get("kind") in WORKLOADS]
     if len(now) != 1:
         return []
-    old = kinds[1] if now[0] == kinds[0] else kinds[0]
-    old_name = lws_name(name) if old == "LeaderWorkerSet" else child_names(name).deployment
-    resource = kube.KIND_RESOURCES[old]
-    existing = _retrying(f"read {old} {old_name}", partial(kube.get, resource, namespace, old_name)) or {}
-    meta = existing.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    owned = any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or [])
-    if not owned or labels.get("app.kubernetes.io/managed-by") != MANAGED_BY or labels.get(LABEL_SERVICE) != name:
+    old = WORKLOADS[1] if now[0]["kind"] == WORKLOADS[0] else WORKLOADS[0]
+    old_name = _workload_names(name)[old]
+    label = str((now[0]["metadata"].get("labels") or {}).get(LABEL_SERVICE))
+    existing = _retrying(f"read {old} {old_name}", partial(kube.get, kube.KIND_RESOURCES[old], namespace, old_name))
+    if not owned(existing, uid, label):
         return []
-    try:
-        _retrying(f"delete {old} {old_name}", partial(kube.delete, resource, namespace, old_name))
-    except kopf.TemporaryError:
-        if _retrying(f"read {old} {old_name}", partial(kube.get, resource, namespace, old_name)) is not None:
-            raise
-    return [f"deleted {old} {old_name}: replaced by a {now[0]}"]
+    for child in [now[0], *(c for c in children if c.get("kind") in ADDRESSING)]:
+        live = _retrying(f"read {child['kind']} {child['metadata']['name']}",
+                         partial(kube.get, kube.KIND_RESOURCES[child["kind"]], namespace, child["metadata"]["name"]))
+        if live is None or _hash(live) != _hash(child) or (child is now[0] and not ready(live)):
+            return []  # the switch is not complete: the old workload still serves
+    assert existing is not None
+    return _delete_owned(namespace, old, existing, f"replaced by a {now[0]['kind']}")
+
+
+def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:
+    """Change a Deployment's rollout strategy in place (a merge patch: the next render's apply takes it back)."""
+    _retrying(f"patch the strategy of Deployment {name}",
+              lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"strategy": strategy}}))
 
 
 def scale_deployment(namespace: str, name: str, replicas: int) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +25,14 @@ from . import decode
 
 _lock = threading.Lock()
 _client: kubernetes.client.ApiClient | None = None
+
+#: The field manager of every write the operator makes (`metadata.managedFields`): server-side apply of the children
+#: removes what the operator stops setting only from fields this manager owns.
+FIELD_MANAGER = "vllm-operator"
+#: Field managers the operator wrote children under before it applied them server-side (an `Update` entry): the
+#: kubernetes client's default (the API server names a manager after the User-Agent), then this operator's own.
+LEGACY_MANAGERS = frozenset({"OpenAPI-Generator", FIELD_MANAGER})
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 def configure(kubeconfig: str | None = None) -> None:
@@ -115,6 +124,31 @@ def serves(resource: Resource) -> bool:
     return any(entry.get("name") == resource.plural for entry in (doc or {}).get("resources") or [])
 
 
+_served: dict[tuple[int, str], tuple[float, bool]] = {}
+
+
+def served(resource: Resource, max_age: float) -> bool:
+    """`serves(resource)`, from an answer at most `max_age` seconds old (per client): asked again after that, so an
+    API installed after the operator started is noticed."""
+    key = (id(client()), resource.path())
+    now = time.monotonic()
+    with _lock:
+        hit = _served.get(key)
+    if hit is not None and now - hit[0] < max_age:
+        return hit[1]
+    with api_errors(f"discover {resource.plural}"):
+        answer = serves(resource)
+    with _lock:
+        _served[key] = (now, answer)
+    return answer
+
+
+def forget_served() -> None:
+    """Drop the cached discovery answers (tests; a new cluster)."""
+    with _lock:
+        _served.clear()
+
+
 class Rejected(kopf.PermanentError):
     """The API server refused what the operator sent (400, 422): retrying the same object cannot help."""
 
@@ -161,6 +195,8 @@ def _call(method: str, path: str, body: Any = None, query: list[tuple[str, Any]]
     not need the object back — parsing a Deployment the operator just sent costs more than sending it)."""
     if method != "GET":
         _forget_reads()  # a write (even one that fails) may change what was read
+    if method in ("POST", "PUT", "PATCH") and not any(key == "fieldManager" for key, _ in query or []):
+        query = [*(query or []), ("fieldManager", FIELD_MANAGER)]
     api = client()
     method_, url, headers, payload, post = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
@@ -278,6 +314,17 @@ def patch(resource: Resource, namespace: str | None, name: str, body: dict[str, 
     """Merge-patch; the object as stored, or {} with `discard` (the answer is not read)."""
     result: dict[str, Any] | None = _call("PATCH", resource.path(namespace, name, subresource), body=body,
                                           content_type="application/merge-patch+json", discard=discard)
+    return result or {}
+
+
+def apply(resource: Resource, namespace: str | None, name: str, body: dict[str, Any], *, force: bool = True,
+          discard: bool = False) -> dict[str, Any]:
+    """Server-side apply of `body` (the whole intended object) as `FIELD_MANAGER`: creates it when missing; sets what
+    it holds, removes what this manager applied before and `body` no longer holds, leaves other managers' fields.
+    `force`: take over fields another manager set to a different value (the operator's render is the authority)."""
+    query: list[tuple[str, Any]] = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
+    result: dict[str, Any] | None = _call("PATCH", resource.path(namespace, name), body=body, query=query,
+                                          content_type=APPLY_PATCH, discard=discard)
     return result or {}
 
 

@@ -3,8 +3,6 @@ after the operator started is noticed), and the groups' readiness folded into th
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,29 +17,14 @@ from . import effects, kube
 #: How long one discovery answer is trusted (seconds).
 RECHECK_SECONDS = 30.0
 
-_cache: dict[int, tuple[float, bool]] = {}
-_lock = threading.Lock()
-
-
 def api_served(max_age: float = RECHECK_SECONDS) -> bool:
     """Whether leaderworkerset.x-k8s.io/v1 leaderworkersets is served, from an answer at most `max_age` s old."""
-    key = id(kube.client())
-    now = time.monotonic()
-    with _lock:
-        hit = _cache.get(key)
-    if hit is not None and now - hit[0] < max_age:
-        return hit[1]
-    with kube.api_errors("discover the LeaderWorkerSet API"):
-        served = kube.serves(kube.LEADERWORKERSETS)
-    with _lock:
-        _cache[key] = (now, served)
-    return served
+    return kube.served(kube.LEADERWORKERSETS, max_age)
 
 
 def forget() -> None:
     """Drop cached answers (tests; a new cluster)."""
-    with _lock:
-        _cache.clear()
+    kube.forget_served()
 
 
 def refresh(namespace: str, service: str) -> bool:
@@ -82,7 +65,9 @@ def refresh(namespace: str, service: str) -> bool:
         return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,
                                 now=now, ready_replicas=view.ready_groups)
 
-    return effects.update_status(namespace, service, build)
+    changed = effects.update_status(namespace, service, build)
+    effects.finish_switch(namespace, lws)
+    return changed
 
 
 def _record_failures(multi: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from . import effects, kube
 
 log = logging.getLogger("vllm_operator.rollouts")
 
+#: How old an answer to "is the LeaderWorkerSet API served?" may be (seconds; as handlers/lws.py).
+SERVED_MAX_AGE = 30.0
 #: The strategy of a Deployment that must roll without a surge pod.
 NO_SURGE = {"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}}
 
@@ -64,7 +66,11 @@ def refresh(namespace: str, service: str, deployment: Mapping[str, Any] | None =
         return cond.fold_status(status, conditions=updates, observed_generation=generation, now=_now(),
                                 ready_replicas=ready)
 
-    return effects.update_status(namespace, service, build)
+    changed = effects.update_status(namespace, service, build)
+    # a LeaderWorkerSet can be the workload this Deployment replaces only where the API serves one
+    if effects.ready(deployment) and kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE):
+        effects.finish_switch(namespace, deployment)
+    return changed
 
 
 def _nodes(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -78,11 +84,12 @@ def _roll_without_surge(namespace: str, service: str, deployment: Mapping[str, A
     """Switch once: under the service's lock, on the Deployment as it is now (a pod event and a Deployment event
     may both have seen the surge strategy)."""
     name = (deployment.get("metadata") or {}).get("name") or service
-    with kube.service_lock(namespace, service), kube.api_errors(f"patch the strategy of Deployment {name}"):
-        current = kube.get(kube.DEPLOYMENTS, namespace, name)
+    with kube.service_lock(namespace, service):
+        with kube.api_errors(f"read Deployment {name}"):
+            current = kube.get(kube.DEPLOYMENTS, namespace, name)
         if current is None or not rollout.surges(current):
             return
-        kube.patch(kube.DEPLOYMENTS, namespace, name, NO_SURGE)
+        effects.set_strategy(namespace, name, NO_SURGE["spec"]["strategy"])
     log.info("%s/%s: %s", namespace, name, why)
     owner = next((r for r in (deployment.get("metadata") or {}).get("ownerReferences") or []
                   if r.get("kind") == "VLLMService"), None)

@@ -33,12 +33,24 @@ from typing import Any
 
 import kopf
 
-from . import config, kube, lws
+from . import config, effects, kube, lws
 from .observe import served_kinds
 from .remediation import remediate_service, step_up_service
 from .service import RECONCILE_POOL, answered_failure, reconcile_current, registry
 
 log = logging.getLogger("vllm_operator.watchdog")
+
+
+def finish_switch(namespace: str, name: str) -> None:
+    """A workload switch whose new workload is Ready: reconcile the service now, at its stored generation (see
+    `effects.finish_switch`); the sweep would do the same at its next round."""
+    with kube.api_errors(f"read {name}"):
+        fresh = kube.get(kube.VLLMSERVICES, namespace, name)
+    if fresh is not None:
+        reconcile_current(name, namespace, int((fresh.get("metadata") or {}).get("generation") or 1), log)
+
+
+effects.SWITCH_FINISHER = finish_switch
 
 #: The watchdog's period (seconds): every service is looked at once per round (benchmarks/operator_scale.py
 #: --idle-seconds measures the cost at rest).
