@@ -41,7 +41,9 @@ REPO = Path(__file__).resolve().parents[2]
 GROUP_MODEL = "acme/llama-13b-like"
 GROUP_CONFIG = {**tiny_llama_config(), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
                 "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 32000}
-SERIES = re.compile(r"(vllm:[a-z_]+)\{([^{}]*)\}")
+#: A vLLM series selector: the metric name and its matchers, whose quoted values may hold braces (`{1,10}` in the
+#: pod-name regex of render/pods.py).
+SERIES = re.compile(r'(vllm:[a-z_]+)\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
