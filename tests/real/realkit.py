@@ -86,7 +86,7 @@ class RealCluster:
     def delete(self, name: str, namespace: str = "default") -> None:
         """Delete the VLLMService; its children go (garbage collection), and with its pods their processes."""
         self.api.delete_object("vllmservices", name, namespace)
-        poll(lambda: not self.pods(name, namespace), 60, f"pods of {name} deleted", interval=0.2)
+        poll(lambda: not self.pods(name, namespace), 180, f"pods of {name} deleted", interval=0.2)
         poll(lambda: not any(r.key.startswith(f"{namespace}/{name}") for r in self.runner.runs.values()), 60,
              f"processes of {name} stopped", interval=0.2)
 

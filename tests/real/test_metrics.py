@@ -32,6 +32,7 @@ from realkit import TINY, RealCluster, tiny_llama_config, tiny_spec, until
 
 from kit.ports import HOST, free_port
 from kit.specs import condition, vllmservice
+from vllm_operator_sim.emulator_selectors import parse_label_selector
 
 pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[2]
@@ -194,9 +195,8 @@ def test_the_operators_metrics_queries_select_exactly_the_serving_pods_of_a_depl
             # the pods the HPA's Pods metrics are read for: those the scale subresource's selector matches
             selector = until(lambda s=service: (real.service(s) or {}).get("status", {}).get("selector"), 60,
                              f"{service}'s status.selector")
-            matched = {p["metadata"]["name"] for p in real.pods(service) if all(
-                (p["metadata"].get("labels") or {}).get(k) == v
-                for k, v in (term.split("=", 1) for term in selector.split(",")))}
+            selects = parse_label_selector(selector)  # as the API server reads it (set-based terms too)
+            matched = {p["metadata"]["name"] for p in real.pods(service) if selects(p["metadata"].get("labels") or {})}
             assert matched == pods, (service, selector, matched)
             # the operator's own metrics watch: what it asked Prometheus, and what it wrote
             try:

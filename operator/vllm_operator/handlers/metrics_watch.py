@@ -254,6 +254,8 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
     service, spec = found
     if not spec.prometheus.enabled:
         return None
+    if not ((service.get("status") or {}).get("gpu") or {}).get("nodes"):
+        return None  # no plan recorded yet: which pods serve (a Deployment's, or a group's leaders) is not known
     status = _status_of(service)
     now = now or datetime.now(UTC)
     settings = policy_settings(cfg)
