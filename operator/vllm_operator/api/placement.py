@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .labels import ANNOTATION_PLAN
-from .rollout import GPU_RESOURCE
+from .rollout import GPU_RESOURCE, surges
 
 __all__ = ["Placement", "decide", "free_gpus", "template_gpus"]
 
@@ -81,11 +81,6 @@ def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, An
     return out
 
 
-def _surges(deployment: Mapping[str, Any]) -> bool:
-    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-    return str(rolling.get("maxSurge", "25%")) not in ("0", "0%")
-
-
 def _template(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
     return (deployment.get("spec") or {}).get("template") or {}
 
@@ -105,7 +100,7 @@ def decide(current: Mapping[str, Any] | None, desired: Mapping[str, Any], *, rea
     """See the module docstring. `nodes`: the nodes the new pod's nodeSelector allows; `pods`: the pods on them;
     `own_pods`: this service's pods (they stop first); `start_seconds`: the last measured start (status.coldStart),
     for the message."""
-    if current is None or ready <= 0 or _same_pods(current, desired) or _surges(desired):
+    if current is None or ready <= 0 or _same_pods(current, desired) or surges(desired):
         return Placement("proceed")
     need = template_gpus(_template(desired))
     free = free_gpus(nodes, pods, leaving=own_pods)

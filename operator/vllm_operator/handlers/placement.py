@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import conditions as cond
+from ..api import rollout
 from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide
 from ..reconcile import EVENT_NORMAL, EVENT_WARNING, Desired, Event
 from ..render.manifests import selector_for
@@ -32,11 +33,6 @@ MAX_NODES = 32
 
 def _deployment(children: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((c for c in children if c.get("kind") == "Deployment"), None)
-
-
-def _surges(deployment: Mapping[str, Any]) -> bool:
-    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
-    return str(rolling.get("maxSurge", "25%")) not in ("0", "0%")
 
 
 def _held_before(status: Mapping[str, Any]) -> bool:
@@ -79,7 +75,7 @@ def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired
     interruption said when it can."""
     children = desired.children
     deployment = _deployment(children) if children is not None else None
-    if (children is None or deployment is None or _surges(deployment)
+    if (children is None or deployment is None or rollout.surges(deployment)
             or not (_changed(status, desired) or _held_before(status))):
         return desired
     current, nodes, pods, own = _observe(namespace, name, deployment)
