@@ -1,6 +1,13 @@
 """The Pod API's types a VLLMService spec embeds (tolerations, affinity, environment variables), typed and bounded
 so that an unknown key or an invalid rule is refused with its field, not by the API server when the Deployment is
-written. Each mirrors the `io.k8s.api.core.v1` definition of the same name (tests/unit/test_api_podtypes.py)."""
+written.
+
+Typed here rather than taken from the Kubernetes OpenAPI schema (as `kubernetes-validate` packages it): that schema
+bounds nothing (no maxLength, pattern, enum or maxItems, no rule tying `values` to `operator`), so a CRD embedding it
+would admit unbounded strings and lists and specs the API server then refuses in the Deployment. Each model mirrors
+the `io.k8s.api.core.v1` (or `meta.v1`) definition of the same name as a subset: tests/unit/test_api_podtypes.py
+checks that every property declared here exists upstream with a compatible type and that everything upstream
+requires is required here, in the oldest supported release (`OLDEST_KUBERNETES`) and the newest one packaged."""
 
 from __future__ import annotations
 
@@ -32,6 +39,10 @@ from .schema import (
     _raise_violations,
     _short,
 )
+
+#: The oldest Kubernetes release the operator supports (CEL validation rules are GA from 1.29): every field of these
+#: types exists in its Pod API.
+OLDEST_KUBERNETES = "1.29"
 
 
 class Toleration(_Model):
