@@ -10,10 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import (
-    BaseModel,
-    ValidationError,
-)
+from pydantic import BaseModel, ValidationError
 
 from .schema import _PATTERN_WORDS, QUANTITY_PATTERN, _short
 

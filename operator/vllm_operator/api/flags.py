@@ -1,5 +1,20 @@
-"""vLLM's flags in the VLLMService API: their spellings (snake_case name, camelCase API key, command-line flag),
-the flag maps status stores, the values vLLM accepts for the typed flags, and which flags the operator manages."""
+"""vLLM's flags in the VLLMService API: their spellings, the flag maps status stores, the values vLLM accepts for
+the typed flags, and which flags the operator manages.
+
+One flag, one set of spellings, translated here and nowhere else:
+
+==================================================  ====================  ==========================
+where                                               spelling              from the snake_case name
+==================================================  ====================  ==========================
+vLLM's `dest`, the planner, the renderer, catalogs  `max_model_len`       (the name)
+`spec.flags`, `status.plan.flags` (the API)         `maxModelLen`         `flag_key`; back: `flag_name`
+vLLM's command line                                 `--max-model-len`     `vllm_cli_flag`; back: `cli_flag_name`
+its negation (BooleanOptionalAction)                `--no-enable-...`     `vllm_cli_negation`
+what vLLM also reads as the same flag               `--max_model_len`     `canonical_cli_flag`
+==================================================  ====================  ==========================
+
+The rules hold for every flag `vllm serve` has had since 0.6 (catalog/vllm_flags_cli.yaml, generated from vLLM's
+own parsers): tests/unit/test_api_flags.py translates each of them both ways."""
 
 from __future__ import annotations
 
@@ -33,6 +48,29 @@ def flag_name(key: str) -> str:
     The inverse of `flag_key` for snake_case names made of lowercase words; snake_case input is returned
     unchanged, so a status written by an older operator (snake_case keys) reads the same."""
     return _CAMEL_HUMP.sub(lambda m: "_" + m.group(1).lower(), key)
+
+
+def vllm_cli_flag(name: str) -> str:
+    """vLLM's command-line spelling of a snake_case option: `max_model_len` -> `--max-model-len`."""
+    return "--" + name.replace("_", "-")
+
+
+def vllm_cli_negation(name: str) -> str:
+    """The negated command-line flag of a boolean option (argparse's BooleanOptionalAction):
+    `enable_prefix_caching` -> `--no-enable-prefix-caching`."""
+    return "--no-" + name.replace("_", "-")
+
+
+def cli_flag_name(flag: str) -> str:
+    """The snake_case name of a long command-line flag, as vLLM's parser reads it (with or without a value, dashes
+    or underscores): `--max-model-len`, `--max_model_len=4096` -> `max_model_len`."""
+    return flag.removeprefix("--").split("=", 1)[0].replace("-", "_")
+
+
+def canonical_cli_flag(option: str) -> str:
+    """A long option as vLLM spells it in its help (`--max_model_len` -> `--max-model-len`: vLLM's parser takes both);
+    short options and values are returned unchanged."""
+    return "--" + option[2:].replace("_", "-") if option.startswith("--") else option
 
 
 def flags_from_api(flags: Any) -> Any:
@@ -124,11 +162,6 @@ MaxModelLen = Annotated[
 ]
 
 
-def vllm_cli_flag(name: str) -> str:
-    """vLLM's command-line spelling of a snake_case option: `max_model_len` -> `--max-model-len`."""
-    return "--" + name.replace("_", "-")
-
-
 #: vLLM options the operator sets itself from other spec fields (not pinnable through `flags`).
 OPERATOR_OWNED_FLAGS: dict[str, str] = {
     "model": "spec.model.name",
@@ -154,10 +187,9 @@ def managed_flag_of(arg: str, pinnable: Collection[str]) -> str | None:
     snake_case names of `spec.flags`, or OPERATOR_OWNED_FLAGS); else None."""
     if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
         return None  # a value (including a negative number), not an option
-    long_form = arg.startswith("--")
-    name = arg.lstrip("-").split("=", 1)[0].replace("-", "_")
-    if not long_form:
-        return VLLM_SHORT_FLAGS.get(name)
+    if not arg.startswith("--"):
+        return VLLM_SHORT_FLAGS.get(arg[1:].split("=", 1)[0])
+    name = cli_flag_name(arg)
     if name in pinnable or name in OPERATOR_OWNED_FLAGS:
         return name
     negated = name.removeprefix("no_")

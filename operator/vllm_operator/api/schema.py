@@ -27,14 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    StringConstraints,
-    WithJsonSchema,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -107,6 +100,31 @@ _LABEL_KEY = re.compile(LABEL_KEY_PATTERN.removesuffix("$") + r"\Z")
 
 #: An environment variable name, as the Pod API accepts it.
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+#: `--speculative-config` methods the planner models (vllm/config/speculative.py, 0.33), or `<model>_mtp`.
+SPECULATIVE_METHOD_PATTERN = r"^(eagle|eagle3|mtp|ngram|ngram_gpu|suffix|draft_model|[a-z0-9_]+_mtp)$"
+
+#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
+DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+#: The Pod API's downward-API selectors: an API version, a field path, a resource name.
+API_VERSION_PATTERN = r"^[a-z0-9./]+$"
+FIELD_PATH_PATTERN = r"^[A-Za-z0-9_.\[\]'/-]+$"
+RESOURCE_NAME_PATTERN = r"^[A-Za-z0-9_./-]+$"
+
+#: An extended resource name (a device plugin's): a DNS subdomain prefix, a slash, a name (Kubernetes
+#: IsExtendedResourceName / IsQualifiedName).
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+#: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
+LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
+LORA_SOURCE_PATTERN = MODEL_SOURCE_PATTERN
+
+#: A Prometheus base URL for KEDA's Prometheus trigger.
+PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
 
 #: The largest inline `spec.model.config` / `safetensorsIndex`, as compact JSON (a real config.json is < 20 KiB).
 MAX_INLINE_JSON_BYTES = 256 * 1024
@@ -263,35 +281,9 @@ class _StatusModel(_Model):
     model_config = ConfigDict(extra="ignore", strict=False)
 
 
-#: `--speculative-config` methods the planner models (vllm/config/speculative.py, 0.33), or `<model>_mtp`.
-SPECULATIVE_METHOD_PATTERN = r"^(eagle|eagle3|mtp|ngram|ngram_gpu|suffix|draft_model|[a-z0-9_]+_mtp)$"
-
-
-#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
-DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-
-
-#: The Pod API's downward-API selectors: an API version, a field path, a resource name.
-API_VERSION_PATTERN = r"^[a-z0-9./]+$"
-FIELD_PATH_PATTERN = r"^[A-Za-z0-9_.\[\]'/-]+$"
-RESOURCE_NAME_PATTERN = r"^[A-Za-z0-9_./-]+$"
-
-
-#: An extended resource name (a device plugin's): a DNS subdomain prefix, a slash, a name (Kubernetes
-#: IsExtendedResourceName / IsQualifiedName).
-EXTENDED_RESOURCE_PATTERN = (
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
-#: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
-LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
-#: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
-LORA_SOURCE_PATTERN = MODEL_SOURCE_PATTERN
-
-
-#: A Prometheus base URL for KEDA's Prometheus trigger.
-PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
+# --------------------------------------------------------------------------------------------------
+# Values and patterns in words, for people (api/errors.py)
+# --------------------------------------------------------------------------------------------------
 
 
 def _short(value: Any) -> str:

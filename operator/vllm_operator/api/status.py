@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-)
+from pydantic import ConfigDict, Field
 
 from .flags import FlagMap
 from .schema import FreeForm, _StatusModel

@@ -15,12 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 # The api/ modules this one is built from: one compact block per module, since many names are only
 # re-exported (see __all__) so that code importing them from v1alpha1 keeps working.
@@ -151,7 +146,7 @@ SHORT_NAMES: tuple[str, ...] = ("vllms", "vllm")
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # --------------------------------------------------------------------------------------------------
-# Defaults (in code, not in the CRD: see the module docstring)
+# Defaults (in code, not in the CRD: see the conventions in api/schema.py)
 # --------------------------------------------------------------------------------------------------
 
 #: The vLLM image used when `spec.image` is unset: the newest release whose memory rules the planner knows.
@@ -1465,11 +1460,6 @@ class VLLMService(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: VLLMServiceSpec
     status: VLLMServiceStatus | None = None
-
-
-def _managed_flag_of(arg: str) -> str | None:
-    """The snake_case vLLM option an extra argument sets, when the operator manages it; else None."""
-    return managed_flag_of(arg, PinnedFlags.model_fields)
 
 
 # --------------------------------------------------------------------------------------------------
