@@ -19,6 +19,7 @@ import yaml
 from pydantic.alias_generators import to_camel
 
 from . import __version__
+from .api.flags import canonical_cli_flag, flag_key, managed_flag_of, vllm_cli_flag
 from .api.v1alpha1 import (
     API_VERSION,
     DEFAULT_GPU_MAX_COUNT,
@@ -31,7 +32,6 @@ from .api.v1alpha1 import (
     ModelDType,
     PinnedFlags,
     SpeculativeConfig,
-    _managed_flag_of,
 )
 from .modelfiles import find_in_catalog
 from .planner import (
@@ -416,7 +416,7 @@ def ignored_lora_flags(args: argparse.Namespace) -> list[str]:
     """The LoRA flags given without --enable-lora (vLLM ignores them)."""
     if getattr(args, "enable_lora", None):
         return []
-    return ["--" + name.replace("_", "-") for name in _LORA_SIZING if getattr(args, name, None)]
+    return [vllm_cli_flag(name) for name in _LORA_SIZING if getattr(args, name, None)]
 
 
 def _pinned(args: argparse.Namespace) -> PinnedFlags:
@@ -550,11 +550,10 @@ def manifest_document(result: Plan, args: argparse.Namespace, spread: MultiNodeP
     for snake, value in result.rendered_flags().items():  # `maxModelLen: auto` stays auto
         if lora is not None and snake in ("enable_lora", *_LORA_SIZING):
             continue  # spec.lora says them
-        info = PinnedFlags.model_fields.get(snake)
         if snake == "speculative_config" and isinstance(value, str):
             value = {to_camel(k): v for k, v in json.loads(value).items()}  # spec.flags.speculativeConfig
-        if info is not None and value is not None:
-            flags[info.alias or snake] = value
+        if snake in PinnedFlags.model_fields and value is not None:
+            flags[flag_key(snake)] = value
     spec: dict[str, Any] = {
         "model": {"name": result.model_id},
         "gpu": {"product": request_gpu.gfd_products[0] if request_gpu.gfd_products else request_gpu.name,
@@ -591,7 +590,7 @@ def plan_vllm_args(args: argparse.Namespace) -> CheckedFlags:
         read.refused.append(f"{' '.join(read.modelled)}: `plan` takes this as its own option (see vllm-operator "
                             "plan --help; --prefix-caching for --enable-prefix-caching)")
     if args.output == "manifest":
-        managed = [w for w in read.passed if _managed_flag_of(w)]
+        managed = [w for w in read.passed if managed_flag_of(w, PinnedFlags.model_fields)]
         if managed:
             read.refused.append(f"{', '.join(managed)}: the operator sets this (spec.model, spec.service, "
                                 "spec.lora); it cannot go into the manifest's extraArgs")
@@ -723,7 +722,7 @@ def parse_command_line(words: Sequence[str]) -> tuple[str, list[str]]:
         word = rest[i]
         name, eq, value = word.partition("=")
         if name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")  # vLLM accepts --max_model_len too
+            name = canonical_cli_flag(name)  # vLLM accepts --max_model_len too
         if name == "--model":
             if eq:
                 model = value

@@ -548,7 +548,8 @@ def _spec_models() -> list[type[Any]]:
     return [
         obj
         for obj in vars(v1alpha1).values()
-        if isinstance(obj, type) and issubclass(obj, v1alpha1._Model) and obj.__module__ == v1alpha1.__name__
+        if isinstance(obj, type) and issubclass(obj, v1alpha1._Model)
+        and obj.__module__.startswith("vllm_operator.api.")  # the spec and the Pod API's types (api/podtypes.py)
     ]
 
 

@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 from vllm_operator.api import v1alpha1
-from vllm_operator.api.v1alpha1 import SERVER_SIDE_DEFAULT, VLLMService
+from vllm_operator.api.schema import SERVER_SIDE_DEFAULT
+from vllm_operator.api.v1alpha1 import VLLMService
 
 __all__ = [
     "CRD_FILENAME",

@@ -3,109 +3,88 @@
 `vllm_operator.api.crd` generates the CustomResourceDefinition from these models, so every field
 description here is what `kubectl explain vllmservice.spec...` shows.
 
-Conventions:
-
-* Python attributes are snake_case; YAML/JSON names are camelCase (`alias_generator=to_camel`), and both
-  are accepted on input (`populate_by_name=True`). Spec models reject unknown fields (`extra="forbid"`)
-  so a typo such as `maxModelLength` is reported instead of silently ignored. They are strict about
-  JSON types (`enforceEager: "yes"` is an error, not True), as the API server is.
-* Defaults live here, in code, and are *not* emitted as server-side `default:` in the CRD. A server-side
-  default rewrites every stored object, so a GitOps tool sees a diff between git and the cluster for a
-  field nobody wrote. The one exception is `spec.replicas` (see its description): the scale subresource
-  fails a GET when the replicas path is absent, so it must always be present.
-* Cross-field rules are written twice on purpose: as CEL (`x-kubernetes-validations`, enforced by the
-  API server at admission) and as Python checks here (the operator, the CLI preview and the emulated API
-  server in tests do not run CEL). Each CEL rule has an `id`; the Python check reporting the same
-  violation uses the same id, and the tests check that every CEL rule has its mirror.
-* Status models ignore unknown fields: status is written by the operator only, and an older or newer
-  operator must still be able to read what another version wrote.
+The conventions every model follows (camelCase aliases, strict spec and tolerant status models, defaults in code,
+CEL rules mirrored in Python) are in `vllm_operator.api.schema`. The models are split by concept: the spec here,
+the Pod API's types in `podtypes`, status in `status`, vLLM's flag vocabulary in `flags`, validation errors for
+people in `errors`; this module re-exports the names code imports from it.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
-import types
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    StringConstraints,
-    ValidationError,
-    WithJsonSchema,
-    WrapSerializer,
-    field_validator,
-    model_validator,
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+# The api/ modules this one is built from: one compact block per module, since many names are only
+# re-exported (see __all__) so that code importing them from v1alpha1 keeps working.
+# isort: off
+from .schema import (
+    API_VERSION_PATTERN, CelRule, DATA_KEY_PATTERN, DNS1035_LABEL_PATTERN, DNS1123_LABEL_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN, ENV_NAME_PATTERN, EXTENDED_RESOURCE_PATTERN, FIELD_PATH_PATTERN, FreeForm,
+    HF_MODEL_ID_PATTERN, IMAGE_PATTERN, inline_json_problem, InlineJSON, INT32_MAX, _LABEL_KEY,
+    LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, LORA_NAME_PATTERN, LORA_SOURCE_PATTERN, MAX_CONTEXT_TOKENS,
+    MAX_INLINE_JSON_BYTES, MAX_INLINE_JSON_DEPTH, MAX_INLINE_JSON_KEYS, MAX_MODEL_LEN_AUTO, _Model,
+    MODEL_SOURCE_PATTERN, MOUNT_PATH_PATTERN, PROMETHEUS_URL_PATTERN, Quantity, QUANTITY_PATTERN,
+    _raise_violations, RESOURCE_NAME_PATTERN, REVISION_PATTERN, RuleViolation, SERVED_NAME_PATTERN,
+    SERVER_SIDE_DEFAULT, _short, SPECULATIVE_METHOD_PATTERN, TOLERATION_KEY_PATTERN, VLLM_VERSION_PATTERN,
 )
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
-
-from ..quantity import quantity_problem
+from .flags import (
+    BlockSize, flag_key, flag_name, FlagMap, flags_from_api, FlagValue, KVCacheDType, managed_flag_of,
+    MaxLoraRank, MaxModelLen, ModelDType, OPERATOR_OWNED_FLAGS, Quantization, QUANTIZATION_METHODS,
+    vllm_cli_flag, VLLM_SHORT_FLAGS,
+)
+from .podtypes import (
+    Affinity, EnvVar, EnvVarSource, KeySelector, LabelKey, LabelSelector, LabelSelectorRequirement,
+    LabelValue, MAX_AFFINITY_ITEMS, NodeAffinity, NodeSelector, NodeSelectorFieldRequirement,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, PodAffinity, PodAffinityTerm,
+    PreferredSchedulingTerm, ResourceFieldSelector, Toleration, WeightedPodAffinityTerm,
+)
+from .status import (
+    ColdStartStatus, Condition, GPUStatus, GroupFailureStatus, KVCacheStatus, MemoryBreakdown,
+    MetricsStatus, ModelCacheStatus, MultiNodeStatus, PlanFailure, PlanOption, PlanStatus, RemediationEvent,
+    RemediationStatus, ShareMemberStatus, ShareStatus, StageStatus, VLLMServiceStatus,
+)
+from .errors import (
+    MAX_SPEC_BYTES, MAX_SPEC_DEPTH, parse_spec_as, spec_problems, SpecError, SpecValidationError,
+)
+from .errors import _model_class as _model_class  # noqa: F401  (tests read it here)
+from .schema import _PATTERN_WORDS as _PATTERN_WORDS  # noqa: F401  (tests read it here)
+# isort: on
 
 __all__ = [
-    "API_VERSION",
-    "CRD_NAME",
-    "DEFAULT_GPU_MAX_COUNT",
-    "DEFAULT_HF_TOKEN_KEY",
-    "DEFAULT_IMAGE",
-    "DEFAULT_MODEL_CACHE_MOUNT_PATH",
-    "DEFAULT_SERVICE_PORT",
-    "GROUP",
-    "KIND",
-    "PLURAL",
-    "QUANTIZATION_METHODS",
-    "SHORT_NAMES",
-    "SINGULAR",
-    "VERSION",
-    "CelRule",
-    "Affinity",
-    "Condition",
-    "ConfigMapModelRef",
-    "EnvVar",
-    "EnvVarSource",
-    "FlagValue",
-    "GPURequest",
-    "GPUStatus",
-    "HFTokenSecretRef",
-    "MemoryBreakdown",
-    "MetricsStatus",
-    "ModelCacheSpec",
-    "ModelCacheStatus",
-    "ModelSpec",
-    "PinnedFlags",
-    "PlanFailure",
-    "PlanOption",
-    "PlanStatus",
-    "PrometheusSpec",
-    "RemediationEvent",
-    "RemediationSpec",
-    "RemediationStatus",
-    "ResourcesSpec",
-    "RuleViolation",
-    "SecuritySpec",
-    "ServiceSpec",
-    "SpecError",
-    "SpecValidationError",
-    "Toleration",
-    "VLLMService",
-    "VLLMServiceSpec",
-    "VLLMServiceStatus",
-    "WorkloadSpec",
-    "flag_key",
-    "flag_name",
-    "flags_from_api",
-    "parse_spec",
-    "validate_spec",
-    "SpeculativeConfig",
-    "vllm_cli_flag",
+    "API_VERSION", "CRD_NAME", "DEFAULT_GPU_MAX_COUNT", "DEFAULT_HF_TOKEN_KEY", "DEFAULT_IMAGE",
+    "DEFAULT_MODEL_CACHE_MOUNT_PATH", "DEFAULT_SERVICE_PORT", "GROUP", "KIND", "PLURAL",
+    "QUANTIZATION_METHODS", "SHORT_NAMES", "SINGULAR", "VERSION", "CelRule", "Affinity", "Condition",
+    "ConfigMapModelRef", "EnvVar", "EnvVarSource", "FlagValue", "GPURequest", "GPUStatus",
+    "HFTokenSecretRef", "MemoryBreakdown", "MetricsStatus", "ModelCacheSpec", "ModelCacheStatus",
+    "ModelSpec", "PinnedFlags", "PlanFailure", "PlanOption", "PlanStatus", "PrometheusSpec",
+    "RemediationEvent", "RemediationSpec", "RemediationStatus", "ResourcesSpec", "RuleViolation",
+    "SecuritySpec", "ServiceSpec", "SpecError", "SpecValidationError", "Toleration", "VLLMService",
+    "VLLMServiceSpec", "VLLMServiceStatus", "WorkloadSpec", "flag_key", "flag_name", "flags_from_api",
+    "parse_spec", "validate_spec", "SpeculativeConfig", "vllm_cli_flag",
+]
+
+#: Names that live in api/schema.py, flags.py, podtypes.py, status.py and errors.py (split by concept) and are
+#: still imported from here.
+__all__ += [
+    "SERVER_SIDE_DEFAULT", "QUANTITY_PATTERN", "HF_MODEL_ID_PATTERN", "SERVED_NAME_PATTERN",
+    "VLLM_VERSION_PATTERN", "DNS1035_LABEL_PATTERN", "MODEL_SOURCE_PATTERN", "REVISION_PATTERN",
+    "IMAGE_PATTERN", "DNS1123_SUBDOMAIN_PATTERN", "DATA_KEY_PATTERN", "MOUNT_PATH_PATTERN",
+    "LABEL_VALUE_PATTERN", "LABEL_KEY_PATTERN", "TOLERATION_KEY_PATTERN", "ENV_NAME_PATTERN",
+    "MAX_INLINE_JSON_BYTES", "MAX_INLINE_JSON_DEPTH", "MAX_INLINE_JSON_KEYS", "MAX_CONTEXT_TOKENS",
+    "MAX_MODEL_LEN_AUTO", "INT32_MAX", "Quantity", "FreeForm", "InlineJSON", "inline_json_problem",
+    "FlagMap", "Quantization", "KVCacheDType", "ModelDType", "BlockSize", "MaxLoraRank",
+    "SPECULATIVE_METHOD_PATTERN", "MaxModelLen", "OPERATOR_OWNED_FLAGS", "VLLM_SHORT_FLAGS",
+    "DNS1123_LABEL_PATTERN", "API_VERSION_PATTERN", "FIELD_PATH_PATTERN", "RESOURCE_NAME_PATTERN",
+    "KeySelector", "ObjectFieldSelector", "ResourceFieldSelector", "MAX_AFFINITY_ITEMS", "LabelKey",
+    "LabelValue", "NodeSelectorRequirement", "NodeSelectorFieldRequirement", "NodeSelectorTerm",
+    "NodeSelector", "PreferredSchedulingTerm", "NodeAffinity", "LabelSelectorRequirement", "LabelSelector",
+    "PodAffinityTerm", "WeightedPodAffinityTerm", "PodAffinity", "EXTENDED_RESOURCE_PATTERN",
+    "LORA_NAME_PATTERN", "LORA_SOURCE_PATTERN", "PROMETHEUS_URL_PATTERN", "StageStatus",
+    "GroupFailureStatus", "MultiNodeStatus", "ShareMemberStatus", "ShareStatus", "KVCacheStatus",
+    "ColdStartStatus", "MAX_SPEC_DEPTH", "MAX_SPEC_BYTES",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -122,7 +101,7 @@ SHORT_NAMES: tuple[str, ...] = ("vllms", "vllm")
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 # --------------------------------------------------------------------------------------------------
-# Defaults (in code, not in the CRD: see the module docstring)
+# Defaults (in code, not in the CRD: see the conventions in api/schema.py)
 # --------------------------------------------------------------------------------------------------
 
 #: The vLLM image used when `spec.image` is unset: the newest release whose memory rules the planner knows.
@@ -133,314 +112,6 @@ DEFAULT_MODEL_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
 DEFAULT_SERVICE_PORT = 8000
 DEFAULT_CONFIG_KEY = "config.json"
 DEFAULT_SAFETENSORS_INDEX_KEY = "model.safetensors.index.json"
-
-#: Marks the one field whose pydantic default is also emitted as a server-side CRD default.
-SERVER_SIDE_DEFAULT = "x-vllm-operator-server-side-default"
-
-# --------------------------------------------------------------------------------------------------
-# Reusable field types
-# --------------------------------------------------------------------------------------------------
-
-#: Kubernetes' resource.Quantity syntax, without a sign (requests are never negative).
-QUANTITY_PATTERN = (
-    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-
-#: A Hugging Face repository id: `name` or `org/name`; no leading, trailing or doubled `.`, `_`, `-` (the hub
-#: refuses `..` and `--`), so it can never be read as a path.
-HF_MODEL_ID_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*(/[A-Za-z0-9]+([._-][A-Za-z0-9]+)*)?$"
-
-#: A name clients send in the OpenAI API's `model` field (`--served-model-name`).
-SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]*$"
-
-#: A vLLM release as `spec.vllmVersion` takes it: `0.11.0`, `v0.26.0`, `0.11.1+cu128` or `latest`. ASCII digits:
-#: pydantic's `\d` (Rust regex) also takes other scripts' digits, the API server's (RE2) does not.
-VLLM_VERSION_PATTERN = r"^(latest|v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?)$"
-
-#: A DNS-1035 label: the name of a Service.
-DNS1035_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-
-#: A model, draft or adapter vLLM loads: a Hugging Face repository id, or an absolute path in the container whose
-#: segments are never `.` or `..` (MOUNT_PATH_PATTERN, defined below).
-MODEL_SOURCE_PATTERN = r"^(" + HF_MODEL_ID_PATTERN[1:-1] + r"|(/\.?[A-Za-z0-9_-][A-Za-z0-9._-]*)+)$"
-
-#: A git revision of a hub repository (branch, tag or commit): no whitespace, no `..`.
-REVISION_PATTERN = r"^[A-Za-z0-9]+([._/-][A-Za-z0-9]+)*$"
-
-#: An OCI image reference: [registry[:port]/]repository[:tag][@sha256:digest] (the distribution grammar).
-IMAGE_PATTERN = (
-    r"^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?/)?"
-    r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
-)
-
-#: A DNS-1123 subdomain: the names of ConfigMaps, Secrets, PVCs and StorageClasses.
-DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-
-#: A key of a ConfigMap or Secret.
-DATA_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-
-#: An absolute mount path: segments of letters, digits, `.`, `_`, `-`; a segment never is `.` or `..`.
-MOUNT_PATH_PATTERN = r"^(/\.?[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
-
-#: A label value (nodeSelector values, the GPU product a node carries).
-LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-
-#: A label key: optional DNS-subdomain prefix, then a name of at most 63 characters.
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
-
-#: A toleration key: a label key, or empty (with operator Exists: every taint).
-TOLERATION_KEY_PATTERN = r"^(" + LABEL_KEY_PATTERN[1:-1] + ")?$"
-
-_LABEL_KEY = re.compile(LABEL_KEY_PATTERN.removesuffix("$") + r"\Z")
-
-#: An environment variable name, as the Pod API accepts it.
-ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-
-#: The largest inline `spec.model.config` / `safetensorsIndex`, as compact JSON (a real config.json is < 20 KiB).
-MAX_INLINE_JSON_BYTES = 256 * 1024
-#: The deepest nesting of an inline config (real ones nest 3 levels: text_config.rope_scaling.{...}).
-MAX_INLINE_JSON_DEPTH = 16
-#: The most top-level keys of an inline config (CRD `maxProperties`; real ones have < 100).
-MAX_INLINE_JSON_KEYS = 1024
-
-#: The largest context the planner accepts (2^24 tokens; the longest released models have 10M).
-MAX_CONTEXT_TOKENS = 2**24
-#: `maxModelLen: auto` / `--max-model-len auto` (also -1): vLLM auto-fits the context length at startup
-MAX_MODEL_LEN_AUTO = "auto"
-INT32_MAX = 2**31 - 1
-
-
-def _quantity_from_int(value: Any) -> Any:
-    # YAML `cpu: 4` arrives as an int; Kubernetes accepts it, so do we. bool is an int subclass: refuse it.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-#: A Kubernetes quantity such as `64Gi`, `500m` or `4`, stored as a string.
-def _quantity_in_range(value: str) -> str:
-    # the pattern admits `1e400` and `99999999999999999999Ei`; Kubernetes holds a quantity in an int64
-    problem = quantity_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
-Quantity = Annotated[
-    str,
-    BeforeValidator(_quantity_from_int),
-    StringConstraints(pattern=QUANTITY_PATTERN),
-    AfterValidator(_quantity_in_range),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "x-kubernetes-int-or-string": True,
-        }
-    ),
-]
-
-#: An arbitrary JSON object kept as-is by the API server (no pruning, no schema).
-FreeForm = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-]
-
-#: A model's config.json or safetensors index, inline: free-form, but bounded (see `inline_json_problem`).
-InlineJSON = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                    "maxProperties": MAX_INLINE_JSON_KEYS}),
-]
-
-
-def inline_json_problem(value: Any) -> str | None:
-    """Why an inline JSON document is too big or too deep for the operator, or None. Walks iteratively, so a
-    deeply nested document cannot exhaust the stack, and stops as soon as a bound is passed."""
-    budget = MAX_INLINE_JSON_BYTES
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_INLINE_JSON_DEPTH:
-            return f"nests deeper than {MAX_INLINE_JSON_DEPTH} levels; give the model's own config.json"
-        if isinstance(item, Mapping):
-            if len(item) > MAX_INLINE_JSON_KEYS:
-                return f"has more than {MAX_INLINE_JSON_KEYS} keys in one object; give the model's own config.json"
-            budget -= 2 + sum(len(str(k)) + 4 for k in item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list | tuple):
-            budget -= 2 + len(item)
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, str):
-            budget -= len(item) + 2
-        else:
-            budget -= 8
-        if budget < 0:
-            return (f"is larger than {MAX_INLINE_JSON_BYTES // 1024} KiB; give the model's own config.json "
-                    "(a real one is a few KiB), or use configMapRef")
-    return None
-
-#: The value of one vLLM flag: a bool, a number or a string.
-FlagValue = bool | int | float | str | list[str]  # lists: nargs options (--lora-modules)
-
-_SNAKE_PART = re.compile(r"_([a-z0-9])")
-_CAMEL_HUMP = re.compile(r"([A-Z])")
-
-
-def flag_key(name: str) -> str:
-    """The API (camelCase) key of a vLLM flag given by its snake_case name: `max_model_len` -> `maxModelLen`.
-
-    The same spelling as `spec.flags` uses (pydantic's `to_camel`), so `status.plan.flags.maxModelLen` and
-    `spec.flags.maxModelLen` name one flag. Already camelCase names are returned unchanged."""
-    return _SNAKE_PART.sub(lambda m: m.group(1).upper(), name)
-
-
-def flag_name(key: str) -> str:
-    """vLLM's snake_case name of a flag given by its API key: `maxModelLen` -> `max_model_len`.
-
-    The inverse of `flag_key` for snake_case names made of lowercase words; snake_case input is returned
-    unchanged, so a status written by an older operator (snake_case keys) reads the same."""
-    return _CAMEL_HUMP.sub(lambda m: "_" + m.group(1).lower(), key)
-
-
-def flags_from_api(flags: Any) -> Any:
-    """A flag map as stored in status (camelCase keys) keyed by vLLM's snake_case names; anything else as is.
-
-    The one reader of raw status flag maps (`status.plan.flags`, `status.remediation.profile`, a history
-    entry's `flagsBefore`/`flagsAfter`/`profileBefore`): code that reads a status dict without parsing it
-    into the models below goes through this."""
-    if not isinstance(flags, Mapping):
-        return flags
-    return {flag_name(str(key)): value for key, value in flags.items()}
-
-
-def _flags_to_api(flags: dict[str, FlagValue], handler: Any, info: Any) -> Any:
-    if info.by_alias:
-        flags = {flag_key(key): value for key, value in flags.items()}
-    return handler(flags)
-
-
-#: vLLM flags keyed by vLLM's snake_case name (`max_model_len`) in Python, e.g. a plan or a remediation
-#: profile; the API (status) spells the keys in camelCase (`maxModelLen`), as `spec.flags` does. Both
-#: spellings are read.
-FlagMap = Annotated[
-    dict[str, FlagValue],
-    BeforeValidator(flags_from_api),
-    WrapSerializer(_flags_to_api),
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
-]
-
-#: vLLM's `--quantization` methods (vLLM 0.11). Also the values of `quant_method` in a config.json.
-Quantization = Literal[
-    "awq",
-    "awq_marlin",
-    "gptq",
-    "gptq_marlin",
-    "gptq_marlin_24",
-    "gptq_bitblas",
-    "bitblas",
-    "fp8",
-    "ptpc_fp8",
-    "fbgemm_fp8",
-    "modelopt",
-    "modelopt_fp4",
-    "compressed-tensors",
-    "bitsandbytes",
-    "gguf",
-    "hqq",
-    "experts_int8",
-    "moe_wna16",
-    "torchao",
-    "quark",
-    "auto-round",
-    "inc",
-    "rtn",
-    "mxfp4",
-    "petit_nvfp4",
-    "tpu_int8",
-    "ipex",
-]
-QUANTIZATION_METHODS: tuple[str, ...] = get_args(Quantization)
-
-KVCacheDType = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]
-ModelDType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
-BlockSize = Literal[1, 8, 16, 32, 64, 128]
-MaxLoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
-
-
-# --------------------------------------------------------------------------------------------------
-# Cross-field rules: CEL for the API server, mirrored by Python checks
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CelRule:
-    """One `x-kubernetes-validations` entry. `self` in `rule` is the object of the model that owns it."""
-
-    id: str
-    rule: str
-    message: str
-    field_path: str | None = None  # Kubernetes fieldPath, relative to the rule's object: ".count"
-
-    def to_k8s(self) -> dict[str, str]:
-        out = {"rule": self.rule, "message": self.message}
-        if self.field_path:
-            out["fieldPath"] = self.field_path
-        return out
-
-
-@dataclass(frozen=True)
-class RuleViolation:
-    """A cross-field rule that a model breaks. `field` is camelCase, relative to the model."""
-
-    rule: str
-    field: str
-    message: str
-
-
-def _json_schema_extra(schema: dict[str, Any], cls: type[Any]) -> None:
-    rules: tuple[CelRule, ...] = getattr(cls, "CEL_RULES", ())
-    if rules:
-        schema["x-kubernetes-validations"] = [rule.to_k8s() for rule in rules]
-
-
-def _raise_violations(violations: list[RuleViolation]) -> None:
-    if violations:
-        raise PydanticCustomError(
-            "spec_rule",
-            "; ".join(f"{v.field}: {v.message}" for v in violations),
-            {"violations": [{"rule": v.rule, "field": v.field, "message": v.message} for v in violations]},
-        )
-
-
-class _Model(BaseModel):
-    """Base of every spec model: camelCase aliases, unknown fields rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        strict=True,
-        protected_namespaces=(),
-        json_schema_extra=_json_schema_extra,
-    )
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The object as Kubernetes stores it: camelCase keys, JSON types, unset (None) fields left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-class _StatusModel(_Model):
-    """Base of status models: tolerant of fields written by another operator version."""
-
-    model_config = ConfigDict(extra="ignore", strict=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -706,13 +377,6 @@ class GPURequest(_Model):
 # --------------------------------------------------------------------------------------------------
 
 
-def vllm_cli_flag(name: str) -> str:
-    """vLLM's command-line spelling of a snake_case option: `max_model_len` -> `--max-model-len`."""
-    return "--" + name.replace("_", "-")
-
-
-#: `--speculative-config` methods the planner models (vllm/config/speculative.py, 0.33), or `<model>_mtp`.
-SPECULATIVE_METHOD_PATTERN = r"^(eagle|eagle3|mtp|ngram|ngram_gpu|suffix|draft_model|[a-z0-9_]+_mtp)$"
 _DRAFT_METHODS = ("eagle", "eagle3", "draft_model")
 
 
@@ -771,30 +435,6 @@ class SpeculativeConfig(_Model):
     def _check_rules(self) -> SpeculativeConfig:
         _raise_violations(self._violations())
         return self
-
-
-def _length_or_auto(value: Any) -> int | Literal["auto"]:
-    """`maxModelLen`: a whole number in [16, MAX_CONTEXT_TOKENS] or `auto`, one error for anything else (a union
-    would report one per branch)."""
-    if value == MAX_MODEL_LEN_AUTO:
-        return "auto"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PydanticCustomError("int_or_auto", "must be a whole number or auto")
-    if value < 16:
-        raise PydanticCustomError("greater_than_equal", "must be greater than or equal to 16")
-    if value > MAX_CONTEXT_TOKENS:
-        raise PydanticCustomError("less_than_equal", f"must be less than or equal to {MAX_CONTEXT_TOKENS}")
-    return value
-
-
-#: `spec.flags.maxModelLen`: tokens, or `auto`. In the CRD an int-or-string whose bounds apply to the number and
-#: whose pattern to the string (JSON Schema applies each only to its own type).
-MaxModelLen = Annotated[
-    int | Literal["auto"],
-    PlainValidator(_length_or_auto),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
-                    "minimum": 16, "maximum": MAX_CONTEXT_TOKENS, "pattern": "^auto$"}),
-]
 
 
 class PinnedFlags(_Model):
@@ -966,43 +606,6 @@ class PinnedFlags(_Model):
         return self
 
 
-#: vLLM options the operator sets itself from other spec fields (not pinnable through `flags`).
-OPERATOR_OWNED_FLAGS: dict[str, str] = {
-    "model": "spec.model.name",
-    "revision": "spec.model.revision",
-    "served_model_name": "spec.model.servedName",
-    "port": "spec.service.port",
-    "max_loras": "spec.lora.maxLoras",
-    "lora_modules": "spec.lora.adapters",
-    "host": "",  # the operator binds all interfaces so probes and the Service reach vLLM
-}
-
-#: vLLM's short aliases for long options.
-VLLM_SHORT_FLAGS: dict[str, str] = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dp": "data_parallel_size",
-    "q": "quantization",
-}
-
-
-def _managed_flag_of(arg: str) -> str | None:
-    """The snake_case vLLM option an extra argument sets, when the operator manages it; else None."""
-    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit() or arg[1:2] == ".":
-        return None  # a value (including a negative number), not an option
-    long_form = arg.startswith("--")
-    name = arg.lstrip("-").split("=", 1)[0].replace("-", "_")
-    if not long_form:
-        return VLLM_SHORT_FLAGS.get(name)
-    pinnable = PinnedFlags.model_fields
-    if name in pinnable or name in OPERATOR_OWNED_FLAGS:
-        return name
-    negated = name.removeprefix("no_")
-    if negated != name and negated in pinnable:
-        return negated
-    return None
-
-
 # --------------------------------------------------------------------------------------------------
 # spec.workload, spec.resources, scheduling, env, secrets, cache, remediation, service, prometheus
 # --------------------------------------------------------------------------------------------------
@@ -1054,363 +657,6 @@ class ResourcesSpec(_Model):
         default=None,
         description="Size of the /dev/shm memory volume (NCCL uses it with tensor parallelism), e.g. `16Gi`.",
     )
-
-
-class Toleration(_Model):
-    """A pod toleration, as in the Pod API."""
-
-    key: str | None = Field(
-        default=None, max_length=317, pattern=TOLERATION_KEY_PATTERN,
-        description="Taint key; empty with operator Exists matches all taints.",
-    )
-    operator: Literal["Exists", "Equal"] | None = Field(
-        default=None, description="`Exists` or `Equal` (default)."
-    )
-    value: str | None = Field(
-        default=None, max_length=63, pattern=LABEL_VALUE_PATTERN, description="Taint value to match with operator Equal."
-    )
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect to match; empty matches all effects."
-    )
-    toleration_seconds: int | None = Field(
-        default=None, ge=-(2**63), le=2**63 - 1, description="How long a NoExecute taint is tolerated before eviction."
-    )
-
-
-#: A namespace name (a DNS-1123 label), as in PodAffinityTerm.namespaces.
-DNS1123_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-
-
-#: The Pod API's downward-API selectors: an API version, a field path, a resource name.
-API_VERSION_PATTERN = r"^[a-z0-9./]+$"
-FIELD_PATH_PATTERN = r"^[A-Za-z0-9_.\[\]'/-]+$"
-RESOURCE_NAME_PATTERN = r"^[A-Za-z0-9_./-]+$"
-
-
-class KeySelector(_Model):
-    """A key of a Secret or ConfigMap in the service's namespace, as in the Pod API."""
-
-    name: str = Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN, description="Object name.")
-    key: str = Field(min_length=1, max_length=253, pattern=DATA_KEY_PATTERN, description="The key.")
-    optional: bool | None = Field(default=None, description="Start the pod even when the object or key is missing.")
-
-
-class ObjectFieldSelector(_Model):
-    """A field of the pod, as in the Pod API (`metadata.name`, `status.podIP`, ...)."""
-
-    api_version: str | None = Field(default=None, min_length=1, max_length=64, pattern=API_VERSION_PATTERN,
-                                    description="Schema version of fieldPath (v1).")
-    field_path: str = Field(min_length=1, max_length=256, pattern=FIELD_PATH_PATTERN,
-                            description="Path of the field, e.g. metadata.name.")
-
-
-class ResourceFieldSelector(_Model):
-    """A resource of a container, as in the Pod API (`limits.memory`, ...)."""
-
-    container_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN,
-                                       description="The container (default: this one).")
-    resource: str = Field(min_length=1, max_length=253, pattern=RESOURCE_NAME_PATTERN,
-                          description="The resource, e.g. limits.memory.")
-    divisor: Quantity | None = Field(default=None, description="Output unit, e.g. 1Mi (default 1).")
-
-
-class EnvVarSource(_Model):
-    """Where an environment variable's value comes from, as in the Pod API: typed, so the CRD bounds every field."""
-
-    secret_key_ref: KeySelector | None = Field(default=None, description="A key of a Secret in the namespace.")
-    config_map_key_ref: KeySelector | None = Field(default=None,
-                                                   description="A key of a ConfigMap in the namespace.")
-    field_ref: ObjectFieldSelector | None = Field(default=None,
-                                                  description="A field of the pod, e.g. metadata.name.")
-    resource_field_ref: ResourceFieldSelector | None = Field(default=None,
-                                                             description="A resource of the container.")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EnvVarSource:
-        # the Pod API refuses none and more than one (validateEnvVarValueFrom): the Deployment would be a 422
-        sources = [name for name, value in self if value is not None]
-        if len(sources) != 1:
-            raise ValueError("set exactly one of secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef")
-        return self
-
-
-
-#: The most items of one list inside `spec.affinity` (the Pod API sets no bound; real rules have a handful).
-MAX_AFFINITY_ITEMS = 32
-
-LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317, pattern=LABEL_KEY_PATTERN)]
-LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
-
-
-def _operator_values_problem(operator: str, values: list[str] | None) -> str | None:
-    """What the Pod API refuses in a requirement's `values` for its `operator` (validateNodeSelectorRequirement,
-    ValidateLabelSelectorRequirement), or None."""
-    count = len(values or [])
-    if operator in ("In", "NotIn") and count == 0:
-        return f"operator {operator} needs at least one value; add values or use Exists"
-    if operator in ("Exists", "DoesNotExist") and count:
-        return f"operator {operator} takes no values; remove values or use In"
-    if operator in ("Gt", "Lt") and (count != 1 or not re.fullmatch(r"-?[0-9]{1,18}", (values or [""])[0])):
-        return f"operator {operator} takes exactly one value, an integer such as \"4\""
-    return None
-
-
-#: The CEL mirrors of `_operator_values_problem`: a label selector's operators, then a node selector's (Gt, Lt).
-_LABEL_VALUES_CEL = ("self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
-                     "!has(self.values) || size(self.values) == 0")
-_NODE_VALUES_CEL = (
-    "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
-    "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 : "
-    "has(self.values) && size(self.values) == 1 && self.values[0].matches('^-?[0-9]{1,18}$')"
-)
-_OPERATOR_VALUES_MESSAGE = "values must fit the operator: In and NotIn take one or more, Exists and DoesNotExist none"
-
-
-def _check_operator_values(rule: str, operator: str, values: list[str] | None) -> None:
-    problem = _operator_values_problem(operator, values)
-    if problem:
-        _raise_violations([RuleViolation(rule, "values", problem)])
-
-
-class NodeSelectorRequirement(_Model):
-    """A node label requirement, as in the Pod API."""
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(id="node-selector-values-fit-operator", rule=_NODE_VALUES_CEL,
-                message=_OPERATOR_VALUES_MESSAGE + ", Gt and Lt exactly one integer", field_path=".values"),
-    )
-
-    key: LabelKey = Field(description="Node label key.")
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
-        description="`In`/`NotIn` (one or more values), `Exists`/`DoesNotExist` (no values), `Gt`/`Lt` (one "
-        "integer value).")
-    values: list[LabelValue] | None = Field(default=None, max_length=MAX_AFFINITY_ITEMS, description="Label values.")
-
-    @model_validator(mode="after")
-    def _check_values(self) -> NodeSelectorRequirement:
-        _check_operator_values("node-selector-values-fit-operator", self.operator, self.values)
-        return self
-
-
-class NodeSelectorFieldRequirement(_Model):
-    """A node field requirement, as in the Pod API: the only field is `metadata.name`."""
-
-    key: Literal["metadata.name"] = Field(description="The node field: `metadata.name`.")
-    operator: Literal["In", "NotIn"] = Field(description="`In` or `NotIn`.")
-    values: list[Annotated[str, StringConstraints(max_length=253, pattern=DNS1123_SUBDOMAIN_PATTERN)]] = Field(
-        min_length=1, max_length=1, description="One node name.")
-
-
-class NodeSelectorTerm(_Model):
-    """Node requirements that must all hold, as in the Pod API."""
-
-    match_expressions: list[NodeSelectorRequirement] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Requirements on node labels.")
-    match_fields: list[NodeSelectorFieldRequirement] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Requirements on node fields.")
-
-
-class NodeSelector(_Model):
-    """Node selector terms, any of which may hold, as in the Pod API."""
-
-    node_selector_terms: list[NodeSelectorTerm] = Field(
-        min_length=1, max_length=MAX_AFFINITY_ITEMS, description="The terms; a node matching one of them fits.")
-
-
-class PreferredSchedulingTerm(_Model):
-    """A weighted node preference, as in the Pod API."""
-
-    weight: int = Field(ge=1, le=100, description="Weight, 1 to 100.")
-    preference: NodeSelectorTerm = Field(description="The node requirements preferred.")
-
-
-class NodeAffinity(_Model):
-    """Node affinity, as in the Pod API."""
-
-    required_during_scheduling_ignored_during_execution: NodeSelector | None = Field(
-        default=None, description="Nodes the pods must run on.")
-    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Nodes the pods prefer, by weight.")
-
-
-class LabelSelectorRequirement(_Model):
-    """A label requirement of a label selector, as in the Kubernetes API."""
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(id="label-selector-values-fit-operator", rule=_LABEL_VALUES_CEL, message=_OPERATOR_VALUES_MESSAGE,
-                field_path=".values"),
-    )
-
-    key: LabelKey = Field(description="Label key.")
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
-        description="`In`/`NotIn` (one or more values) or `Exists`/`DoesNotExist` (no values).")
-    values: list[LabelValue] | None = Field(default=None, max_length=MAX_AFFINITY_ITEMS, description="Label values.")
-
-    @model_validator(mode="after")
-    def _check_values(self) -> LabelSelectorRequirement:
-        _check_operator_values("label-selector-values-fit-operator", self.operator, self.values)
-        return self
-
-
-class LabelSelector(_Model):
-    """A label selector, as in the Kubernetes API."""
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(
-            id="match-labels-are-label-keys",
-            rule=(
-                "!has(self.matchLabels) || self.matchLabels.all(k, size(k) <= 317 && k.matches('"
-                + LABEL_KEY_PATTERN.replace("\\", "\\\\") + "'))"
-            ),
-            message="matchLabels keys must be label keys such as app.kubernetes.io/name",
-            field_path=".matchLabels",
-        ),
-    )
-
-    match_labels: dict[str, LabelValue] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Labels that must be equal; keys are label keys.")
-    match_expressions: list[LabelSelectorRequirement] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Label requirements.")
-
-    @model_validator(mode="after")
-    def _check_keys(self) -> LabelSelector:
-        bad = [k for k in self.match_labels or {} if len(k) > 317 or not _LABEL_KEY.fullmatch(k)]
-        if bad:
-            _raise_violations([RuleViolation("match-labels-are-label-keys", "matchLabels",
-                                             f"keys must be label keys such as app.kubernetes.io/name "
-                                             f"(got {_short(bad[0])})")])
-        return self
-
-    def label_keys(self) -> set[str]:
-        """The label keys this selector names."""
-        return set(self.match_labels or {}) | {r.key for r in self.match_expressions or []}
-
-
-class PodAffinityTerm(_Model):
-    """Pods to run near (or away from), as in the Pod API."""
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(
-            id="label-keys-need-selector",
-            rule="has(self.labelSelector) || ((!has(self.matchLabelKeys) || size(self.matchLabelKeys) == 0) "
-            "&& (!has(self.mismatchLabelKeys) || size(self.mismatchLabelKeys) == 0))",
-            message="matchLabelKeys and mismatchLabelKeys need a labelSelector; add one or remove them",
-            field_path=".labelSelector",
-        ),
-        CelRule(
-            id="label-keys-disjoint",
-            rule="!has(self.matchLabelKeys) || !has(self.mismatchLabelKeys) "
-            "|| !self.matchLabelKeys.exists(k, k in self.mismatchLabelKeys)",
-            message="a key cannot be in both matchLabelKeys and mismatchLabelKeys; keep it in one",
-            field_path=".mismatchLabelKeys",
-        ),
-        CelRule(
-            id="label-keys-not-in-selector",
-            rule="!has(self.labelSelector) || ((has(self.matchLabelKeys) ? self.matchLabelKeys : []) "
-            "+ (has(self.mismatchLabelKeys) ? self.mismatchLabelKeys : [])).all(k, "
-            "!(has(self.labelSelector.matchLabels) && k in self.labelSelector.matchLabels) "
-            "&& !(has(self.labelSelector.matchExpressions) && self.labelSelector.matchExpressions.exists(r, "
-            "r.key == k)))",
-            message="a key of matchLabelKeys or mismatchLabelKeys cannot also be in labelSelector; keep it in one",
-            field_path=".matchLabelKeys",
-        ),
-    )
-
-    label_selector: LabelSelector | None = Field(default=None, description="The pods, by label.")
-    namespace_selector: LabelSelector | None = Field(default=None, description="Their namespaces, by label.")
-    namespaces: list[Annotated[str, StringConstraints(max_length=63, pattern=DNS1123_LABEL_PATTERN)]] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Their namespaces, by name.")
-    topology_key: LabelKey = Field(description="Node label that defines 'near', e.g. kubernetes.io/hostname.")
-    match_label_keys: list[LabelKey] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Pod label keys whose values must match the pod's.")
-    mismatch_label_keys: list[LabelKey] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Pod label keys whose values must differ.")
-
-    @model_validator(mode="after")
-    def _check_label_keys(self) -> PodAffinityTerm:
-        _raise_violations(self._violations())
-        return self
-
-    def _violations(self) -> list[RuleViolation]:
-        match, mismatch = set(self.match_label_keys or []), set(self.mismatch_label_keys or [])
-        out: list[RuleViolation] = []
-        if (match or mismatch) and self.label_selector is None:
-            field = "matchLabelKeys" if match else "mismatchLabelKeys"
-            out.append(RuleViolation("label-keys-need-selector", "labelSelector",
-                                     f"{field} needs a labelSelector; add one or remove {field}"))
-        if match & mismatch:
-            out.append(RuleViolation("label-keys-disjoint", "mismatchLabelKeys",
-                                     f"key {_short(sorted(match & mismatch)[0])} is in both matchLabelKeys and "
-                                     "mismatchLabelKeys; keep it in one"))
-        both = (match | mismatch) & (self.label_selector.label_keys() if self.label_selector else set())
-        if both:
-            out.append(RuleViolation("label-keys-not-in-selector", "matchLabelKeys",
-                                     f"key {_short(sorted(both)[0])} is in labelSelector and in "
-                                     "matchLabelKeys/mismatchLabelKeys; keep it in one"))
-        return out
-
-
-class WeightedPodAffinityTerm(_Model):
-    """A weighted pod preference, as in the Pod API."""
-
-    weight: int = Field(ge=1, le=100, description="Weight, 1 to 100.")
-    pod_affinity_term: PodAffinityTerm = Field(description="The pods preferred.")
-
-
-class PodAffinity(_Model):
-    """Pod affinity or anti-affinity, as in the Pod API."""
-
-    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Terms that must hold.")
-    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = Field(
-        default=None, max_length=MAX_AFFINITY_ITEMS, description="Terms preferred, by weight.")
-
-
-class Affinity(_Model):
-    """Pod affinity, as in the Pod API, typed: an unknown key or an invalid rule is refused here, with its field,
-    rather than by the API server when the Deployment is written."""
-
-    node_affinity: NodeAffinity | None = Field(default=None, description="Node affinity rules.")
-    pod_affinity: PodAffinity | None = Field(default=None, description="Pod affinity rules.")
-    pod_anti_affinity: PodAffinity | None = Field(default=None, description="Pod anti-affinity rules.")
-
-
-class EnvVar(_Model):
-    """An environment variable for the vLLM container, as in the Pod API."""
-
-    CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(
-            id="env-value-or-value-from",
-            rule="!(has(self.value) && has(self.valueFrom))",
-            message="set either value or valueFrom, not both",
-            field_path=".valueFrom",
-        ),
-    )
-
-    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME_PATTERN, description="Variable name.")
-    value: str | None = Field(
-        default=None,
-        max_length=32768,
-        description="Literal value. Never a secret: use `valueFrom.secretKeyRef` (a literal token gets a warning).",
-    )
-    value_from: EnvVarSource | None = Field(
-        default=None,
-        description="A source for the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef).",
-    )
-
-    @model_validator(mode="after")
-    def _check_rules(self) -> EnvVar:
-        if self.value is not None and self.value_from is not None:
-            _raise_violations(
-                [
-                    RuleViolation(
-                        "env-value-or-value-from",
-                        "valueFrom",
-                        f"env {self.name!r} sets both value and valueFrom; keep one",
-                    )
-                ]
-            )
-        return self
 
 
 class HFTokenSecretRef(_Model):
@@ -1585,13 +831,6 @@ class SecuritySpec(_Model):
     )
 
 
-#: An extended resource name (a device plugin's): a DNS subdomain prefix, a slash, a name (Kubernetes
-#: IsExtendedResourceName / IsQualifiedName).
-EXTENDED_RESOURCE_PATTERN = (
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
 class RDMAResource(_Model):
     """One extended resource of an RDMA device plugin that every pod of a group requests."""
 
@@ -1672,10 +911,7 @@ def _tp_times_pp(flags: str) -> str:
 # spec.lora (issue 14)
 # --------------------------------------------------------------------------------------------------
 
-#: An adapter's name as clients send it in `model` (vLLM splits `--lora-modules name=source` on the first `=`).
-LORA_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
-#: A Hugging Face repository id or an absolute path inside the container (vLLM's get_adapter_absolute_path).
-LORA_SOURCE_PATTERN = MODEL_SOURCE_PATTERN
+
 MAX_LORA_SLOTS = 256
 
 
@@ -1741,9 +977,6 @@ class LoRASpec(_Model):
 # --------------------------------------------------------------------------------------------------
 # spec.autoscaling, spec.routing (issue 14)
 # --------------------------------------------------------------------------------------------------
-
-#: A Prometheus base URL for KEDA's Prometheus trigger.
-PROMETHEUS_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
 
 
 #: The smallest per-pod target: the HPA's quantity in thousandths (`1m`); below it the target would render as 0.
@@ -2150,7 +1383,7 @@ class VLLMServiceSpec(_Model):
                                      "spec.maxReplicas (the operator scales) and spec.autoscaling (an autoscaler "
                                      "scales) exclude each other; use autoscaling.maxReplicas"))
         for index, arg in enumerate(self.extra_args):
-            managed = _managed_flag_of(arg)
+            managed = managed_flag_of(arg, PinnedFlags.model_fields)
             if managed is None:
                 continue
             if managed in PinnedFlags.model_fields:
@@ -2174,400 +1407,6 @@ class VLLMServiceSpec(_Model):
         return self
 
 
-# --------------------------------------------------------------------------------------------------
-# status
-# --------------------------------------------------------------------------------------------------
-
-
-class Condition(_StatusModel):
-    """A standard Kubernetes condition."""
-
-    type: str = Field(min_length=1, description="Ready, Progressing, Degraded, PlanFeasible or MetricsAvailable.")
-    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(min_length=1, description="CamelCase reason, one of the constants in the operator.")
-    message: str = Field(
-        default="", description="What happened and, when something is wrong, what to change."
-    )
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="metadata.generation of the spec this condition was computed from."
-    )
-    last_transition_time: str = Field(
-        json_schema_extra={"format": "date-time"},
-        description="When status last changed (RFC 3339).",
-    )
-
-
-class MemoryBreakdown(_StatusModel):
-    """Where the planned GPU memory goes, per GPU, in GiB, as vLLM's startup log reports it (the tightest worker or
-    pipeline stage). The planner computes it (`planner.memory.predict_startup`) and status shows it as computed."""
-
-    gpu_total_gib: float = Field(alias="gpuTotalGiB", ge=0, description="Total memory of one GPU.")
-    requested_gib: float = Field(
-        alias="requestedGiB", ge=0, description="What vLLM may use: total x gpu-memory-utilization."
-    )
-    weights_gib: float = Field(alias="weightsGiB", ge=0, description="This GPU's share of the weights.")
-    activation_gib: float = Field(
-        alias="activationGiB", ge=0, description="Peak activation memory of a forward pass."
-    )
-    non_torch_gib: float = Field(
-        alias="nonTorchGiB", ge=0, description="CUDA context, NCCL buffers and the like."
-    )
-    cudagraph_gib: float = Field(
-        alias="cudagraphGiB", ge=0, description="CUDA graphs (0 with enforce-eager)."
-    )
-    kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="What is left for the KV cache.")
-    headroom_gib: float = Field(
-        default=0.0, alias="headroomGiB", ge=0,
-        description="Total minus requested: CUDA context, CUDA graphs (before vLLM 0.21), other processes.",
-    )
-    persistent_gib: float = Field(
-        default=0.0, alias="persistentGiB", ge=0,
-        description="Taken out of the KV cache budget besides the above (vLLM 0.27+): Model Runner V2's sampler "
-                    "state and allocator leftovers.",
-    )
-    estimated: list[str] = Field(
-        default_factory=list,
-        description="The figures above (field names) that rest on an estimate no vLLM log has calibrated yet.",
-    )
-
-
-class PlanFailure(_StatusModel):
-    """Why no plan fits."""
-
-    kind: str = Field(
-        min_length=1, description="Class of the failure, e.g. WeightsDoNotFit or KVCacheTooSmall."
-    )
-    message: str = Field(description="What does not fit, with the numbers.")
-
-
-class PlanOption(_StatusModel):
-    """An alternative that would fit, offered when the spec as written does not."""
-
-    model_config = ConfigDict(extra="allow")
-
-    summary: str = Field(min_length=1, description="The change, in words, e.g. 'use 2 GPUs per pod (TP=2)'.")
-    flags: FlagMap = Field(default_factory=dict, description="The flags the alternative would run with.")
-    gpu_count: int | None = Field(default=None, ge=1, description="GPUs per pod of the alternative.")
-    gpu_product: str | None = Field(default=None, description="GPU product of the alternative.")
-
-
-class PlanStatus(_StatusModel):
-    """The flags the operator computed, and why."""
-
-    fits: bool = Field(description="Whether the model and the workload fit the GPUs with these flags.")
-    flags: FlagMap = Field(
-        default_factory=dict,
-        description="Planned and pinned vLLM flags, named as in spec.flags, e.g. maxModelLen: 32768.",
-    )
-    args: list[str] = Field(
-        default_factory=list, description="The vLLM command-line arguments rendered from the plan."
-    )
-    memory: MemoryBreakdown | None = Field(default=None, description="Planned GPU memory per GPU.")
-    kv_cache_tokens: int | None = Field(default=None, ge=0, description="Tokens the planned KV cache holds.")
-    max_concurrency: float | None = Field(
-        default=None, ge=0, description="Requests of max-model-len tokens the KV cache holds at once."
-    )
-    reasons: list[str] = Field(default_factory=list, description="How each flag was chosen, in words.")
-    failure: PlanFailure | None = Field(default=None, description="Why it does not fit, when it does not.")
-    options: list[PlanOption] = Field(default_factory=list, description="Alternatives that would fit.")
-    vllm_version: str | None = Field(default=None, description="vLLM version the plan was computed for.")
-    spec_hash: str | None = Field(default=None, description="Hash of the spec fields the plan depends on.")
-
-
-class StageStatus(_StatusModel):
-    """One pipeline stage's GPU (one tensor-parallel rank), as its worker's startup would report it."""
-
-    stage: int = Field(ge=0, description="Pipeline stage (with TP = GPUs per node: the node's rank).")
-    first_layer: int = Field(ge=0, description="First decoder layer of the stage.")
-    layers: int = Field(ge=0, description="Decoder layers on the stage (vLLM's get_pp_indices split).")
-    weights_gib: float = Field(alias="weightsGiB", ge=0, description="Weights per GPU, GiB.")
-    activation_gib: float = Field(alias="activationGiB", ge=0, description="Activation peak per GPU, GiB.")
-    kv_cache_gib: float = Field(alias="kvCacheGiB", ge=0, description="KV cache memory per GPU, GiB.")
-    num_blocks: int = Field(ge=0, description="KV blocks the stage could hold (vLLM takes the minimum).")
-
-
-class GroupFailureStatus(_StatusModel):
-    """A failure of one pod of a LeaderWorkerSet group, recorded from the pod before the group is recreated."""
-
-    pod: str = Field(description="Pod name (<lws>-<group> for the leader, <lws>-<group>-<worker> for workers).")
-    pod_uid: str = Field(alias="podUID", description="Pod UID (a recreated group has new pods).")
-    node_rank: int = Field(ge=0, description="vLLM --node-rank (the LWS worker index; 0 = leader).")
-    stages: list[int] = Field(default_factory=list, description="Pipeline stages whose ranks ran on this pod.")
-    failure_class: str = Field(description="The classifier's class (Network: NCCL/Gloo/ZMQ, never a memory flag).")
-    summary: str = Field(description="One line of what failed.")
-    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was seen (RFC 3339).")
-
-
-class MultiNodeStatus(_StatusModel):
-    """How one replica spans nodes (set only when the plan spans more than one node)."""
-
-    nodes: int = Field(ge=1, description="Nodes per replica (the LeaderWorkerSet size).")
-    gpus_per_node: int = Field(ge=1, description="GPUs each pod requests.")
-    tensor_parallel_size: int = Field(ge=1, description="Tensor parallel size (inside a node).")
-    pipeline_parallel_size: int = Field(ge=1, description="Pipeline parallel size (across nodes).")
-    limiting_stage: int = Field(ge=0, description="The stage with the fewest KV blocks: it caps every stage's KV.")
-    stages: list[StageStatus] = Field(default_factory=list, description="Memory per pipeline stage.")
-    leader_worker_set: str | None = Field(default=None, description="Name of the LeaderWorkerSet.")
-    group_recreations: int = Field(
-        default=0, ge=0, description="Groups recreated by LeaderWorkerSet after a pod failed (profile changes excluded)."
-    )
-    leaders: dict[str, str] = Field(
-        default_factory=dict, description="Leader pod UID and plan hash per group index, to count recreations."
-    )
-    failures: list[GroupFailureStatus] = Field(
-        default_factory=list, description="The latest pod failures of the groups (first failure first), at most 8."
-    )
-
-
-class ShareMemberStatus(_StatusModel):
-    """One member of a shared GPU, with its share."""
-
-    name: str = Field(description="The member VLLMService.")
-    utilization: float = Field(ge=0, le=1, description="Its --gpu-memory-utilization.")
-    budget_gib: float = Field(alias="budgetGiB", ge=0, description="Its budget: total × utilization, GiB.")
-    footprint_gib: float = Field(alias="footprintGiB", ge=0,
-                                 description="Budget plus what its process holds outside it (CUDA context, NCCL, "
-                                             "graphs where not budgeted), GiB.")
-
-
-class ShareStatus(_StatusModel):
-    """The shared GPU this service runs on, as its group's plan (recorded before any pod changes) gives it."""
-
-    group: str = Field(description="spec.gpu.share.group.")
-    gpu_index: int | None = Field(default=None, ge=0, description="The group's GPU this service is placed on.")
-    mode: str | None = Field(default=None, description="How the GPU is shared: dra or time-slicing.")
-    claim: str | None = Field(default=None, description="DRA: the ResourceClaim of the shared GPU.")
-    node: str | None = Field(default=None, description="Time-slicing: the single-GPU node the members share.")
-    gpu_total_gib: float | None = Field(default=None, alias="gpuTotalGiB", ge=0, description="The GPU's total, GiB.")
-    free_gib: float | None = Field(default=None, alias="freeGiB",
-                                   description="What the members' footprints leave free, GiB.")
-    members: list[ShareMemberStatus] = Field(default_factory=list, max_length=64,
-                                             description="Every member on this GPU, in start order.")
-    start_position: int | None = Field(default=None, ge=0,
-                                       description="Members of one GPU start one at a time: this one's place.")
-    message: str | None = Field(default=None, description="Why it is not placed, when it is not.")
-
-
-class GPUStatus(_StatusModel):
-    """The GPUs the plan is for."""
-
-    product: str | None = Field(default=None, description="GPU product, e.g. NVIDIA-H100-80GB-HBM3.")
-    count: int | None = Field(default=None, ge=0, description="GPUs per pod.")
-    nodes: int | None = Field(
-        default=None, ge=0, description="Nodes (pods) one replica spans: 1, or the LeaderWorkerSet group size."
-    )
-    memory_gib: float | None = Field(
-        default=None, alias="memoryGiB", ge=0, description="Memory of one GPU in GiB."
-    )
-    source: str | None = Field(
-        default=None,
-        description="How the product was found: from the spec, from node labels, or from the catalog.",
-    )
-    share: ShareStatus | None = Field(default=None, description="The shared GPU, with spec.gpu.share.")
-
-
-class RemediationEvent(_StatusModel):
-    """One remediation step taken."""
-
-    step: int = Field(ge=0, description="Step number after this change (1 = first step away from the plan).")
-    time: str = Field(
-        json_schema_extra={"format": "date-time"}, description="When the step was taken (RFC 3339)."
-    )
-    failure_class: str = Field(description="The classified failure, e.g. KVCacheTooSmall or CUDAOOMStartup.")
-    evidence: str = Field(
-        default="", description="The log line or termination message the class was read from."
-    )
-    pod_uid: str | None = Field(default=None, alias="podUID", description="UID of the pod that failed.")
-    restart_count: int | None = Field(default=None, ge=0, description="The container's restart count then.")
-    flags_before: FlagMap = Field(default_factory=dict, description="Flags before the step.")
-    flags_after: FlagMap = Field(default_factory=dict, description="Flags after the step.")
-    profile_before: FlagMap = Field(
-        default_factory=dict, description="The ladder's constraints before this step (what a step back restores)."
-    )
-    message: str = Field(default="", description="What was changed and why.")
-
-
-class RemediationStatus(_StatusModel):
-    """Where the operator is on the remediation ladder."""
-
-    step: int = Field(
-        default=0, ge=0, description="Steps currently applied on top of the plan (0 = the plan)."
-    )
-    profile: FlagMap = Field(
-        default_factory=dict,
-        description="Constraints the ladder learned (e.g. maxModelLen, gpuFreeGib), applied on top of the plan.",
-    )
-    history: list[RemediationEvent] = Field(default_factory=list, description="Steps taken, oldest first.")
-    exhausted: bool = Field(default=False, description="No further step is allowed or would help.")
-    last_failure_key: str | None = Field(
-        default=None,
-        description="Identifies the last failure acted on, so one failure is acted on only once.",
-    )
-    handled_keys: list[str] = Field(
-        default_factory=list,
-        description="Failures (pod UID/restart count) already reported without a step, newest last (at most 20).",
-    )
-    inputs_hash: str | None = Field(
-        default=None,
-        max_length=64,
-        description="Hash of the plan's inputs the profile was learned on (model, GPU request, image and vLLM "
-                    "release, pinned flags and extra args, workload, LoRA). The profile is reset when they change, "
-                    "and only then: replicas, labels, annotations, env and other plan-neutral edits keep it.",
-    )
-
-
-class KVCacheStatus(_StatusModel):
-    """The KV cache vLLM measured at startup ("GPU KV cache size: N tokens") next to the plan's prediction."""
-
-    measured_tokens: int = Field(ge=0, description="Tokens of KV cache vLLM allocated (its own startup log line).")
-    predicted_tokens: int | None = Field(
-        default=None, ge=0, description="The plan's prediction for the same flags (status.plan.kvCacheTokens)."
-    )
-    difference_tokens: int | None = Field(default=None, description="measuredTokens - predictedTokens.")
-    difference_percent: float | None = Field(
-        default=None, description="The difference as a percentage of the prediction (negative: vLLM has less)."
-    )
-    pod: str = Field(max_length=253, description="The pod whose log said it (a Deployment pod or a group leader).")
-    template: str | None = Field(
-        default=None, max_length=64,
-        description="The pod's plan annotation (vllm-operator.dev/plan): the profile the measurement belongs to.",
-    )
-    time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was read (RFC 3339).")
-
-
-class MetricsStatus(_StatusModel):
-    """vLLM metrics observed through Prometheus."""
-
-    kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="KV cache usage, 0 to 1.")
-    preemption_rate: float | None = Field(default=None, ge=0, description="Preemptions per second.")
-    waiting: float | None = Field(default=None, ge=0, description="Requests waiting.")
-    running: float | None = Field(default=None, ge=0, description="Requests running.")
-    time: str | None = Field(
-        default=None,
-        json_schema_extra={"format": "date-time"},
-        description="When these were observed (RFC 3339).",
-    )
-    desired_replicas: int | None = Field(
-        default=None, ge=0,
-        description="Replicas the metrics watch scaled to, within spec.replicas..spec.maxReplicas (the Deployment "
-                    "is rendered with it; spec is never written).",
-    )
-    recommendation: str | None = Field(default=None, description="The last advice the metrics watch gave.")
-
-
-class ModelCacheStatus(_StatusModel):
-    """How the weights reach the model cache, and the download last measured (render/cache.py)."""
-
-    download_init: bool | None = Field(
-        default=None, description="Whether the model-download init container fills the cache before vLLM starts."
-    )
-    checkpoint_bytes: int | None = Field(
-        default=None, ge=0, description="The checkpoint's size as the planner knows it (what vLLM downloads)."
-    )
-    downloaded_bytes: int | None = Field(default=None, ge=0, description="Bytes the last measured download fetched.")
-    download_seconds: float | None = Field(default=None, ge=0, description="Seconds the last measured download took.")
-    bytes_per_second: int | None = Field(default=None, ge=0, description="The measured download rate.")
-    measured_pod: str | None = Field(default=None, description="The pod whose download was measured.")
-    measured_by: str | None = Field(
-        default=None, description="How it was measured: init-container (its termination message) or vllm-log."
-    )
-    measured_at: str | None = Field(
-        default=None, json_schema_extra={"format": "date-time"}, description="When the measured download ended."
-    )
-    download_error: str | None = Field(
-        default=None, description="Why the model-download init container fails (its last log lines), while it does."
-    )
-    download_error_pod: str | None = Field(default=None, description="The pod whose download fails.")
-    shape_pods: int | None = Field(
-        default=None, ge=0,
-        description="The most pods the persistent cache was shaped for (its bounds, and any replica count it had): a "
-                    "scale back below it keeps the cache's shape, so scaling never switches the pod template back.",
-    )
-    budget_bytes_per_second: int | None = Field(
-        default=None, ge=0,
-        description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "
-                    "A new measurement takes effect at the next change of vLLM's arguments, never by itself.",
-    )
-
-
-def _phase(description: str) -> Any:
-    return Field(default=None, ge=0, description=description)
-
-
-class ColdStartStatus(_StatusModel):
-    """How long the service's last measured pod start took, phase by phase (render/coldstart.py)."""
-
-    pod_start_seconds: float | None = _phase("Scheduled to the first container started: image pull, volume attach.")
-    download_seconds: float | None = _phase("The weight download (init container, or vLLM's own line).")
-    load_seconds: float | None = _phase("vLLM loading the weights into GPU memory.")
-    compile_seconds: float | None = _phase("torch.compile (or loading its cached result).")
-    graph_capture_seconds: float | None = _phase("CUDA-graph capture.")
-    engine_init_seconds: float | None = _phase("vLLM's engine start: profiling, KV cache, compile, graphs.")
-    ready_seconds: float | None = _phase("Scheduled to the vLLM container Ready: the whole start.")
-    slowest_engine_init_seconds: float | None = _phase(
-        "The slowest engine start measured for this service: what the startup probe budgets (times 2).")
-    budget_engine_seconds: float | None = _phase(
-        "What the current startup probe allows for the engine start: 2 × the slowest measured, taken at the next "
-        "change of vLLM's arguments (a measurement alone never rolls the pods out); unset: the assumed 600 s.")
-    starts: int | None = Field(default=None, ge=0, description="Pod starts measured so far.")
-    compile_cache: str | None = Field(
-        default=None, description="Where vLLM's compile and CUDA-graph caches were: persistent (the model cache "
-                                  "claim, per vLLM release and GPU) or ephemeral (compiled again on every start).")
-    measured_pod: str | None = Field(default=None, description="The pod whose start was measured last.")
-    measured_at: str | None = Field(
-        default=None, json_schema_extra={"format": "date-time"}, description="When that pod became Ready."
-    )
-
-
-class VLLMServiceStatus(_StatusModel):
-    """Observed state of a VLLMService. Written by the operator only."""
-
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="metadata.generation of the spec last reconciled."
-    )
-    state: str | None = Field(
-        default=None,
-        description="One word for the STATUS column of `kubectl get vllms`, derived from the conditions: Ready, "
-                    "RollingOut, Downloading (the model-download init container runs), ScaledToZero, Pending, or what is "
-                    "wrong (InvalidSpec, Infeasible, ModelNotFound, Unschedulable, ModelDownloadFailed, Remediating, "
-                    "RemediationExhausted, a pod failure such as ContainerCrashLoopBackOff).",
-    )
-    conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded and PlanFeasible."
-    )
-    plan: PlanStatus | None = Field(default=None, description="The flags the operator computed, and why.")
-    gpu: GPUStatus | None = Field(default=None, description="The GPUs the plan is for.")
-    multi_node: MultiNodeStatus | None = Field(
-        default=None, description="How one replica spans nodes, when the plan spans more than one."
-    )
-    replicas: int | None = Field(
-        default=None, ge=0, description="Pods that exist (the scale subresource reads it)."
-    )
-    ready_replicas: int | None = Field(default=None, ge=0, description="Pods that are ready.")
-    selector: str | None = Field(
-        default=None,
-        description="Label selector of the pods, for the scale subresource (HorizontalPodAutoscaler).",
-    )
-    endpoint: str | None = Field(
-        default=None, description="URL of the OpenAI-compatible API inside the cluster."
-    )
-    remediation: RemediationStatus | None = Field(default=None, description="Remediation steps taken.")
-    metrics: MetricsStatus | None = Field(default=None, description="vLLM metrics last observed.")
-    kv_cache: KVCacheStatus | None = Field(
-        default=None,
-        description="What vLLM measured of its KV cache next to the plan's prediction, for the current profile's pods.",
-    )
-    model_cache: ModelCacheStatus | None = Field(
-        default=None, description="How the weights reach the model cache, and the download last measured."
-    )
-    cold_start: ColdStartStatus | None = Field(
-        default=None, description="How long a pod start takes, phase by phase, as last measured."
-    )
-    kopf: FreeForm | None = Field(
-        default=None, description="Bookkeeping of the kopf framework (handler progress)."
-    )
-
-
 class VLLMService(_Model):
     """A model served by vLLM, with its flags planned from the GPUs' memory and adjusted after failures."""
 
@@ -2579,233 +1418,13 @@ class VLLMService(_Model):
 
 
 # --------------------------------------------------------------------------------------------------
-# Validation for people: field paths and fixes
+# Validation for people: field paths and fixes (api/errors.py), bound to this version's spec
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpecError:
-    """One problem with a spec: `field` is a dotted camelCase path such as `spec.flags.gpuMemoryUtilization`."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-class SpecValidationError(ValueError):
-    """The spec is invalid; `errors` says where and what to change."""
-
-    def __init__(self, errors: list[SpecError]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(str(e) for e in errors))
-
-
-def _join(base: str, part: str | int) -> str:
-    if isinstance(part, int):
-        return f"{base}[{part}]"
-    if part.startswith("["):
-        return base + part
-    return f"{base}.{part}" if base else part
-
-
-def _model_class(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside `X`, `X | None`, `list[X]` or `dict[str, X]`."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = get_origin(annotation)
-    if origin in (Union, types.UnionType, list, dict, Annotated):
-        for arg in get_args(annotation):
-            found = _model_class(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
-    """camelCase field names of the spec model reached by `loc` (used to suggest a fix for a typo)."""
-    model: type[BaseModel] = VLLMServiceSpec
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        for name, info in model.model_fields.items():
-            if part in (name, info.alias):
-                found = _model_class(info.annotation)
-                if found is None:
-                    return []
-                model = found
-                break
-        else:
-            return []
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-_PATTERN_WORDS = {
-    HF_MODEL_ID_PATTERN: "must be a Hugging Face model id such as Qwen/Qwen2.5-7B-Instruct",
-    IMAGE_PATTERN: "must be an image reference such as vllm/vllm-openai:v0.11.0 or registry:5000/repo/img@sha256:…",
-    DNS1123_SUBDOMAIN_PATTERN: "must be a Kubernetes object name: lower-case letters, digits, '-' and '.'",
-    DATA_KEY_PATTERN: "must be a ConfigMap/Secret key: letters, digits, '-', '_' and '.'",
-    MOUNT_PATH_PATTERN: "must be an absolute path of letters, digits, '.', '_' and '-' (no '..' segment)",
-    LABEL_VALUE_PATTERN: "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending "
-                         "with a letter or digit",
-    LABEL_KEY_PATTERN: "must be a label key such as example.com/pool",
-    DNS1123_LABEL_PATTERN: "must be a namespace name: lower-case letters, digits and '-', at most 63 characters",
-    TOLERATION_KEY_PATTERN: "must be a taint key such as nvidia.com/gpu (or empty)",
-    ENV_NAME_PATTERN: "must be an environment variable name: letters, digits, '_', '-' and '.'",
-    REVISION_PATTERN: "must be a branch, tag or commit such as main or v1.0",
-    SERVED_NAME_PATTERN: "must be a model name clients send, such as qwen-7b or org/model:v1: letters, digits, "
-                         "'.', '_', '/', ':' and '-', starting with a letter or digit",
-    VLLM_VERSION_PATTERN: "must be a vLLM release such as 0.11.0 or v0.26.0 (or latest)",
-    DNS1035_LABEL_PATTERN: "must be a Service name: lower-case letters, digits and '-', starting with a letter, "
-                           "at most 63 characters",
-    SPECULATIVE_METHOD_PATTERN: "must be eagle, eagle3, mtp (or <model>_mtp), ngram, ngram_gpu, suffix or "
-                                "draft_model",
-    LORA_NAME_PATTERN: "must be an adapter name: letters, digits, '.', '_' and '-', starting and ending with a "
-                       "letter or digit (no '=': vLLM splits name=source on it)",
-    MODEL_SOURCE_PATTERN: "must be a Hugging Face repository id such as org/model, or an absolute path in the "
-                          "container without '.' or '..' segments",
-    PROMETHEUS_URL_PATTERN: "must be an http(s) URL such as http://prometheus.monitoring:9090",
-    API_VERSION_PATTERN: "must be an API version such as v1",
-    FIELD_PATH_PATTERN: "must be a pod field path such as metadata.name or metadata.labels['app']",
-    RESOURCE_NAME_PATTERN: "must be a container resource such as limits.memory or requests.cpu",
-    EXTENDED_RESOURCE_PATTERN: "must be a device plugin's resource name <domain>/<name>, such as rdma/ib or "
-                               "nvidia.com/hostdev",
-}
-
-
-def _spec_errors(exc: ValidationError, prefix: str) -> list[SpecError]:
-    errors: list[SpecError] = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        path = prefix
-        for part in loc:
-            path = _join(path, part)
-        kind = err["type"]
-        ctx = err.get("ctx") or {}
-        if kind == "spec_rule":
-            for violation in ctx.get("violations", []):
-                errors.append(SpecError(_join(path, violation["field"]), violation["message"]))
-            continue
-        if kind == "extra_forbidden":
-            name = str(loc[-1]) if loc else ""
-            close = difflib.get_close_matches(name, _fields_at(loc[:-1]), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else "; remove it"
-            errors.append(SpecError(path, f"unknown field {name!r}{hint}"))
-            continue
-        if kind == "missing":
-            errors.append(SpecError(path, "is required; set it"))
-            continue
-        if kind == "string_pattern_mismatch" and ctx.get("pattern") == QUANTITY_PATTERN:
-            message = "must be a Kubernetes quantity such as 64Gi, 500m or 8"
-        elif kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
-            message = _PATTERN_WORDS[ctx["pattern"]]
-        else:
-            message = err["msg"]
-            if message.startswith("Input should be"):
-                message = "must be" + message.removeprefix("Input should be")
-            elif message.startswith("Value error, "):
-                message = message.removeprefix("Value error, ")
-        errors.append(SpecError(path, f"{message} (got {_short(err.get('input'))})"))
-    return errors
-
-
-#: The deepest nesting of a whole spec (the deepest field, an affinity term's values, is 9 levels; an inline config
-#: adds at most MAX_INLINE_JSON_DEPTH). Checked before anything recurses: a stored object may nest 10,000 levels.
-MAX_SPEC_DEPTH = 32
-#: The largest spec, as compact JSON. kopf keeps a copy of the spec as its diff base (an annotation where it fits,
-#: status otherwise) and etcd holds at most 1.5 MiB per object: spec + copy + status stay under it.
-MAX_SPEC_BYTES = 512 * 1024
-
-
-def _path_name(path: tuple[str | int, ...]) -> str:
-    """The field of the spec's schema a deep path is in: `spec.model.config` for a path into the free-form config,
-    `spec.affinity` for a path through unknown keys of affinity."""
-    name = "spec"
-    model: type[BaseModel] | None = VLLMServiceSpec
-    for part in path:
-        if isinstance(part, int):
-            name = _join(name, part)
-            continue
-        if model is None:
-            break
-        field = next((info for key, info in model.model_fields.items() if part in (key, info.alias)), None)
-        if field is None:
-            break
-        name = _join(name, part)
-        model = _model_class(field.annotation)
-    return name
-
-
-def _plain(value: Any) -> Any:
-    """Plain dicts and lists from any mappings and sequences (kopf passes read-only mapping views), without recursion:
-    raises SpecValidationError naming the field when the value nests deeper than MAX_SPEC_DEPTH."""
-
-    def copy(item: Any) -> Any:
-        if isinstance(item, Mapping):
-            return {}
-        if isinstance(item, list | tuple):
-            return []
-        return item
-
-    top = copy(value)
-    stack: list[tuple[Any, Any, tuple[str | int, ...]]] = [(value, top, ())]
-    while stack:
-        source, target, path = stack.pop()
-        if len(path) > MAX_SPEC_DEPTH:
-            raise SpecValidationError([SpecError(_path_name(path), (
-                f"nests deeper than {MAX_SPEC_DEPTH} levels (a real value nests a few); remove the nesting")),
-            ])
-        items = source.items() if isinstance(source, Mapping) else enumerate(source)
-        for key, item in items:
-            child = copy(item)
-            if isinstance(target, dict):
-                target[key] = child
-            else:
-                target.append(child)
-            if isinstance(item, Mapping | list | tuple):
-                stack.append((item, child, (*path, key)))
-    return top
-
-
-def _spec_of(obj: Mapping[str, Any]) -> Any:
-    """The spec inside a whole VLLMService object, or the object itself when it is a spec, as plain JSON data
-    (bounded in depth and size: SpecValidationError naming the field otherwise)."""
-    spec = obj.get("spec")
-    plain = _plain(spec) if isinstance(spec, Mapping) and "model" not in obj else _plain(obj)
-    try:
-        size = len(json.dumps(plain, separators=(",", ":"), default=str))
-    except (TypeError, ValueError):  # not JSON at all (a NaN is JSON to Python): pydantic names the field
-        return plain
-    if size > MAX_SPEC_BYTES and isinstance(plain, dict):
-        path: tuple[str | int, ...] = ()
-        node: Any = plain
-        largest = size
-        for _ in range(2):  # the largest field, and the largest inside it (spec.model.config, not spec.model)
-            if not isinstance(node, dict) or not node:
-                break
-            sizes = {key: len(json.dumps(item, separators=(",", ":"), default=str)) for key, item in node.items()}
-            key = max(sizes, key=lambda k: sizes[k])
-            path, node, largest = (*path, key), node[key], sizes[key]
-        raise SpecValidationError([SpecError(_path_name(path), (
-            f"makes the spec {size // 1024} KiB, over the {MAX_SPEC_BYTES // 1024} KiB the operator keeps "
-            f"(this field is {largest // 1024} KiB); shorten it, or move model files to model.configMapRef"))])
-    return plain
 
 
 def parse_spec(obj: Mapping[str, Any]) -> VLLMServiceSpec:
     """Parse a spec, or a whole VLLMService object's spec. Raises SpecValidationError with field paths."""
-    try:
-        return VLLMServiceSpec.model_validate(_spec_of(obj))
-    except RecursionError as exc:  # bounded above; kept so that no input can become an InternalError
-        raise SpecValidationError([SpecError("spec", "nests too deep; remove the nesting")]) from exc
-    except ValidationError as exc:
-        raise SpecValidationError(_spec_errors(exc, "spec")) from exc
+    return parse_spec_as(VLLMServiceSpec, obj)
 
 
 def validate_spec(obj: Mapping[str, Any]) -> list[SpecError]:
@@ -2814,8 +1433,4 @@ def validate_spec(obj: Mapping[str, Any]) -> list[SpecError]:
     Each error names the field as a dotted camelCase path (`spec.flags.gpuMemoryUtilization`,
     `spec.env[2].valueFrom`) and says what to change, ready for a condition message or an event.
     """
-    try:
-        parse_spec(obj)
-    except SpecValidationError as exc:
-        return exc.errors
-    return []
+    return spec_problems(VLLMServiceSpec, obj)

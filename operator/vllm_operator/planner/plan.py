@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.flags import vllm_cli_flag, vllm_cli_negation
 from ..api.v1alpha1 import MAX_MODEL_LEN_AUTO, LoRASpec, MemoryBreakdown, PinnedFlags
 from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
@@ -210,12 +211,12 @@ class Plan(BaseModel):
 def flags_to_args(flags: dict[str, Any]) -> list[str]:
     args: list[str] = []
     for name, value in flags.items():
-        flag = "--" + name.replace("_", "-")
+        flag = vllm_cli_flag(name)
         if isinstance(value, bool):
             if value:
                 args.append(flag)
             elif name in ("enable_prefix_caching", "enable_chunked_prefill"):
-                args.append("--no-" + name.replace("_", "-"))
+                args.append(vllm_cli_negation(name))
         elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
             args.extend([flag, *map(str, value)] if value else [])
         elif value is not None:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.flags import canonical_cli_flag, vllm_cli_flag
 from ..planner.versions import Version, parse_version
 
 
@@ -41,8 +42,8 @@ class FlagTable(BaseModel):
     def unsupported_reason(self, flag: str, version: str) -> str:
         support = self.flags[flag]
         if parse_version(version) < parse_version(support.since):
-            return f"--{flag.replace('_', '-')} does not exist before vLLM {support.since} (image is {version})"
-        return f"--{flag.replace('_', '-')} was removed in vLLM {support.removed} (image is {version})"
+            return f"{vllm_cli_flag(flag)} does not exist before vLLM {support.since} (image is {version})"
+        return f"{vllm_cli_flag(flag)} was removed in vLLM {support.removed} (image is {version})"
 
     def can_negate(self, flag: str, version: str) -> bool:
         since = self.negatable.get(flag)
@@ -156,7 +157,7 @@ class CliFlagTable(BaseModel):
         name, eq, inline = word.partition("=")
         inline_value: str | None = inline if eq else None
         if name.startswith("--"):
-            name = "--" + name[2:].split(".", 1)[0].replace("_", "-")  # --compilation-config.level: that flag
+            name = canonical_cli_flag(name.split(".", 1)[0])  # --compilation-config.level: that flag
         wanted = parse_version(version)
         rows = self.aliases.get(name, ())
         if not name.startswith("--") and not rows:

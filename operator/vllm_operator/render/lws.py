@@ -21,6 +21,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.flags import vllm_cli_flag
 from .flags import flag_table
 from .manifests import (
     ANNOTATION_PLAN,
@@ -66,7 +67,7 @@ def multinode_supported(version: str) -> bool:
 def multinode_unsupported_reason(version: str) -> str:
     table = flag_table()
     missing = [name for name in MULTINODE_FLAGS if not table.supports(name, version)]
-    return (f"vLLM {version} has no native multi-node mode (--{missing[0].replace('_', '-')} and the headless "
+    return (f"vLLM {version} has no native multi-node mode ({vllm_cli_flag(missing[0])} and the headless "
             f"multiproc executor arrived in 0.11.1); use an image of vLLM 0.11.1 or newer, or fewer nodes")
 
 

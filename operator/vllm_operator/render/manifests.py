@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api.flags import vllm_cli_flag, vllm_cli_negation
 from ..api.labels import (
     ANNOTATION_PLAN as ANNOTATION_PLAN,  # re-exported: handlers and tests import them here
 )
@@ -157,12 +158,12 @@ def render_args(flags: dict[str, Any], version: str, pinned: tuple[str, ...] = (
         if not table.supports(name, version):
             dropped.append(table.unsupported_reason(name, version))
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = vllm_cli_flag(name)
         if isinstance(value, bool):
             if value:
                 args.append(flag)
             elif table.can_negate(name, version):
-                args.append("--no-" + name.replace("_", "-"))
+                args.append(vllm_cli_negation(name))
             elif name in pinned:
                 dropped.append(f"{flag}=false is vLLM's default before 0.8; not passed")
         elif isinstance(value, (list, tuple)):  # nargs='+' options (--lora-modules name=source ...)
