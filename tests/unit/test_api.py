@@ -713,12 +713,18 @@ def test_weights_bytes_absent() -> None:
 
 
 @pytest.mark.parametrize(
-    "index", [{}, {"metadata": {}}, {"totalSize": "big"}, {"totalSize": 0}, {"totalSize": True}]
+    "index", [{}, {"metadata": {}}, {"totalSize": 0}, {"metadata": {"total_size": -1}}]
 )
 def test_safetensors_index_needs_a_size(index: dict[str, Any]) -> None:
     errors = validate_spec(spec(model={**MODEL, "safetensorsIndex": index}))
     assert fields(errors) == ["spec.model.safetensorsIndex"]
     assert "total_size" in errors[0].message
+
+
+@pytest.mark.parametrize("index", [{"totalSize": "big"}, {"totalSize": True}, {"totalSize": 1.5}])
+def test_a_safetensors_size_of_another_type_is_refused_naming_it(index: dict[str, Any]) -> None:
+    errors = validate_spec(spec(model={**MODEL, "safetensorsIndex": index}))
+    assert fields(errors) == ["spec.model.safetensorsIndex.totalSize"]
 
 
 # --------------------------------------------------------------------------------------------------

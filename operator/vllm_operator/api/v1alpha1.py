@@ -49,6 +49,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from ..quantity import quantity_problem
+from .model_config import ModelConfigSubset, SafetensorsIndexSubset, typed_json
 
 __all__ = [
     "API_VERSION",
@@ -251,12 +252,6 @@ FreeForm = Annotated[
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
 
-#: A model's config.json or safetensors index, inline: free-form, but bounded (see `inline_json_problem`).
-InlineJSON = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                    "maxProperties": MAX_INLINE_JSON_KEYS}),
-]
 
 
 def inline_json_problem(value: Any) -> str | None:
@@ -284,6 +279,13 @@ def inline_json_problem(value: Any) -> str | None:
             return (f"is larger than {MAX_INLINE_JSON_BYTES // 1024} KiB; give the model's own config.json "
                     "(a real one is a few KiB), or use configMapRef")
     return None
+
+
+#: A model's config.json, inline: the keys the planner reads, typed to a fixed depth (`api/model_config.py`); the
+#: API server prunes the rest. Bounded in size and depth first (see `inline_json_problem`). A plain dict in Python.
+InlineConfig = Annotated[dict[str, Any], typed_json(ModelConfigSubset, inline_json_problem)]
+#: A model's safetensors index, inline: only its total size (`metadata.total_size` or `totalSize`).
+InlineIndex = Annotated[dict[str, Any], typed_json(SafetensorsIndexSubset, inline_json_problem)]
 
 #: The value of one vLLM flag: a bool, a number or a string.
 FlagValue = bool | int | float | str | list[str]  # lists: nargs options (--lora-modules)
@@ -495,20 +497,23 @@ class ModelSpec(_Model):
         pattern=REVISION_PATTERN,
         description="Branch, tag or commit of the model repository. Defaults to the repository's main branch.",
     )
-    config: InlineJSON | None = Field(
+    config: InlineConfig | None = Field(
         default=None,
         description=(
-            "The model's config.json, inline (at most 256 KiB, 16 levels deep). The planner reads the architecture "
-            "(layers, heads, hidden size, max_position_embeddings, dtype) from it, bounded before any arithmetic. "
+            "The model's config.json, inline: paste the file as is. Only the keys the planner reads are kept "
+            "(architecture, layers, heads, hidden size, context length, rope scaling, dtype, quantization_config, "
+            "text_config/vision_config, ...; typed, a few levels deep); the API server drops every other key. "
+            "To keep the whole file, put it in a ConfigMap and use `configMapRef`. "
             "When neither this nor `configMapRef` is set the operator uses its built-in catalog or fetches "
             "config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
         ),
     )
-    safetensors_index: InlineJSON | None = Field(
+    safetensors_index: InlineIndex | None = Field(
         default=None,
         description=(
             "The model's model.safetensors.index.json, inline, or just `{totalSize: <bytes>}`. Only the weights' "
-            "total size is used (`metadata.total_size` or `totalSize`)."
+            "total size is kept (`metadata.total_size` or `totalSize`); `weight_map` is dropped. The full file "
+            "can go in the ConfigMap of `configMapRef`."
         ),
     )
     config_map_ref: ConfigMapModelRef | None = Field(
@@ -548,10 +553,6 @@ class ModelSpec(_Model):
     @model_validator(mode="after")
     def _check_rules(self) -> ModelSpec:
         violations: list[RuleViolation] = []
-        for field, value in (("config", self.config), ("safetensorsIndex", self.safetensors_index)):
-            problem = inline_json_problem(value) if value is not None else None
-            if problem:
-                violations.append(RuleViolation("inline-json-bounded", field, problem))
         if self.safetensors_index is not None and self.weights_bytes() is None:
             violations.append(
                 RuleViolation(
