@@ -833,7 +833,7 @@ def test_plan_needs_fits() -> None:
 
 
 def test_condition_types_and_reasons_are_camel_case_and_unique() -> None:
-    assert c.CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "PlanFeasible", "MetricsAvailable")
+    assert c.CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "PlanFeasible", "MetricsAvailable", "PlanBudget")
     assert len(set(c.ALL_REASONS)) == len(c.ALL_REASONS)
     for reason in c.ALL_REASONS + c.CONDITION_TYPES:
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]*", reason), reason
