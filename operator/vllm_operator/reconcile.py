@@ -332,7 +332,10 @@ def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Map
     for node_gpu, count, pool_label in pools:
         if spec.gpu.product:
             continue
-        res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        with budget.phase("pools"):
+            if budget.out_of_budget():  # the spec's work budget is spent: choose among the pools planned so far
+                break
+            res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         planned.append(_Pool(node_gpu, count, pool_label, res))
     if len(planned) > 1:
         ranked = sorted(planned, key=_pool_rank)
@@ -368,6 +371,9 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
     for node_gpu, _count, pool_label in pools:
         if node_gpu.spec.name == gpu.name:
             continue
+        with budget.phase("options"):
+            if budget.out_of_budget():  # the spec's work budget is spent: the options found so far
+                break
         res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         limits = [f"{'change' if spec.gpu.product else 'set'} spec.gpu.product to {pool_label or node_gpu.spec.name}"]
         if not res.fits and node_gpu.count > spec.gpu.max_count:

@@ -174,3 +174,19 @@ def test_no_example_comes_near_the_budget(path: Path) -> None:
                         status={}, now=NOW, nodes=[L4_NODE], model_files=find_in_catalog(spec["model"]["name"]))
     work = _planning_work(observed)
     assert work.report() is None and work.used < budget.PLAN_BUDGET_PREDICTIONS // 3  # the 405B examples: 612
+
+
+def test_without_a_product_a_spent_budget_stops_planning_more_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = ({"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"},
+             {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8"},
+             {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
+    observed = adversarial.observe({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}, "small", nodes)
+    whole = desired_state(observed)
+    assert whole.plan is not None and whole.plan.fits and "pools:" in (whole.status.gpu.source or "")
+    reconcile._plan_cache.clear()
+    monkeypatch.setattr(budget, "PLAN_BUDGET_PREDICTIONS", 1)
+    cut = desired_state(observed)
+    over = cond.find_condition(cut.status.conditions, cond.PLAN_BUDGET)
+    assert over is not None and over.reason == cond.OVER_BUDGET
+    assert "in the pools search, which spec.gpu.product sizes" in over.message and "set spec.gpu.product" in over.message
+    assert cut.plan is not None and cut.plan.fits  # still answered: the pool resolved first

@@ -1,8 +1,8 @@
 """A deterministic work budget for planning one spec (issue 20: one spec can cost seconds of CPU per plan).
 
-Planning a spec is a search: layouts (TP × KV dtype × eager, per GPU count up to `spec.gpu.maxCount`), node counts
-(up to `spec.gpu.maxNodes`), and, for a plan that does not fit, alternatives (more GPUs, another GPU, a quantized
-checkpoint, more nodes). Every candidate costs one startup prediction (`memory.predict_startup`), which is what the
+Planning a spec is a search: layouts (TP × KV dtype × eager, per GPU count up to `spec.gpu.maxCount`), the GPU pools
+of the cluster (every one without `spec.gpu.product`), node counts (up to `spec.gpu.maxNodes`), and, for a plan that
+does not fit, alternatives (more GPUs, another GPU or pool, a quantized checkpoint, more nodes). Every candidate costs one startup prediction (`memory.predict_startup`), which is what the
 CPU goes to. The budget counts predictions, not seconds, so the same spec always gets the same answer, on an idle
 machine or a loaded one, and tests never depend on speed.
 
@@ -50,6 +50,8 @@ PHASES: Final[dict[str, tuple[str, str]]] = {
                 "lower spec.gpu.maxCount (or set spec.gpu.count), or pin spec.flags.tensorParallelSize"),
     "nodes": ("spec.gpu.maxNodes",
               "lower spec.gpu.maxNodes, or pin spec.flags.tensorParallelSize and pipelineParallelSize"),
+    "pools": ("spec.gpu.product",
+              "without spec.gpu.product every GPU pool of the cluster is planned: set spec.gpu.product"),
     "options": ("spec.gpu.product",
                 "the search for alternatives to a plan that does not fit: set spec.gpu.product and spec.gpu.count "
                 "to GPUs the model fits, or lower spec.gpu.maxNodes"),
