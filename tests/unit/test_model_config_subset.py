@@ -10,6 +10,7 @@ from the pruned config equals the one read from the whole file.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import types
@@ -28,6 +29,7 @@ from vllm_operator.api.model_config import ArchConfig, ModelConfigSubset, Safete
 from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec, validate_spec
 from vllm_operator.planner import arch as arch_module
 from vllm_operator.planner.arch import ArchError, arch_from_config, check_arch_bounds
+from vllm_operator_sim.emulator_admission import prune_unknown, schema_errors
 from vllm_operator_sim.realvllm import tiny_llama_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,7 +222,7 @@ def test_the_crd_has_no_free_form_field_in_the_spec() -> None:
     assert walk(model["config"], "config", 1) == 7  # config.text_config.quantization_config.config_groups.<g>.weights.num_bits
     assert walk(model["safetensorsIndex"], "safetensorsIndex", 1) == 3
     assert "configMapRef" in model["config"]["description"]
-    assert yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"] == schema
+    assert _crd_schema() == schema
 
 
 def test_unknown_keys_and_nulls_are_dropped_as_the_api_server_prunes_them() -> None:
@@ -288,3 +290,35 @@ def test_check_arch_bounds_still_names_an_out_of_range_value() -> None:
                                                                "num_hidden_layers": 100_000}}}).model.config
     with pytest.raises(ArchError, match="num_hidden_layers"):
         check_arch_bounds(kept, model_id="m")
+
+
+@functools.cache
+def _crd_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _drop_nulls(value: Any) -> Any:
+    """What the API server does with a null in a field the CRD does not mark nullable: drops it."""
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_api_server_stores_what_the_operator_reads(name: str) -> None:
+    """One source of truth: the CRD's pruning (as the emulated API server applies it) keeps exactly the keys and
+    values the pydantic subset hands the planner, and admits every real config."""
+    schema = _crd_schema()
+    obj = {"apiVersion": "vllm-operator.dev/v1alpha1", "kind": "VLLMService",
+           "spec": {"model": {"name": "org/m", "config": json.loads(json.dumps(CONFIGS[name]))}}}
+    dropped = prune_unknown(obj, schema)
+    stored = _drop_nulls(obj)
+    assert schema_errors(stored, crd_schema=schema) == []
+    assert stored["spec"]["model"]["config"] == parse_spec(stored).model.config
+    assert stored["spec"]["model"]["config"] == parse_spec({"model": {"name": "org/m",
+                                                                       "config": CONFIGS[name]}}).model.config
+    if name.startswith(("catalog/", "benchmarks/")):  # kubectl's default (strict) validation names these keys
+        assert dropped and all(path.startswith("spec.model.config.") for path in dropped)

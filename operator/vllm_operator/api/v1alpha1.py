@@ -500,10 +500,11 @@ class ModelSpec(_Model):
     config: InlineConfig | None = Field(
         default=None,
         description=(
-            "The model's config.json, inline: paste the file as is. Only the keys the planner reads are kept "
-            "(architecture, layers, heads, hidden size, context length, rope scaling, dtype, quantization_config, "
-            "text_config/vision_config, ...; typed, a few levels deep); the API server drops every other key. "
-            "To keep the whole file, put it in a ConfigMap and use `configMapRef`. "
+            "The model's config.json, inline: only the keys the planner reads (architecture, layers, heads, hidden "
+            "size, context length, rope scaling, dtype, quantization_config, text_config/vision_config, ...; typed, "
+            "a few levels deep). The API server drops any other key (kubectl's default strict validation refuses it "
+            "instead: keep only these keys, or apply with --validate=warn). To give the whole file, put it in a "
+            "ConfigMap and use `configMapRef`. "
             "When neither this nor `configMapRef` is set the operator uses its built-in catalog or fetches "
             "config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
         ),
