@@ -40,8 +40,8 @@ __all__ = [
 #: Startup predictions one spec's planning may make. The most any spec makes today is about 700 (the hand-picked
 #: expensive specs of `benchmarks/adversarial_corpus.py --expensive`, e.g. Llama-4-Maverick on 1-GPU RTX 4090 nodes
 #: with maxNodes/maxCount 64: 702; its 1,500-spec corpus: max 635, p50 123; the examples: at most 612, the Llama
-#: 3.1 405B ones, under a third of the budget, tests/unit/test_plan_budget.py). A prediction costs about 0.25 ms of CPU here, so a spec costs at most
-#: about half a second of CPU however it is written.
+#: 3.1 405B ones, under a third of the budget, tests/unit/test_plan_budget.py). A prediction costs about 0.2-0.4 ms
+#: of CPU here (more for MoE models), so a spec costs at most about a second of CPU however it is written.
 PLAN_BUDGET_PREDICTIONS = 2000
 
 #: The searches a plan makes, the spec field that sets how large each is, and what to change.
