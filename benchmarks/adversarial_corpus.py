@@ -12,7 +12,8 @@ reconcile.
 
 Also the CPU time per spec (process time: what a reconcile takes from the others under one GIL), with the worst
 specs and, with --expensive, the hand-picked expensive ones (issue 20: large models on small GPUs with high
-gpu.maxNodes / maxCount on several clusters).
+gpu.maxNodes / maxCount on several clusters); and the planning work per spec in startup predictions (the unit of
+the operator's work budget, planner/budget.py): the most any spec made and how many specs hit the budget.
 
 Usage: python benchmarks/adversarial_corpus.py [--examples 12500] [--seed 0] [--expensive]
 """
@@ -30,11 +31,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
 from kit import adversarial  # noqa: E402
 from vllm_operator import reconcile  # noqa: E402
 from vllm_operator.api.v1alpha1 import validate_spec  # noqa: E402
+from vllm_operator.planner import budget  # noqa: E402
+
+#: The work budget of every spec planned here: (predictions made, whether a search stopped at the budget, the field)
+WORK: list[tuple[int, bool, str]] = []
+_spend = budget.spend
+
+
+@contextmanager
+def _counted_spend(limit: int | None = None) -> Iterator[budget.WorkBudget]:
+    """The reconcile core's own budget, read when it closes (the benchmark's only instrumentation)."""
+    with _spend(limit) as work:
+        yield work
+    report = work.report()
+    WORK.append((work.used, report is not None, report.field if report else ""))
+
+
+budget.spend = _counted_spend  # the reconcile core calls budget.spend()
 
 
 def main() -> int:
@@ -98,15 +119,30 @@ def main() -> int:
           f" ms, p99 {seconds[int(len(seconds) * 0.99)] * 1e3:.1f} ms, max {seconds[-1] * 1e3:.1f} ms; worst:")
     for spent, what in cpu[-5:][::-1]:
         print(f"  {spent * 1e3:8.1f} ms  {what}")
+    _print_work("corpus")
     if args.expensive:
+        WORK.clear()
         print("expensive specs (CPU per reconcile):")
         for what, spent in expensive_specs():
             print(f"  {spent * 1e3:8.1f} ms  {what}")
+        _print_work("expensive specs")
     bad = outcomes["EXCEPTION"] + outcomes["CHECK FAILED"]
     print(f"exceptions escaping the core: {outcomes['EXCEPTION']}; failed checks: {outcomes['CHECK FAILED']}")
     for failure in failures[:20]:
         print("---\n" + failure)
     return 1 if bad else 0
+
+
+def _print_work(what: str) -> None:
+    if not WORK:
+        print(f"planning work ({what}): no spec was planned")
+        return
+    made = sorted(used for used, _, _ in WORK)
+    over = Counter(field for _, hit, field in WORK if hit)
+    print(f"planning work ({what}; {len(WORK)} specs planned): startup predictions per spec p50 "
+          f"{statistics.median(made):.0f}, p99 {made[int(len(made) * 0.99)]}, max {made[-1]} (budget "
+          f"{budget.PLAN_BUDGET_PREDICTIONS}); specs that hit the budget: {sum(over.values())}"
+          + (" (" + ", ".join(f"{field} {count}" for field, count in over.most_common()) + ")" if over else ""))
 
 
 def _describe(spec: Any, cluster: Any) -> str:

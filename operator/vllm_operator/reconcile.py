@@ -35,7 +35,7 @@ from .api.v1alpha1 import (
     validate_spec,
 )
 from .modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
-from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, plan
+from .planner import ArchError, Constraints, Option, Plan, PlanRequest, Workload, budget, plan
 from .planner.arch import ModelArch, arch_from_config, check_arch_bounds, checkpoint_bytes
 from .planner.gpus import (
     LABEL_PRODUCT,
@@ -301,11 +301,13 @@ def cached_plan(request: PlanRequest) -> Plan:
         if hit is not None:
             _plan_cache.move_to_end(key)
     if hit is None:
+        stops = budget.stops()
         hit = plan(request)
-        with _plan_cache_lock:
-            _plan_cache[key] = hit
-            while len(_plan_cache) > PLAN_CACHE_SIZE:
-                _plan_cache.popitem(last=False)
+        if budget.stops() == stops:  # a plan cut short by this spec's work budget is never another spec's answer
+            with _plan_cache_lock:
+                _plan_cache[key] = hit
+                while len(_plan_cache) > PLAN_CACHE_SIZE:
+                    _plan_cache.popitem(last=False)
     return hit.model_copy(deep=True)
 
 
@@ -330,7 +332,10 @@ def plan_for_cluster(spec: VLLMServiceSpec, arch: ModelArch, nodes: Sequence[Map
     for node_gpu, count, pool_label in pools:
         if spec.gpu.product:
             continue
-        res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
+        with budget.phase("pools"):
+            if budget.out_of_budget():  # the spec's work budget is spent: choose among the pools planned so far
+                break
+            res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         planned.append(_Pool(node_gpu, count, pool_label, res))
     if len(planned) > 1:
         ranked = sorted(planned, key=_pool_rank)
@@ -366,6 +371,9 @@ def _cluster_options(spec: VLLMServiceSpec, arch: ModelArch, constraints: Constr
     for node_gpu, _count, pool_label in pools:
         if node_gpu.spec.name == gpu.name:
             continue
+        with budget.phase("options"):
+            if budget.out_of_budget():  # the spec's work budget is spent: the options found so far
+                break
         res = cached_plan(plan_request(spec, arch, node_gpu.spec, constraints, node_gpu.count))
         limits = [f"{'change' if spec.gpu.product else 'set'} spec.gpu.product to {pool_label or node_gpu.spec.name}"]
         if not res.fits and node_gpu.count > spec.gpu.max_count:
@@ -621,6 +629,8 @@ class _Planned:
     nodes_per_replica: int = 1
     multi: MultiNodeStatus | None = None    # status.multiNode, when the plan spans nodes
     stop: multinode.Blocker | None = None   # what a spanning plan lacks that does not block the render
+    budget_updates: list[cond.ConditionUpdate] = field(default_factory=list)  # PlanBudget (issue 20)
+    budget_events: list[Event] = field(default_factory=list)
 
 
 def _desired_state(observed: Observed) -> Desired:
@@ -804,11 +814,13 @@ def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arc
     """Step 6: the plan (with what the remediation ladder learned), its args and what status shows of it."""
     gpu, how, product_label, node_count, nodes = pool
     constraints = constraints_from_status(observed.status)
-    gpu, how, product_label, node_count, result = plan_for_cluster(
-        spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
-    request = plan_request(spec, arch, gpu, constraints, node_count)
-    pool_nodes = sum(1 for n in nodes if product_label and n.get(LABEL_PRODUCT) == product_label)
-    result, spread, nodes_per_replica = _plan_maybe_across_nodes(spec, request, node_count, result, pool_nodes)
+    with budget.spend() as work:  # bounded work per spec: the searches stop at the budget (planner/budget.py)
+        gpu, how, product_label, node_count, result = plan_for_cluster(
+            spec, arch, nodes, catalog, constraints, (gpu, how, product_label, node_count))
+        request = plan_request(spec, arch, gpu, constraints, node_count)
+        pool_nodes = sum(1 for n in nodes if product_label and n.get(LABEL_PRODUCT) == product_label)
+        result, spread, nodes_per_replica = _plan_maybe_across_nodes(spec, request, node_count, result, pool_nodes)
+    budget_updates, budget_events = _budget_condition(observed, work.report())
     gpu_status = GPUStatus(product=product_label or gpu.name, nodes=nodes_per_replica, memoryGiB=gpu.reported_gib,
                            count=result.gpu_count // nodes_per_replica, source=how)
     secret_updates, secret_events = _secret_warning(observed, spec)
@@ -821,7 +833,23 @@ def _plan(observed: Observed, spec: VLLMServiceSpec, resolved: ImageVersion, arc
                     status_plan=plan_status(result, args, digest),
                     changed=decided_before != (result.fits, args, product_label or gpu.name),
                     secret_updates=secret_updates, secret_events=secret_events, spread=spread,
-                    nodes_per_replica=nodes_per_replica)
+                    nodes_per_replica=nodes_per_replica, budget_updates=budget_updates, budget_events=budget_events)
+
+
+def _budget_condition(observed: Observed, report: budget.BudgetReport | None,
+                      ) -> tuple[list[cond.ConditionUpdate], list[Event]]:
+    """PlanBudget=True/OverBudget naming the expensive field (and one Warning Event per new message) when planning
+    stopped at the work budget; False/WithinBudget once a spec that hit it no longer does; nothing otherwise."""
+    before = cond.find_condition(_status(observed, []).conditions, cond.PLAN_BUDGET)
+    if report is None:
+        if before is None or before.status != cond.TRUE:
+            return [], []
+        return [cond.ConditionUpdate(cond.PLAN_BUDGET, cond.FALSE, cond.WITHIN_BUDGET,
+                                     "planning this spec ran within the operator's work budget")], []
+    message = report.message()
+    said = before is not None and before.status == cond.TRUE and before.message == message
+    return ([cond.ConditionUpdate(cond.PLAN_BUDGET, cond.TRUE, cond.OVER_BUDGET, message)],
+            [] if said else [Event(EVENT_WARNING, cond.OVER_BUDGET, message)])
 
 
 def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
@@ -840,9 +868,9 @@ def _infeasible_status(observed: Observed, planned: _Planned) -> Desired:
         cond.ConditionUpdate(cond.READY, cond.FALSE, cond.PLAN_INFEASIBLE, "the plan does not fit"),
     ]
     events = [Event(EVENT_WARNING, cond.PLAN_INFEASIBLE, message)] if planned.changed else []
-    events.extend(planned.secret_events)
-    status = _status(observed, updates + planned.secret_updates, plan=planned.status_plan, gpu=planned.gpu_status,
-                     multi_node=None)
+    events.extend(planned.secret_events + planned.budget_events)
+    status = _status(observed, updates + planned.secret_updates + planned.budget_updates, plan=planned.status_plan,
+                     gpu=planned.gpu_status, multi_node=None)
     return Desired(status=status, children=None, events=events, plan=result)
 
 
@@ -1034,8 +1062,8 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     if planned.changed:
         events.append(Event(EVENT_NORMAL, "Planned", message))
         events.extend(Event(EVENT_NORMAL, "FlagDropped", why) for why in planned.dropped)
-    events.extend(planned.secret_events)
-    updates.extend(planned.secret_updates)
+    events.extend(planned.secret_events + planned.budget_events)
+    updates.extend(planned.secret_updates + planned.budget_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
     selector = _serving(observed, planned).label_selector()  # the /scale subresource's: the HPA's pods
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
@@ -1074,7 +1102,9 @@ def _multinode_gate(observed: Observed, planned: _Planned, nodes: Sequence[Mappi
                cond.ConditionUpdate(cond.READY, cond.FALSE, stop.reason, "no LeaderWorkerSet: " + stop.reason)]
     events = [] if _already_said(observed, stop.reason, stop.message) else [
         Event(EVENT_WARNING, stop.reason, stop.message)]
-    status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, multi_node=multi)
+    events.extend(planned.budget_events)
+    status = _status(observed, updates + planned.budget_updates, plan=planned.status_plan, gpu=planned.gpu_status,
+                     multi_node=multi)
     return Desired(status=status, children=None, events=events, plan=spread.plan, retry_after=stop.retry_after)
 
 

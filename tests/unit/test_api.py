@@ -714,12 +714,18 @@ def test_weights_bytes_absent() -> None:
 
 
 @pytest.mark.parametrize(
-    "index", [{}, {"metadata": {}}, {"totalSize": "big"}, {"totalSize": 0}, {"totalSize": True}]
+    "index", [{}, {"metadata": {}}, {"totalSize": 0}, {"metadata": {"total_size": -1}}]
 )
 def test_safetensors_index_needs_a_size(index: dict[str, Any]) -> None:
     errors = validate_spec(spec(model={**MODEL, "safetensorsIndex": index}))
     assert fields(errors) == ["spec.model.safetensorsIndex"]
     assert "total_size" in errors[0].message
+
+
+@pytest.mark.parametrize("index", [{"totalSize": "big"}, {"totalSize": True}, {"totalSize": 1.5}])
+def test_a_safetensors_size_of_another_type_is_refused_naming_it(index: dict[str, Any]) -> None:
+    errors = validate_spec(spec(model={**MODEL, "safetensorsIndex": index}))
+    assert fields(errors) == ["spec.model.safetensorsIndex.totalSize"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -828,7 +834,7 @@ def test_plan_needs_fits() -> None:
 
 
 def test_condition_types_and_reasons_are_camel_case_and_unique() -> None:
-    assert c.CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "PlanFeasible", "MetricsAvailable")
+    assert c.CONDITION_TYPES == ("Ready", "Progressing", "Degraded", "PlanFeasible", "MetricsAvailable", "PlanBudget")
     assert len(set(c.ALL_REASONS)) == len(c.ALL_REASONS)
     for reason in c.ALL_REASONS + c.CONDITION_TYPES:
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]*", reason), reason

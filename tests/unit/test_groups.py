@@ -165,6 +165,15 @@ def test_a_bare_nccl_system_error_is_not_the_network(before: str) -> None:
     assert decide(failure, "uid/1", current, datetime(2025, 6, 1, tzinfo=UTC)).action is Action.SURFACE
 
 
+def test_an_nccl_system_error_quotes_its_own_line_only() -> None:
+    """Issue 20: the rest of the log is text nothing recognised; it stays in the pod (the excerpt went to
+    status.remediation.history)."""
+    text = "worker said: session q7Zk-SECRET-SHAPE-3nT1 refused\n" + SYSTEM_ERROR
+    failure = classify_text(text, exit_code=1)
+    assert failure.kind is FailureKind.UNKNOWN and "NCCL error: unhandled system error" in failure.excerpt
+    assert "SECRET-SHAPE" not in failure.model_dump_json()
+
+
 def test_nccl_shared_memory_failures_are_named() -> None:
     text = ("NCCL WARN Error: failed to extend /dev/shm/nccl-4Lq1 to 9637892 bytes\n"
             "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-4Lq1 (size 9637888)\n" + SYSTEM_ERROR)

@@ -55,7 +55,10 @@ PLAN_FEASIBLE: Final = "PlanFeasible"
 
 #: vLLM's metrics could be read from Prometheus (set only when spec.prometheus.enabled).
 METRICS_AVAILABLE: Final = "MetricsAvailable"
-CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE, METRICS_AVAILABLE)
+#: Planning the spec stopped at the operator's work budget (issue 20; planner/budget.py): the message names the spec
+#: field that made it expensive. Set only once a spec has hit the budget (False again when it no longer does).
+PLAN_BUDGET: Final = "PlanBudget"
+CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE, METRICS_AVAILABLE, PLAN_BUDGET)
 
 # --------------------------------------------------------------------------------------------------
 # Reasons
@@ -117,10 +120,16 @@ SHARE_DOES_NOT_FIT: Final = "ShareDoesNotFit"
 #: Progressing: a share-group member's pods wait (0 replicas) for a neighbour earlier in its GPU's start order
 WAITING_FOR_NEIGHBOUR: Final = "WaitingForNeighbour"
 
+# Planning work (PlanBudget): the spec's planning stopped at the work budget, or no longer does
+OVER_BUDGET: Final = "OverBudget"
+WITHIN_BUDGET: Final = "WithinBudget"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 
 ALL_REASONS: Final[tuple[str, ...]] = (
+    OVER_BUDGET,
+    WITHIN_BUDGET,
     GPU_SHARING_UNAVAILABLE,
     SHARE_DOES_NOT_FIT,
     WAITING_FOR_NEIGHBOUR,

@@ -176,13 +176,6 @@ FreeForm = Annotated[
     WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
 ]
 
-#: A model's config.json or safetensors index, inline: free-form, but bounded (see `inline_json_problem`).
-InlineJSON = Annotated[
-    dict[str, Any],
-    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                    "maxProperties": MAX_INLINE_JSON_KEYS}),
-]
-
 
 def inline_json_problem(value: Any) -> str | None:
     """Why an inline JSON document is too big or too deep for the operator, or None. Walks iteratively, so a

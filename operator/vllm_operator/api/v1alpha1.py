@@ -23,7 +23,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 from .schema import (
     API_VERSION_PATTERN, CelRule, DATA_KEY_PATTERN, DNS1035_LABEL_PATTERN, DNS1123_LABEL_PATTERN,
     DNS1123_SUBDOMAIN_PATTERN, ENV_NAME_PATTERN, EXTENDED_RESOURCE_PATTERN, FIELD_PATH_PATTERN, FreeForm,
-    HF_MODEL_ID_PATTERN, IMAGE_PATTERN, inline_json_problem, InlineJSON, INT32_MAX, _LABEL_KEY,
+    HF_MODEL_ID_PATTERN, IMAGE_PATTERN, inline_json_problem, INT32_MAX, _LABEL_KEY,
     LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, LORA_NAME_PATTERN, LORA_SOURCE_PATTERN, MAX_CONTEXT_TOKENS,
     MAX_INLINE_JSON_BYTES, MAX_INLINE_JSON_DEPTH, MAX_INLINE_JSON_KEYS, MAX_MODEL_LEN_AUTO, _Model,
     MODEL_SOURCE_PATTERN, MOUNT_PATH_PATTERN, PROMETHEUS_URL_PATTERN, Quantity, QUANTITY_PATTERN,
@@ -51,6 +51,7 @@ from .errors import (
 )
 from .errors import _model_class as _model_class  # noqa: F401  (tests read it here)
 from .schema import _PATTERN_WORDS as _PATTERN_WORDS  # noqa: F401  (tests read it here)
+from .model_config import ModelConfigSubset, SafetensorsIndexSubset, typed_json
 # isort: on
 
 __all__ = [
@@ -74,7 +75,7 @@ __all__ += [
     "IMAGE_PATTERN", "DNS1123_SUBDOMAIN_PATTERN", "DATA_KEY_PATTERN", "MOUNT_PATH_PATTERN",
     "LABEL_VALUE_PATTERN", "LABEL_KEY_PATTERN", "TOLERATION_KEY_PATTERN", "ENV_NAME_PATTERN",
     "MAX_INLINE_JSON_BYTES", "MAX_INLINE_JSON_DEPTH", "MAX_INLINE_JSON_KEYS", "MAX_CONTEXT_TOKENS",
-    "MAX_MODEL_LEN_AUTO", "INT32_MAX", "Quantity", "FreeForm", "InlineJSON", "inline_json_problem",
+    "MAX_MODEL_LEN_AUTO", "INT32_MAX", "Quantity", "FreeForm", "inline_json_problem",
     "FlagMap", "Quantization", "KVCacheDType", "ModelDType", "BlockSize", "MaxLoraRank",
     "SPECULATIVE_METHOD_PATTERN", "MaxModelLen", "OPERATOR_OWNED_FLAGS", "VLLM_SHORT_FLAGS",
     "DNS1123_LABEL_PATTERN", "API_VERSION_PATTERN", "FIELD_PATH_PATTERN", "RESOURCE_NAME_PATTERN",
@@ -112,6 +113,12 @@ DEFAULT_MODEL_CACHE_MOUNT_PATH = "/root/.cache/huggingface"
 DEFAULT_SERVICE_PORT = 8000
 DEFAULT_CONFIG_KEY = "config.json"
 DEFAULT_SAFETENSORS_INDEX_KEY = "model.safetensors.index.json"
+
+#: A model's config.json, inline: the keys the planner reads, typed to a fixed depth (`api/model_config.py`); the
+#: API server prunes the rest. Bounded in size and depth first (see `inline_json_problem`). A plain dict in Python.
+InlineConfig = Annotated[dict[str, Any], typed_json(ModelConfigSubset, inline_json_problem)]
+#: A model's safetensors index, inline: only its total size (`metadata.total_size` or `totalSize`).
+InlineIndex = Annotated[dict[str, Any], typed_json(SafetensorsIndexSubset, inline_json_problem)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -166,20 +173,24 @@ class ModelSpec(_Model):
         pattern=REVISION_PATTERN,
         description="Branch, tag or commit of the model repository. Defaults to the repository's main branch.",
     )
-    config: InlineJSON | None = Field(
+    config: InlineConfig | None = Field(
         default=None,
         description=(
-            "The model's config.json, inline (at most 256 KiB, 16 levels deep). The planner reads the architecture "
-            "(layers, heads, hidden size, max_position_embeddings, dtype) from it, bounded before any arithmetic. "
+            "The model's config.json, inline: only the keys the planner reads (architecture, layers, heads, hidden "
+            "size, context length, rope scaling, dtype, quantization_config, text_config/vision_config, ...; typed, "
+            "a few levels deep). The API server drops any other key (kubectl's default strict validation refuses it "
+            "instead: keep only these keys, or apply with --validate=warn). To give the whole file, put it in a "
+            "ConfigMap and use `configMapRef`. "
             "When neither this nor `configMapRef` is set the operator uses its built-in catalog or fetches "
             "config.json from the Hugging Face Hub. Inline values win over `configMapRef`."
         ),
     )
-    safetensors_index: InlineJSON | None = Field(
+    safetensors_index: InlineIndex | None = Field(
         default=None,
         description=(
             "The model's model.safetensors.index.json, inline, or just `{totalSize: <bytes>}`. Only the weights' "
-            "total size is used (`metadata.total_size` or `totalSize`)."
+            "total size is kept (`metadata.total_size` or `totalSize`); `weight_map` is dropped. The full file "
+            "can go in the ConfigMap of `configMapRef`."
         ),
     )
     config_map_ref: ConfigMapModelRef | None = Field(
@@ -219,10 +230,6 @@ class ModelSpec(_Model):
     @model_validator(mode="after")
     def _check_rules(self) -> ModelSpec:
         violations: list[RuleViolation] = []
-        for field, value in (("config", self.config), ("safetensorsIndex", self.safetensors_index)):
-            problem = inline_json_problem(value) if value is not None else None
-            if problem:
-                violations.append(RuleViolation("inline-json-bounded", field, problem))
         if self.safetensors_index is not None and self.weights_bytes() is None:
             violations.append(
                 RuleViolation(

@@ -2,7 +2,8 @@
 (render/cache.py and render/coldstart.py hold the pure parts):
 
 * the measured download in `status.modelCache`: how many bytes a pod downloaded in how long;
-* a failing download too (`status.modelCache.downloadError`, redacted, cleared by a later success), so a pod waiting
+* a failing download too (`status.modelCache.downloadError`: its class, never free log text; cleared by a later
+  success), so a pod waiting
   in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained;
 * the start, phase by phase, in `status.coldStart` (`record_ready`): image pull and volume attach, download, load,
   compile, CUDA graphs, engine start, scheduled → Ready.
@@ -25,11 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.v1alpha1 import VLLMServiceStatus
-from ..remediation.redact import redact
+from ..remediation.classifier import download_failure_summary
 from ..render.cache import (
     DOWNLOAD_CONTAINER,
     DownloadMeasure,
-    download_failure,
     download_from_vllm_log,
     fold_download,
     fold_download_failure,
@@ -78,10 +78,10 @@ def record_download(namespace: str, service: str, pod: Mapping[str, Any]) -> boo
         return False
     meta = pod.get("metadata") or {}
     name, uid = str(meta.get("name") or ""), str(meta.get("uid") or meta.get("name") or "")
-    failing = download_failure(pod)
+    failing = download_failure_summary(pod)  # classified, or no text of the container's (issue 20)
     measure = measured_download(pod)
     if failing is not None or (measure is not None and (name, None) not in _CLEARED):
-        _record_failure(namespace, service, name, redact(failing) if failing else None)
+        _record_failure(namespace, service, name, failing)
     if measure is None or not measure.telling() or _seen(uid):
         return False
     return _write(namespace, service, lambda _status: measure)

@@ -20,6 +20,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.v1alpha1 import PinnedFlags
+from . import budget
 from .arch import ModelArch, gib
 from .failures import FailureKind
 from .memory import (
@@ -300,11 +301,16 @@ class _NodeSearch:
 
     def fewest(self, low: int, high: int) -> tuple[int, Split, Plan] | None:
         """The fewest nodes in [low, high] on which a split fits: a binary search (more nodes never hold less: each
-        stage gets fewer layers), so 64 allowed nodes cost at most 7 node counts, not 63."""
+        stage gets fewer layers), so 64 allowed nodes cost at most 7 node counts, not 63.
+
+        Within the spec's work budget (planner/budget.py): once it is spent the search stops at the fewest nodes
+        found to fit so far (`high` always fits in the loop), or finds none."""
         high = min(high, self.request.arch.num_layers)  # beyond: more stages than layers, no split at all
-        if low > high or self.fits(high) is None:
+        if low > high or budget.out_of_budget() or self.fits(high) is None:
             return None
         while low < high:
+            if budget.out_of_budget():
+                break
             middle = (low + high) // 2
             if self.fits(middle) is not None:
                 high = middle
@@ -319,7 +325,8 @@ class _NodeSearch:
 
 def spanning_option(request: PlanRequest, gpus_per_node: int, after: int) -> Option | None:
     """The fewest nodes beyond `after` (up to MAX_OPTION_NODES) on which some split fits."""
-    found = _NodeSearch(request, gpus_per_node).fewest(after + 1, max(MAX_OPTION_NODES, after))
+    with budget.phase("options"):
+        found = _NodeSearch(request, gpus_per_node).fewest(after + 1, max(MAX_OPTION_NODES, after))
     if found is None:
         return None
     nodes, split, result = found
@@ -373,7 +380,8 @@ def plan_across_nodes(request: PlanRequest, *, gpus_per_node: int, max_nodes: in
                 if single.fits else f"one node's {gpus_per_node} GPU(s) do not fit "
                 f"({single.failure.kind if single.failure else 'workload'})")
     search = _NodeSearch(request, gpus_per_node)
-    found = search.fewest(max(2, least if least <= max_nodes else 2), max_nodes)
+    with budget.phase("nodes"):
+        found = search.fewest(max(2, least if least <= max_nodes else 2), max_nodes)
     if found is not None:
         nodes, split, _ = found
         tried = search.tried_before(nodes)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..api.flags import vllm_cli_flag, vllm_cli_negation
 from ..api.v1alpha1 import MAX_MODEL_LEN_AUTO, LoRASpec, MemoryBreakdown, PinnedFlags
+from . import budget
 from .arch import ArchError, ModelArch, checkpoint_bytes, dtype_bytes
 from .failures import FailureKind
 from .gpus import GPUSpec, safe_utilization
@@ -395,6 +396,7 @@ def layer_partition(request: PlanRequest, pp: int) -> tuple[int, ...] | None:
 def _predict(request: PlanRequest, profile: VersionProfile, flags: EngineFlags) -> StartupPrediction:
     arch = request.arch
     extra = request.constraints.extra_activation_gib
+    budget.charge()
     prediction = predict_startup(arch, flags, _facts(request, flags.tensor_parallel_size,
                                                      flags.pipeline_parallel_size), profile)
     if extra:
@@ -1101,6 +1103,8 @@ def _attempter(request: PlanRequest, profile: VersionProfile, usable_only: bool)
     seen: set[str] = set()
 
     def attempt(summary: str, changed: PlanRequest, kind: str = "gpus") -> Option | None:
+        if budget.out_of_budget():  # the spec's planning budget is spent: keep the options found so far
+            return None
         best, starts, _ = _choose(changed, profile)
         if not starts or (usable_only and shortfalls(changed, best.flags)) or summary in seen:
             return None
@@ -1117,6 +1121,11 @@ def _options(request: PlanRequest, profile: VersionProfile, usable_only: bool = 
     """Concrete alternatives from the GPU catalog that would fit (and be usable, when the plan itself only starts
     degenerate), each planned for real and saying what it changes beyond the GPUs. One step per kind of change, in
     the order they are offered."""
+    with budget.phase("options"):
+        return _options_within_budget(request, profile, usable_only)
+
+
+def _options_within_budget(request: PlanRequest, profile: VersionProfile, usable_only: bool) -> list[Option]:
     attempt = _attempter(request, profile, usable_only)
     found: list[Option] = []
     found.extend(_unpinned_options(request, attempt))

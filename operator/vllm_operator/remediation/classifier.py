@@ -64,14 +64,15 @@ InvalidArgument        `lora-unsupported` --enable-lora on a model class without
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..planner.failures import FailureKind
-from .evidence import ContainerEvidence
+from ..render.cache import DOWNLOAD_CONTAINER, download_failure
+from .evidence import ContainerEvidence, evidence_from_pod
 from .groups import network_failure
 from .redact import redact
 
@@ -81,6 +82,7 @@ __all__ = [
     "Phase",
     "classify",
     "classify_text",
+    "download_failure_summary",
 ]
 
 Phase = Literal["loading", "profiling", "cudagraph", "serving"]
@@ -931,7 +933,8 @@ def classify_text(
                        excerpt=_clip(line, EXCERPT_MAX), exit_code=exit_code)
     system = nccl_system_error(text)
     if system is not None:
-        return Failure(kind=FailureKind.UNKNOWN, summary=_one_line(system), excerpt=_clip(text, EXCERPT_MAX),
+        # the matched NCCL line, not the whole log: the rest is text nothing recognised (issue 20)
+        return Failure(kind=FailureKind.UNKNOWN, summary=_one_line(system), excerpt=_clip(system, EXCERPT_MAX),
                        exit_code=exit_code)
     if exit_code == 137 and not terminated_reason and not any(line.exc_type for line in lines):
         return Failure(
@@ -1026,3 +1029,44 @@ def _classify_container(evidence: ContainerEvidence) -> Failure | None:
         if from_log.kind is not FailureKind.UNKNOWN or not evidence.termination_message.strip():
             result = from_log
     return result
+
+
+def download_failure_summary(pod: Mapping[str, Any]) -> str | None:
+    """What status, conditions, Events and the operator's log say about a failing `model-download` init container
+    (None when it does not fail: never run, running its first try, or succeeded after earlier failures).
+
+    A failure the classifier recognises (a gated or missing repository, the download's host memory, ...) is its
+    classified one-line summary, redacted. Anything else carries no text of the container's at all (issue 20: free
+    log text of an unrecognised failure can hold a credential the redactor does not know): only its class, the
+    container, the exit code and the kubelet's reason, and where to read the log."""
+    if download_failure(pod) is None:
+        return None
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    name = str((meta or {}).get("name") or "<pod>")
+    namespace = (meta or {}).get("namespace")
+    for evidence in evidence_from_pod(pod, container=DOWNLOAD_CONTAINER):
+        recognised = _classify_container(evidence)
+        found = classify(evidence)
+        if recognised is not None and found is not None and recognised.kind is not FailureKind.UNKNOWN:
+            return redact(found.summary)
+    exit_code, reason = _last_exit(pod)
+    where = f" -n {namespace}" if isinstance(namespace, str) and namespace else ""
+    return (f"{FailureKind.UNKNOWN.value}: init container {DOWNLOAD_CONTAINER} failed (exit code {exit_code}, reason "
+            f"{reason}) with an error the operator does not recognise; its text is not copied here: see "
+            f"`kubectl logs{where} {name} -c {DOWNLOAD_CONTAINER} --previous`")
+
+
+def _last_exit(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """The exit code and the kubelet's reason of the download container's failed run (as `download_failure` reads
+    it: the current state, else the last), as short tokens."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if not isinstance(status, Mapping) or status.get("name") != DOWNLOAD_CONTAINER:
+            continue
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            terminated = state.get("terminated") if isinstance(state, Mapping) else None
+            if isinstance(terminated, Mapping) and terminated.get("exitCode") not in (0, None):
+                code = terminated.get("exitCode")
+                reason = str(terminated.get("reason") or "Error")
+                return (str(code) if isinstance(code, int) else "?",
+                        reason if re.fullmatch(r"[A-Za-z]{1,40}", reason) else "Error")
+    return "?", "Error"
