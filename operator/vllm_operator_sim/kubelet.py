@@ -12,7 +12,9 @@ through the emulator's thread-safe direct API:
 * **Scheduler**: a pod goes to a node whose labels match its ``nodeSelector`` and which has enough allocatable
   ``nvidia.com/gpu`` and memory left; otherwise it stays Pending with ``PodScheduled=False, Unschedulable`` and the
   scheduler's message.
-* **Kubelet**: Pending → ContainerCreating (image pull, once per node) → Running, not ready while vLLM loads →
+* **Kubelet**: Pending → ContainerCreating (image pull, once per node; the ``Pulling``/``Pulled`` Events as the real
+  kubelet prints them: "Successfully pulled image "…" in 30s (30s including waiting). Image size: N bytes.", or
+  "Container image "…" already present on machine" for every later container start on that node) → Running, not ready while vLLM loads →
   Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message`` is the log tail, as with
   ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with back-off 10 s, 20 s, 40 s …
   capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
@@ -90,6 +92,7 @@ DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-
 CACHE_CHECK_S = 1.5           # an init container that finds the weights: listing the repository, comparing hashes
 HUB_REFUSAL_S = 1.0           # an init container the hub refuses (a gated model without a token): one API call
 DOWNLOAD_CONTAINER = "model-download"
+IMAGE_BYTES = 9_412_003_840   # the vLLM image's size as the kubelet reports it (unpacked; vllm-openai is ~9 GB)
 
 
 def backoff_delay(failures: int) -> float:
@@ -172,6 +175,8 @@ class _Pod:
     conditions: dict[str, tuple[str, float]] = field(default_factory=dict)  # type → (status, since)
     traffic_checked: tuple[int, int] | None = None
     pulling: bool = False
+    pull_wait_s: float = 0.0     # how long its image pull took, waiting for another pod's pull of it included
+    pull_said: bool = False      # its Pulled Event for the first container is posted
     secrets: tuple[str, ...] = ()   # Secrets the container's env needs (not optional)
     logs_as_message: bool = False   # terminationMessagePolicy: FallbackToLogsOnError
     config_error: str = ""
@@ -281,7 +286,8 @@ class Kubelet:
     """The simulated control plane and node agents (see the module docstring)."""
 
     def __init__(self, api: DirectAPI, clock: SimClock, *, hidden: Callable[[str, str], HiddenFacts] | None = None,
-                 catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
+                 catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, image_bytes: int = IMAGE_BYTES,
+                 tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
                  post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S,
                  gated_models: Collection[str] = (), real: RealVLLM | None = None) -> None:
@@ -292,6 +298,7 @@ class Kubelet:
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
         self.image_pull_s = image_pull_s
+        self.image_bytes = image_bytes
         self.download_mib_per_s = download_mib_per_s
         #: model ids the simulated hub serves only with a token (the model-download init container fails without)
         self.gated_models = frozenset(gated_models)
@@ -594,6 +601,9 @@ class Kubelet:
         if available is None:
             available = images[pod.image] = now + SCHEDULE_S + self.image_pull_s
             pod.pulling = True
+        elif available > now + SCHEDULE_S and self.post_events:  # another pod's pull is under way: this one waits
+            self._post(pod, "Pulling", f'Pulling image "{pod.image}"', False)
+        pod.pull_wait_s = max(available - (now + SCHEDULE_S), 0.0)
         pod.state = "Creating"
         pod.due = max(available, now + SCHEDULE_S) + CREATE_S
 
@@ -623,6 +633,7 @@ class Kubelet:
                     pod.config_error, pod.due = error, t + 2.0
                     continue
                 pod.config_error = ""
+                self._pulled(pod, t)
                 if pod.init_model:
                     self._start_init(pod, t)
                 else:
@@ -649,6 +660,25 @@ class Kubelet:
             else:
                 return
 
+    def _pulled(self, pod: _Pod, t: float) -> None:
+        """The kubelet's Pulled Event of the pod's first container (pkg/kubelet/images/image_manager.go, 1.30+): the
+        pull's time and "including waiting" (serialized pulls: a pod that waited for another's pull of the image
+        pulls it again in a moment), and the image size; or the image already present on the node."""
+        if pod.pull_said:
+            return
+        pod.pull_said = True
+        if not pod.pulling and pod.pull_wait_s <= 0:
+            self._post_pulled(pod, f'Container image "{pod.image}" already present on machine')
+            return
+        pull = self.image_pull_s if pod.pull_wait_s >= self.image_pull_s else min(pod.pull_wait_s, 0.2)
+        self._post_pulled(pod, f'Successfully pulled image "{pod.image}" in {_go_duration(pull)} '
+                               f'({_go_duration(pod.pull_wait_s)} including waiting). '
+                               f'Image size: {self.image_bytes} bytes.')
+
+    def _post_pulled(self, pod: _Pod, message: str) -> None:
+        if self.post_events:
+            self._post(pod, "Pulled", message, False)
+
     def _start_run(self, pod: _Pod, t: float) -> None:
         if self.real is not None and pod.vllm and self.real.wants(pod.args):
             start_real_run(self, pod, t)
@@ -668,6 +698,8 @@ class Kubelet:
             pod.due = t + GENERIC_READY_S
             self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
             return
+        if pod.restart_count or pod.init_status is not None:  # the vLLM container after the init one, a restart
+            self._post_pulled(pod, f'Container image "{pod.image}" already present on machine')
         outcome = self._with_download(pod, t, self._with_compile_cache(pod, self._simulate(pod)))
         pod.outcome = outcome
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
@@ -1241,6 +1273,19 @@ def _secret_refs(container: Mapping[str, Any]) -> tuple[str, ...]:
         if ref.get("name") and not ref.get("optional"):
             names.append(str(ref["name"]))
     return tuple(dict.fromkeys(names))
+
+
+def _go_duration(seconds: float) -> str:
+    """A Go `time.Duration` truncated to the millisecond, as the kubelet prints it: `30s`, `1m23.456s`, `200ms`."""
+    ms = int(round(max(seconds, 0.0) * 1000))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
 
 
 def _tolerates(tolerations: list[dict[str, Any]], taint: Mapping[str, Any]) -> bool:

@@ -2498,6 +2498,9 @@ class ColdStartStatus(_StatusModel):
     """How long the service's last measured pod start took, phase by phase (render/coldstart.py)."""
 
     pod_start_seconds: float | None = _phase("Scheduled to the first container started: image pull, volume attach.")
+    image_pull_seconds: float | None = _phase(
+        "The image pull alone, from the kubelet's Pulled Events (0: the image was on the node already).")
+    image_bytes: int | None = Field(default=None, ge=0, description="The image size the kubelet reported.")
     download_seconds: float | None = _phase("The weight download (init container, or vLLM's own line).")
     load_seconds: float | None = _phase("vLLM loading the weights into GPU memory.")
     compile_seconds: float | None = _phase("torch.compile (or loading its cached result).")
