@@ -61,6 +61,7 @@ from vllm_operator.quantity import quantity_gib
 
 from . import shared_gpu
 from .clock import SimClock
+from .daemonsets import DaemonSetController
 from .lws import WORKER_INDEX, LWSController
 from .realvllm import RealVLLM, advance_real_pod, start_real_run
 from .startup import (
@@ -92,6 +93,8 @@ DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-
 CACHE_CHECK_S = 1.5           # an init container that finds the weights: listing the repository, comparing hashes
 HUB_REFUSAL_S = 1.0           # an init container the hub refuses (a gated model without a token): one API call
 DOWNLOAD_CONTAINER = "model-download"
+#: The container runtime's pod sandbox image: on every node before any pod (containerd's sandbox_image).
+SANDBOX_IMAGE = "registry.k8s.io/pause:"
 IMAGE_BYTES = 9_412_003_840   # the vLLM image's size as the kubelet reports it (unpacked; vllm-openai is ~9 GB)
 
 
@@ -176,6 +179,7 @@ class _Pod:
     traffic_checked: tuple[int, int] | None = None
     pulling: bool = False
     pull_wait_s: float = 0.0     # how long its image pull took, waiting for another pod's pull of it included
+    images: tuple[str, ...] = ()  # every image of its containers, init containers first (each pulled once per node)
     pull_said: bool = False      # its Pulled Event for the first container is posted
     secrets: tuple[str, ...] = ()   # Secrets the container's env needs (not optional)
     logs_as_message: bool = False   # terminationMessagePolicy: FallbackToLogsOnError
@@ -320,6 +324,7 @@ class Kubelet:
         self._compiled: set[tuple[str, str]] = set()  # (namespace, claim|compile root) holding compiled graphs
         self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
         self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
+        self.daemonsets = DaemonSetController(cast(Any, api))
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -400,6 +405,7 @@ class Kubelet:
                 self.real.keep_only(set(self._pods))
             self._control_deployments(now)
             self.lws.control()
+            self.daemonsets.control()
             self._sync_pods()
             self._schedule(now)
             for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
@@ -494,6 +500,8 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.images = tuple(dict.fromkeys(str(c.get("image", "")) for c in [
+            *(spec.get("initContainers") or []), *containers] if c.get("image")))
         pod.claim = shared_gpu.pod_claim(pod.namespace, spec)
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
         pod.compile_cache = _compile_cache(spec, pod.cache_volume, pod.env)
@@ -534,7 +542,7 @@ class Kubelet:
             self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
                         "Scheduled", node=chosen, gpus=pod.gpus)
             if pod.pulling:
-                self._event(pod, now, "pulling", f'Pulling image "{pod.image}"', "Pulling")
+                self._event(pod, now, "pulling", f'Pulling image "{(pod.images or (pod.image,))[0]}"', "Pulling")
 
     def _used(self, node: str) -> tuple[int, float]:
         gpus, memory = 0, 0.0
@@ -597,12 +605,15 @@ class Kubelet:
         self._set_condition(pod, "ContainersReady", "False", now)
         self._set_condition(pod, "Ready", "False", now)
         images = self._images.setdefault(node, {})
-        available = images.get(pod.image)
-        if available is None:
-            available = images[pod.image] = now + SCHEDULE_S + self.image_pull_s
-            pod.pulling = True
-        elif available > now + SCHEDULE_S and self.post_events:  # another pod's pull is under way: this one waits
-            self._post(pod, "Pulling", f'Pulling image "{pod.image}"', False)
+        available = now + SCHEDULE_S
+        for image in pod.images or (pod.image,):  # one after the other (the kubelet's serialized pulls)
+            at = images.get(image, now if image.startswith(SANDBOX_IMAGE) else None)
+            if at is None:
+                at = images[image] = available + self.image_pull_s
+                pod.pulling = True
+            elif at > now + SCHEDULE_S and self.post_events and image == (pod.images or (pod.image,))[0]:
+                self._post(pod, "Pulling", f'Pulling image "{image}"', False)  # another pod's pull: it waits
+            available = max(available, at)
         pod.pull_wait_s = max(available - (now + SCHEDULE_S), 0.0)
         pod.state = "Creating"
         pod.due = max(available, now + SCHEDULE_S) + CREATE_S
@@ -671,8 +682,8 @@ class Kubelet:
             self._post_pulled(pod, f'Container image "{pod.image}" already present on machine')
             return
         pull = self.image_pull_s if pod.pull_wait_s >= self.image_pull_s else min(pod.pull_wait_s, 0.2)
-        self._post_pulled(pod, f'Successfully pulled image "{pod.image}" in {_go_duration(pull)} '
-                               f'({_go_duration(pod.pull_wait_s)} including waiting). '
+        self._post_pulled(pod, f'Successfully pulled image "{(pod.images or (pod.image,))[0]}" in '
+                               f'{_go_duration(pull)} ({_go_duration(pod.pull_wait_s)} including waiting). '
                                f'Image size: {self.image_bytes} bytes.')
 
     def _post_pulled(self, pod: _Pod, message: str) -> None:

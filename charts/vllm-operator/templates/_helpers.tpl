@@ -78,6 +78,11 @@ never called.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# spec.modelCache.prewarm: a DaemonSet per service that pulls the image (and fills a shared cache) on the pool's
+# nodes before its workload is created; deleted once done unless spec.modelCache.prewarm.keep.
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch]

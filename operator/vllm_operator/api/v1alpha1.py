@@ -1436,15 +1436,28 @@ RESERVED_MOUNT_PATHS = {"/dev/shm": "shared-memory volume", "/tmp": "temporary-f
                         "/home/vllm": "home volume (restricted profile)"}
 
 
+class PrewarmSpec(_Model):
+    """Pull the vLLM image and fill the model cache on the pool's nodes before the first pod is created."""
+
+    enabled: bool = Field(default=True, description="Prewarm before the workload is created. Defaults to true.")
+    keep: bool = Field(
+        default=False,
+        description="Keep the prewarm DaemonSet once it is done, so that nodes joining the pool are warmed too "
+                    "(it holds no GPU: an init container pulls, a pause container stays). Defaults to false: it "
+                    "is deleted once every node of the pool is warm.",
+    )
+
+
 class ModelCacheSpec(_Model):
-    """A PersistentVolumeClaim that keeps downloaded weights across pod restarts."""
+    """Where downloaded weights are kept across pod restarts: a PersistentVolumeClaim (an existing one, or one the
+    operator creates), else the operator's default cache; and whether the pool's nodes are warmed first."""
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
             id="model-cache-claim-or-size",
-            rule="has(self.claimName) != has(self.size)",
-            message="set exactly one of modelCache.claimName (use an existing PVC) "
-            "or modelCache.size (have the operator create one)",
+            rule="!(has(self.claimName) && has(self.size))",
+            message="set only one of modelCache.claimName (use an existing PVC) "
+            "or modelCache.size (have the operator create one); neither: the operator's default cache",
         ),
         CelRule(
             id="model-cache-storage-class-needs-size",
@@ -1472,6 +1485,14 @@ class ModelCacheSpec(_Model):
         "Not one of the pod's own volumes: " + ", ".join(RESERVED_MOUNT_PATHS) + ".",
     )
 
+    prewarm: PrewarmSpec | None = Field(
+        default=None,
+        description="Pull the vLLM image and fill the cache on the nodes of the chosen pool before the first pod is "
+                    "created (a DaemonSet on those nodes, no GPU requested), so the first start is warm; the "
+                    "Deployment or LeaderWorkerSet is created (or updated, when the image, model or pool changes) "
+                    "once every node reports done. Progress in status.modelCache.prewarm.",
+    )
+
     @field_validator("mount_path")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
@@ -1484,13 +1505,13 @@ class ModelCacheSpec(_Model):
 
     def _violations(self) -> list[RuleViolation]:
         out: list[RuleViolation] = []
-        if (self.claim_name is None) == (self.size is None):
+        if self.claim_name is not None and self.size is not None:
             out.append(
                 RuleViolation(
                     "model-cache-claim-or-size",
                     "claimName",
-                    "set exactly one of modelCache.claimName (use an existing PVC) "
-                    "or modelCache.size (have the operator create one)",
+                    "set only one of modelCache.claimName (use an existing PVC) "
+                    "or modelCache.size (have the operator create one); neither: the operator's default cache",
                 )
             )
         if self.storage_class_name is not None and self.size is None:
@@ -2455,6 +2476,27 @@ class MetricsStatus(_StatusModel):
     recommendation: str | None = Field(default=None, description="The last advice the metrics watch gave.")
 
 
+class PrewarmNodeStatus(_StatusModel):
+    """One node of the pool being warmed."""
+
+    node: str = Field(max_length=253, description="The node.")
+    state: str = Field(max_length=32, description="Pending, Pulling (the image), Filling (the cache), Done, or "
+                                                  "Failing (with the reason).")
+    message: str | None = Field(default=None, max_length=512, description="Why it fails, while it does.")
+
+
+class PrewarmStatus(_StatusModel):
+    """spec.modelCache.prewarm: what was warmed, and where (render/prewarm.py)."""
+
+    key: str | None = Field(default=None, description="What was warmed: image, model, revision, pool and cache.")
+    phase: str | None = Field(default=None, description="Running, Done, or Skipped (no node of the pool yet).")
+    nodes: list[PrewarmNodeStatus] = Field(default_factory=list, max_length=64,
+                                           description="Per node (the first 64 by name).")
+    ready: int | None = Field(default=None, ge=0, description="Nodes done.")
+    desired: int | None = Field(default=None, ge=0, description="Nodes of the pool the DaemonSet runs on.")
+    daemon_set: str | None = Field(default=None, description="The prewarm DaemonSet's name, while it exists.")
+
+
 class ModelCacheStatus(_StatusModel):
     """How the weights reach the model cache, and the download last measured (render/cache.py)."""
 
@@ -2488,6 +2530,7 @@ class ModelCacheStatus(_StatusModel):
         description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "
                     "A new measurement takes effect at the next change of vLLM's arguments, never by itself.",
     )
+    prewarm: PrewarmStatus | None = Field(default=None, description="spec.modelCache.prewarm's progress.")
 
 
 def _phase(description: str) -> Any:
