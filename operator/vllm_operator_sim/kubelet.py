@@ -12,14 +12,16 @@ through the emulator's thread-safe direct API:
 * **Scheduler**: a pod goes to a node whose labels match its ``nodeSelector`` and which has enough allocatable
   ``nvidia.com/gpu`` and memory left; otherwise it stays Pending with ``PodScheduled=False, Unschedulable`` and the
   scheduler's message.
-* **Kubelet**: Pending → ContainerCreating (image pull, once per node; the ``Pulling``/``Pulled`` Events as the real
-  kubelet prints them: "Successfully pulled image "…" in 30s (30s including waiting). Image size: N bytes.", or
-  "Container image "…" already present on machine" for every later container start on that node) → Running, not ready while vLLM loads →
-  Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message`` is the log tail, as with
-  ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with back-off 10 s, 20 s, 40 s …
-  capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
+* **Kubelet**: Pending → ContainerCreating (each image of the pod pulled once per node; the ``Pulling``/``Pulled``
+  Events as the real kubelet prints them: "Successfully pulled image "…" in 30s (30s including waiting). Image size:
+  N bytes.", or "Container image "…" already present on machine" for every later container start on that node) →
+  Running, not ready while vLLM loads → Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message``
+  is the log tail, as with ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with
+  back-off 10 s, 20 s, 40 s … capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
   :func:`vllm_operator_sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
   revealed line by line as simulated time passes (``GET pods/log``).
+* **DaemonSets** (:mod:`vllm_operator_sim.daemonsets`, e.g. the operator's prewarm DaemonSet): a pod per matching
+  node, bound to it; its init containers' images are pulled like any other.
 * **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
   lives as long as the pod). The first fetch on a volume is a ``download`` event taking ``size / download_mib_per_s``
   simulated seconds, every later one a ``cache-hit``. A ``model-download`` init container (render/cache.py) fetches
@@ -679,7 +681,7 @@ class Kubelet:
             return
         pod.pull_said = True
         if not pod.pulling and pod.pull_wait_s <= 0:
-            self._post_pulled(pod, f'Container image "{pod.image}" already present on machine')
+            self._post_pulled(pod, f'Container image "{(pod.images or (pod.image,))[0]}" already present on machine')
             return
         pull = self.image_pull_s if pod.pull_wait_s >= self.image_pull_s else min(pod.pull_wait_s, 0.2)
         self._post_pulled(pod, f'Successfully pulled image "{(pod.images or (pod.image,))[0]}" in '

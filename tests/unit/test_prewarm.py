@@ -131,3 +131,15 @@ def test_a_models_shared_claim_is_the_operators_own_not_a_name_conflict() -> Non
     other_model = copy.deepcopy(child)
     other_model["metadata"]["labels"]["vllm-operator.dev/model-cache"] = "def"
     assert not ours(other_model, child)
+
+
+def test_a_prewarm_pod_done_wakes_its_services_reconcile() -> None:
+    from vllm_operator.handlers.prewarm import warmed_service
+    from vllm_operator.render.prewarm import LABEL_PREWARM
+
+    pod = _pod("a", ready=True)
+    assert warmed_service(pod) is None  # not a prewarm pod
+    pod["metadata"]["labels"][LABEL_PREWARM] = "chat"
+    assert warmed_service(pod) == "chat"
+    pod["status"]["conditions"][0]["status"] = "False"
+    assert warmed_service(pod) is None  # still pulling: nothing to look at yet

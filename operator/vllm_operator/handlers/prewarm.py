@@ -122,3 +122,13 @@ def _finish(desired: Desired, daemon_set: dict[str, Any], recorded: Mapping[str,
     _record(desired, PrewarmStatus.model_validate(record))
     return desired
 
+
+def warmed_service(pod: Mapping[str, Any]) -> str | None:
+    """The service a prewarm pod warms, when it just reported done (Ready): its reconcile should look now rather
+    than at its next retry, whose delay doubles while the nodes pull."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    service = labels.get(LABEL_PREWARM)
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping))
+    return str(service) if service and ready else None
+

@@ -468,6 +468,12 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
         return
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    warmed = None if owner else prewarm.warmed_service(body)
+    if warmed is not None:  # a prewarm pod done on its node: the service's reconcile looks now
+        found = effects.read_service(meta["namespace"], warmed)
+        if found is not None:
+            RECONCILE_POOL.submit(_poke, warmed, meta["namespace"], int(found["metadata"].get("generation") or 1))
+        return
     if owner and LWS_NAME_LABEL in (meta.get("labels") or {}):
         try:  # a pod of a LeaderWorkerSet group: its readiness is the group's; its failure is recorded (rank, stage)
             lws.refresh(meta["namespace"], owner)
