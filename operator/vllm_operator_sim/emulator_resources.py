@@ -75,6 +75,7 @@ BUILTIN_RESOURCES: tuple[ResourceDef, ...] = (
     _builtin('v1', 'persistentvolumeclaims', 'PersistentVolumeClaim', short=['pvc'], sub=['status']),
     _builtin('apps/v1', 'deployments', 'Deployment', short=['deploy'], sub=['status', 'scale']),
     _builtin('apps/v1', 'replicasets', 'ReplicaSet', short=['rs'], sub=['status', 'scale']),
+    _builtin('apps/v1', 'daemonsets', 'DaemonSet', short=['ds'], sub=['status']),
     _builtin('storage.k8s.io/v1', 'storageclasses', 'StorageClass', namespaced=False, short=['sc']),
     _builtin('autoscaling/v2', 'horizontalpodautoscalers', 'HorizontalPodAutoscaler', short=['hpa'], sub=['status']),
     _builtin('events.k8s.io/v1', 'events', 'Event', short=['ev']),

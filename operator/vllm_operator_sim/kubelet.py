@@ -12,12 +12,16 @@ through the emulator's thread-safe direct API:
 * **Scheduler**: a pod goes to a node whose labels match its ``nodeSelector`` and which has enough allocatable
   ``nvidia.com/gpu`` and memory left; otherwise it stays Pending with ``PodScheduled=False, Unschedulable`` and the
   scheduler's message.
-* **Kubelet**: Pending → ContainerCreating (image pull, once per node) → Running, not ready while vLLM loads →
-  Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message`` is the log tail, as with
-  ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with back-off 10 s, 20 s, 40 s …
-  capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
+* **Kubelet**: Pending → ContainerCreating (each image of the pod pulled once per node; the ``Pulling``/``Pulled``
+  Events as the real kubelet prints them: "Successfully pulled image "…" in 30s (30s including waiting). Image size:
+  N bytes.", or "Container image "…" already present on machine" for every later container start on that node) →
+  Running, not ready while vLLM loads → Ready; or Terminated (``Error`` exit 1, ``OOMKilled`` exit 137; ``message``
+  is the log tail, as with ``terminationMessagePolicy: FallbackToLogsOnError``) → ``CrashLoopBackOff`` with
+  back-off 10 s, 20 s, 40 s … capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
   :func:`vllm_operator_sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
   revealed line by line as simulated time passes (``GET pods/log``).
+* **DaemonSets** (:mod:`vllm_operator_sim.daemonsets`, e.g. the operator's prewarm DaemonSet): a pod per matching
+  node, bound to it; its init containers' images are pulled like any other.
 * **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
   lives as long as the pod). The first fetch on a volume is a ``download`` event taking ``size / download_mib_per_s``
   simulated seconds, every later one a ``cache-hit``. A ``model-download`` init container (render/cache.py) fetches
@@ -59,6 +63,7 @@ from vllm_operator.quantity import quantity_gib
 
 from . import shared_gpu
 from .clock import SimClock
+from .daemonsets import DaemonSetController
 from .lws import WORKER_INDEX, LWSController
 from .realvllm import RealVLLM, advance_real_pod, start_real_run
 from .startup import (
@@ -90,6 +95,9 @@ DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-
 CACHE_CHECK_S = 1.5           # an init container that finds the weights: listing the repository, comparing hashes
 HUB_REFUSAL_S = 1.0           # an init container the hub refuses (a gated model without a token): one API call
 DOWNLOAD_CONTAINER = "model-download"
+#: The container runtime's pod sandbox image: on every node before any pod (containerd's sandbox_image).
+SANDBOX_IMAGE = "registry.k8s.io/pause:"
+IMAGE_BYTES = 9_412_003_840   # the vLLM image's size as the kubelet reports it (unpacked; vllm-openai is ~9 GB)
 
 
 def backoff_delay(failures: int) -> float:
@@ -172,6 +180,9 @@ class _Pod:
     conditions: dict[str, tuple[str, float]] = field(default_factory=dict)  # type → (status, since)
     traffic_checked: tuple[int, int] | None = None
     pulling: bool = False
+    pull_wait_s: float = 0.0     # how long its image pull took, waiting for another pod's pull of it included
+    images: tuple[str, ...] = ()  # every image of its containers, init containers first (each pulled once per node)
+    pull_said: bool = False      # its Pulled Event for the first container is posted
     secrets: tuple[str, ...] = ()   # Secrets the container's env needs (not optional)
     logs_as_message: bool = False   # terminationMessagePolicy: FallbackToLogsOnError
     config_error: str = ""
@@ -281,7 +292,8 @@ class Kubelet:
     """The simulated control plane and node agents (see the module docstring)."""
 
     def __init__(self, api: DirectAPI, clock: SimClock, *, hidden: Callable[[str, str], HiddenFacts] | None = None,
-                 catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, tick_s: float = 0.02,
+                 catalog: GPUCatalog | None = None, image_pull_s: float = 30.0, image_bytes: int = IMAGE_BYTES,
+                 tick_s: float = 0.02,
                  seed: int = 0, on_event: Callable[[SimEvent], None] | None = None,
                  post_events: bool = True, download_mib_per_s: float = DOWNLOAD_MIB_PER_S,
                  gated_models: Collection[str] = (), real: RealVLLM | None = None) -> None:
@@ -292,6 +304,7 @@ class Kubelet:
         self._hidden = hidden or (lambda _ns, _name: HiddenFacts())
         self.catalog = catalog or load_gpu_catalog()
         self.image_pull_s = image_pull_s
+        self.image_bytes = image_bytes
         self.download_mib_per_s = download_mib_per_s
         #: model ids the simulated hub serves only with a token (the model-download init container fails without)
         self.gated_models = frozenset(gated_models)
@@ -313,6 +326,7 @@ class Kubelet:
         self._compiled: set[tuple[str, str]] = set()  # (namespace, claim|compile root) holding compiled graphs
         self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
         self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
+        self.daemonsets = DaemonSetController(cast(Any, api))
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -393,6 +407,7 @@ class Kubelet:
                 self.real.keep_only(set(self._pods))
             self._control_deployments(now)
             self.lws.control()
+            self.daemonsets.control()
             self._sync_pods()
             self._schedule(now)
             for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
@@ -487,6 +502,8 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.images = tuple(dict.fromkeys(str(c.get("image", "")) for c in [
+            *(spec.get("initContainers") or []), *containers] if c.get("image")))
         pod.claim = shared_gpu.pod_claim(pod.namespace, spec)
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
         pod.compile_cache = _compile_cache(spec, pod.cache_volume, pod.env)
@@ -527,7 +544,7 @@ class Kubelet:
             self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
                         "Scheduled", node=chosen, gpus=pod.gpus)
             if pod.pulling:
-                self._event(pod, now, "pulling", f'Pulling image "{pod.image}"', "Pulling")
+                self._event(pod, now, "pulling", f'Pulling image "{(pod.images or (pod.image,))[0]}"', "Pulling")
 
     def _used(self, node: str) -> tuple[int, float]:
         gpus, memory = 0, 0.0
@@ -590,10 +607,16 @@ class Kubelet:
         self._set_condition(pod, "ContainersReady", "False", now)
         self._set_condition(pod, "Ready", "False", now)
         images = self._images.setdefault(node, {})
-        available = images.get(pod.image)
-        if available is None:
-            available = images[pod.image] = now + SCHEDULE_S + self.image_pull_s
-            pod.pulling = True
+        available = now + SCHEDULE_S
+        for image in pod.images or (pod.image,):  # one after the other (the kubelet's serialized pulls)
+            at = images.get(image, now if image.startswith(SANDBOX_IMAGE) else None)
+            if at is None:
+                at = images[image] = available + self.image_pull_s
+                pod.pulling = True
+            elif at > now + SCHEDULE_S and self.post_events and image == (pod.images or (pod.image,))[0]:
+                self._post(pod, "Pulling", f'Pulling image "{image}"', False)  # another pod's pull: it waits
+            available = max(available, at)
+        pod.pull_wait_s = max(available - (now + SCHEDULE_S), 0.0)
         pod.state = "Creating"
         pod.due = max(available, now + SCHEDULE_S) + CREATE_S
 
@@ -623,6 +646,7 @@ class Kubelet:
                     pod.config_error, pod.due = error, t + 2.0
                     continue
                 pod.config_error = ""
+                self._pulled(pod, t)
                 if pod.init_model:
                     self._start_init(pod, t)
                 else:
@@ -649,6 +673,25 @@ class Kubelet:
             else:
                 return
 
+    def _pulled(self, pod: _Pod, t: float) -> None:
+        """The kubelet's Pulled Event of the pod's first container (pkg/kubelet/images/image_manager.go, 1.30+): the
+        pull's time and "including waiting" (serialized pulls: a pod that waited for another's pull of the image
+        pulls it again in a moment), and the image size; or the image already present on the node."""
+        if pod.pull_said:
+            return
+        pod.pull_said = True
+        if not pod.pulling and pod.pull_wait_s <= 0:
+            self._post_pulled(pod, f'Container image "{(pod.images or (pod.image,))[0]}" already present on machine')
+            return
+        pull = self.image_pull_s if pod.pull_wait_s >= self.image_pull_s else min(pod.pull_wait_s, 0.2)
+        self._post_pulled(pod, f'Successfully pulled image "{(pod.images or (pod.image,))[0]}" in '
+                               f'{_go_duration(pull)} ({_go_duration(pod.pull_wait_s)} including waiting). '
+                               f'Image size: {self.image_bytes} bytes.')
+
+    def _post_pulled(self, pod: _Pod, message: str) -> None:
+        if self.post_events:
+            self._post(pod, "Pulled", message, False)
+
     def _start_run(self, pod: _Pod, t: float) -> None:
         if self.real is not None and pod.vllm and self.real.wants(pod.args):
             start_real_run(self, pod, t)
@@ -668,6 +711,8 @@ class Kubelet:
             pod.due = t + GENERIC_READY_S
             self._event(pod, t, "started", f"Started container (image {pod.image})", "Started")
             return
+        if pod.restart_count or pod.init_status is not None:  # the vLLM container after the init one, a restart
+            self._post_pulled(pod, f'Container image "{pod.image}" already present on machine')
         outcome = self._with_download(pod, t, self._with_compile_cache(pod, self._simulate(pod)))
         pod.outcome = outcome
         stats = self._stats.setdefault((pod.namespace, pod.service), ServiceStats())
@@ -1241,6 +1286,19 @@ def _secret_refs(container: Mapping[str, Any]) -> tuple[str, ...]:
         if ref.get("name") and not ref.get("optional"):
             names.append(str(ref["name"]))
     return tuple(dict.fromkeys(names))
+
+
+def _go_duration(seconds: float) -> str:
+    """A Go `time.Duration` truncated to the millisecond, as the kubelet prints it: `30s`, `1m23.456s`, `200ms`."""
+    ms = int(round(max(seconds, 0.0) * 1000))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
 
 
 def _tolerates(tolerations: list[dict[str, Any]], taint: Mapping[str, Any]) -> bool:

@@ -65,6 +65,9 @@ ALLOWED_UNUSED[("", "secrets", "get")] = (
     "only for services with spec.hfTokenSecretRef: the service's own hub token (tests/unit/test_tenant_tokens.py)")
 ALLOWED_UNUSED[("", "events", "get")] = (
     "only when a recorded step's Event answers 409: whether it exists (tests/handlers/test_ladder_under_faults.py)")
+ALLOWED_UNUSED.update({("apps", "daemonsets", verb): (
+    "only for services with spec.modelCache.prewarm (issue 25; tests/e2e/test_prewarm_process.py runs them)")
+    for verb in ("get", "create", "patch", "delete")})
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
     "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 

@@ -121,6 +121,15 @@ def test_a_ready_pods_start_is_recorded_and_budgets_the_next_rollout(harness: Cl
         "exitCode": 0, "reason": "Completed", "message": json.dumps(report), "startedAt": "2025-01-01T00:00:30Z",
         "finishedAt": "2025-01-01T00:01:00Z"}}})
     h.server.set_pod_log(h.namespace, "chat-a", VLLM_LOG, container="vllm")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    for message in (f'Successfully pulled image "{image}" in 20.5s (21s including waiting). Image size: 9000 bytes.',
+                    f'Container image "{image}" already present on machine'):  # the init container's, vLLM's
+        h.server.create_object("events", {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "chat-a.", "namespace": h.namespace},
+            "involvedObject": {"kind": "Pod", "name": "chat-a", "namespace": h.namespace,
+                               "uid": pod["metadata"]["uid"]},
+            "type": "Normal", "reason": "Pulled", "message": message, "source": {"component": "kubelet"}},
+            h.namespace)
     pod["status"] = {"phase": "Running", "conditions": [
         {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"},
         {"type": "Ready", "status": "True", "lastTransitionTime": "2025-01-01T00:03:00Z"}],
@@ -134,6 +143,7 @@ def test_a_ready_pods_start_is_recorded_and_budgets_the_next_rollout(harness: Cl
         return found if found.get("measuredPod") == "chat-a" else None
     start = h.wait_for(cold_start, message="the start recorded")
     assert start["readySeconds"] == 180.0 and start["podStartSeconds"] == 30.0
+    assert start["imagePullSeconds"] == 21.0 and start["imageBytes"] == 9000  # of the 30 s: the pull, by the kubelet
     assert start["downloadSeconds"] == 30.0 and start["loadSeconds"] == 4.5 and start["compileSeconds"] == 15.0
     assert start["engineInitSeconds"] == 100.0 and start["slowestEngineInitSeconds"] == 100.0
     assert start["compileCache"] == "persistent" and start["starts"] == 1

@@ -120,7 +120,7 @@ BREAKS_RULE: dict[str, tuple[str, dict[str, Any]]] = {
                                                                              "numSpeculativeTokens": 3}}}),
     ".spec.flags.speculativeConfig.numSpeculativeTokens": ("is required unless the method is MTP",
                                                            {"flags": {"speculativeConfig": {"method": "ngram"}}}),
-    ".spec.modelCache": ("set exactly one of modelCache.claimName", {"modelCache": {"claimName": "c", "size": "1Gi"}}),
+    ".spec.modelCache": ("set only one of modelCache.claimName", {"modelCache": {"claimName": "c", "size": "1Gi"}}),
     ".spec.modelCache.storageClassName": ("applies only to a PVC the operator creates",
                                           {"modelCache": {"claimName": "c", "storageClassName": "fast"}}),
     ".spec.lora.adapters": ("names must be unique", {"lora": {"adapters": [{"name": "a", "source": "o/a"},

@@ -28,7 +28,7 @@ def _ready_pod(sim: SimHarness, service: str) -> dict[str, Any]:
 
 def _measured(sim: SimHarness, pod: dict[str, Any]) -> dict[str, Any]:
     measured = coldstart.cold_start_from_pod(pod, sim.log(pod["metadata"]["name"]),
-                                             download_container=DOWNLOAD_CONTAINER)
+                                             download_container=DOWNLOAD_CONTAINER, events=_pulled_events(sim, pod))
     assert measured is not None
     return measured
 
@@ -63,3 +63,34 @@ def test_without_the_compile_cache_on_the_claim_every_start_compiles(sim: SimHar
     sim.run_until(lambda: [p for p in sim.pods("cold") if p["metadata"]["name"] != first["metadata"]["name"]])
     again = _measured(sim, _ready_pod(sim, "cold"))
     assert again["compileSeconds"] == cold["compileSeconds"]
+
+
+def _pulled_events(sim: SimHarness, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    uid = pod["metadata"]["uid"]
+    return sim.api.list_objects("events", "default", field_selector=f"involvedObject.uid={uid},reason=Pulled")
+
+
+def test_the_image_pull_is_measured_apart_from_the_volume_from_the_kubelets_events(sim: SimHarness) -> None:
+    """The simulated kubelet's Pulled Events read as the real one's: the first pod on a node pulls the image (30 s
+    here), the init container's image is then vLLM's too ("already present"), the next pod on that node pulls
+    nothing; the pull is a phase of status.coldStart apart from the pod start (pull + volume + containers)."""
+    sim.api.create_object("deployments", deployment("pull", LLAMA3_8B, FLAGS, cached=True, compile_cache=True))
+    first = _ready_pod(sim, "pull")
+    events = _pulled_events(sim, first)
+    messages = [e["message"] for e in events]
+    assert any(m.startswith('Successfully pulled image "') and "(30s including waiting). Image size: " in m
+               for m in messages), messages
+    assert any(m.endswith("already present on machine") for m in messages), messages  # the vLLM container
+    cold = coldstart.cold_start_from_pod(first, sim.log(first["metadata"]["name"]),
+                                         download_container=DOWNLOAD_CONTAINER, events=events)
+    assert cold is not None and cold["imagePullSeconds"] == 30.0 and cold["imageBytes"] > 0
+    assert cold["podStartSeconds"] >= cold["imagePullSeconds"]
+    sim.api.delete_object("pods", first["metadata"]["name"], "default")
+    sim.run_until(lambda: [p for p in sim.pods("pull") if p["metadata"]["name"] != first["metadata"]["name"]])
+    second = _ready_pod(sim, "pull")
+    again = _pulled_events(sim, second)
+    assert again and all(e["message"].endswith("already present on machine") for e in again)
+    warm = coldstart.cold_start_from_pod(second, sim.log(second["metadata"]["name"]),
+                                         download_container=DOWNLOAD_CONTAINER, events=again)
+    assert warm is not None and warm["imagePullSeconds"] == 0.0 and "imageBytes" not in warm
+    assert warm["podStartSeconds"] < cold["podStartSeconds"]

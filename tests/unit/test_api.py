@@ -458,7 +458,8 @@ RULE_CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
     (spec(flags={"speculativeConfig": {"method": "deepseek_mtp"}}), None, None),
     (spec(flags={"speculativeConfig": {"method": "eagle3", "model": "org/eagle3", "numSpeculativeTokens": 3}}),
      None, None),
-    (spec(modelCache={}), "model-cache-claim-or-size", "spec.modelCache.claimName"),
+    (spec(modelCache={}), None, None),  # the operator's default cache (with prewarm, say)
+    (spec(modelCache={"prewarm": {"keep": True}}), None, None),
     (
         spec(modelCache={"claimName": "c", "size": "1Gi"}),
         "model-cache-claim-or-size",
@@ -576,7 +577,8 @@ def test_gpu_and_model_cache_models_check_their_rules_on_construction() -> None:
     with pytest.raises(ValidationError):
         GPURequest(count=9)
     with pytest.raises(ValidationError):
-        ModelCacheSpec()
+        ModelCacheSpec(claim_name="c", size="1Gi")
+    assert ModelCacheSpec().claim_name is None  # the operator's default cache
     assert GPURequest(count=8).count == 8
 
 

@@ -140,9 +140,33 @@ def test_several_pods_share_a_read_write_many_claim_where_the_cluster_has_one(sp
         "claimName": claim["metadata"]["name"]}}
     assert kinds(desired)["Deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
     assert cache_condition(desired)[:2] == (cond.TRUE, PERSISTENT)
-    # one pod keeps its own ReadWriteOnce claim on the default class (block storage loads faster)
-    single = kinds(run({"model": {"name": QWEN}}, shared_class="nfs-client"))["PersistentVolumeClaim"]
-    assert single["spec"]["accessModes"] == ["ReadWriteOnce"] and "storageClassName" not in single["spec"]
+    # one replica shares it too (any service may be scaled: the template must not change when it is), and surges
+    single = run({"model": {"name": QWEN}}, shared_class="nfs-client")
+    assert kinds(single)["PersistentVolumeClaim"] == claim and cache_volume(single) == cache_volume(desired)
+    assert kinds(single)["Deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
+    # a service that wants its own claim on block storage asks for it
+    own = kinds(run({"model": {"name": QWEN}, "modelCache": {"size": "50Gi", "storageClassName": "fast"}},
+                    shared_class="nfs-client"))["PersistentVolumeClaim"]
+    assert own["spec"]["accessModes"] == ["ReadWriteOnce"] and own["spec"]["storageClassName"] == "fast"
+
+
+def _template(desired: reconcile.Desired) -> str:
+    return json.dumps(kinds(desired)["Deployment"]["spec"]["template"], sort_keys=True)
+
+
+@pytest.mark.parametrize("spec", [{}, {"maxReplicas": 3}])
+def test_scaling_one_two_one_never_changes_the_pod_template(spec: dict[str, Any]) -> None:
+    """`kubectl scale vllm NAME --replicas=2` and back (the scale subresource writes spec.replicas): the Deployment's
+    replicas follow, its pod template stays byte for byte the same (no rollout, no re-download)."""
+    status: dict[str, Any] = {}
+    templates, replicas = [], []
+    for count in (1, 2, 1):
+        desired = run({"model": {"name": QWEN}, **spec, "replicas": count}, shared_class="nfs-client", status=status)
+        templates.append(_template(desired))
+        replicas.append(kinds(desired)["Deployment"]["spec"]["replicas"])
+        status = desired.status.model_dump(by_alias=True, exclude_none=True)
+    assert replicas == [1, 2, 1]
+    assert templates[0] == templates[1] == templates[2]
 
 
 def test_a_scale_back_to_one_pod_keeps_the_shared_cache() -> None:

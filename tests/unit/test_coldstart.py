@@ -135,3 +135,70 @@ def test_a_change_of_release_or_gpu_gets_its_own_compile_cache() -> None:
     assert coldstart.compile_cache_root("/c/", "0.32.0", "../../etc x") == "/c/vllm-compile/0.32.0/etc-x"
     assert coldstart.compile_cache_root("/c", "0.32.0", None) == "/c/vllm-compile/0.32.0/any-gpu"
     assert coldstart.compile_cache_root("/c", "..", "..") == "/c/vllm-compile/unknown/any-gpu"
+
+
+# --- the image pull, from the kubelet's own Events -------------------------------------------------------------
+
+IMAGE = "vllm/vllm-openai:v0.32.0"
+
+
+def _pulled(message: str, uid: str = "u1") -> dict[str, Any]:
+    return {"reason": "Pulled", "message": message, "involvedObject": {"kind": "Pod", "uid": uid}}
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30s", 30.0), ("1m23.456s", 83.456), ("812ms", 0.812), ("1h2m3s", 3723.0), ("0s", 0.0), ("1.5µs", 0.0),
+])
+def test_go_durations_as_the_kubelet_prints_them(text: str, seconds: float) -> None:
+    assert coldstart.go_duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "s", "1x", "1m 2s", "-3s", "9" * 70 + "s", "1e9s", "nan s"])
+def test_garbled_durations_are_none(text: str) -> None:
+    assert coldstart.go_duration_seconds(text) is None
+
+
+def test_the_pull_is_read_from_every_kubelet_wording() -> None:
+    # 1.30+: pull time, time including waiting (what the pod waited), image size
+    new = _pulled(f'Successfully pulled image "{IMAGE}" in 1m23.4s (1m25.012s including waiting). '
+                  "Image size: 9412003840 bytes.")
+    assert coldstart.image_pull_from_events([new], pod_uid="u1") == {"imagePullSeconds": 85.012,
+                                                                     "imageBytes": 9412003840}
+    # 1.28-1.29: no size; before 1.28: the pull time alone
+    assert coldstart.image_pull_from_events([_pulled(
+        f'Successfully pulled image "{IMAGE}" in 7.5s (9s including waiting)')]) == {"imagePullSeconds": 9.0}
+    assert coldstart.image_pull_from_events([_pulled(
+        f'Successfully pulled image "{IMAGE}" in 7.519s')]) == {"imagePullSeconds": 7.519}
+    # a cached image costs nothing, and says so (1.33+ adds "and can be accessed by the pod")
+    for present in (f'Container image "{IMAGE}" already present on machine',
+                    f'Container image "{IMAGE}" already present on machine and can be accessed by the pod'):
+        assert coldstart.image_pull_from_events([_pulled(present)]) == {"imagePullSeconds": 0.0}
+    # the init container's pull and vLLM's cached image: one pull in all
+    both = [new, _pulled(f'Container image "{IMAGE}" already present on machine')]
+    assert coldstart.image_pull_from_events(both, pod_uid="u1") == {"imagePullSeconds": 85.012,
+                                                                    "imageBytes": 9412003840}
+
+
+def test_events_that_say_nothing_measure_nothing() -> None:
+    assert coldstart.image_pull_from_events([]) is None
+    assert coldstart.image_pull_from_events([{"reason": "Pulling", "message": f'Pulling image "{IMAGE}"'}]) is None
+    hostile = [_pulled(f'Successfully pulled image "{IMAGE}" in 99999999h (1e999s including waiting)'),
+               _pulled("x" * 100_000), {"reason": "Pulled", "message": None}, "not an event"]  # type: ignore[list-item]
+    assert coldstart.image_pull_from_events(hostile) is None
+    # another pod of the same name (a recreated group's): not this start
+    other = _pulled(f'Successfully pulled image "{IMAGE}" in 30s (30s including waiting)', uid="old")
+    assert coldstart.image_pull_from_events([other], pod_uid="u1") is None
+
+
+def test_the_pull_is_a_phase_of_the_start_apart_from_the_volume() -> None:
+    pod = _pod()
+    pod["metadata"]["uid"] = "u1"
+    events = [_pulled(f'Successfully pulled image "{IMAGE}" in 12s (12.5s including waiting). '
+                      "Image size: 100 bytes.")]
+    measured = coldstart.cold_start_from_pod(pod, LOG, download_container=DOWNLOAD_CONTAINER, events=events)
+    assert measured is not None
+    assert measured["podStartSeconds"] == 20.0 and measured["imagePullSeconds"] == 12.5
+    assert measured["imageBytes"] == 100
+    # no Events readable: the rest is measured all the same, the pull is not invented
+    alone = coldstart.cold_start_from_pod(pod, LOG, download_container=DOWNLOAD_CONTAINER)
+    assert alone is not None and "imagePullSeconds" not in alone and alone["podStartSeconds"] == 20.0

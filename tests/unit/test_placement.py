@@ -89,3 +89,104 @@ def test_watching_some_namespaces_the_pods_there_are_counted(monkeypatch: Any) -
     assert current is not None and [n["metadata"]["name"] for n in nodes] == ["h1"]
     assert [p["metadata"]["name"] for p in pods] == ["theirs-team-a", "theirs-team-b"] and own == []
     assert ("team-a", "spec.nodeName=h1") in calls and ("team-b", "spec.nodeName=h1") in calls
+
+
+# --- LeaderWorkerSet rollouts: a group at a time, without surge ---------------------------------------------------
+
+def _lws(product: str, plan: str = "p1", gpus: int = 8, size: int = 2, surge: int | None = None) -> dict[str, Any]:
+    template = _deployment(product, plan=plan, gpus=gpus)["spec"]["template"]
+    strategy: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1}}
+    if surge is not None:
+        strategy["rollingUpdateConfiguration"]["maxSurge"] = surge
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "big"},
+            "spec": {"replicas": 1, "rolloutStrategy": strategy,
+                     "leaderWorkerTemplate": {"size": size, "leaderTemplate": template, "workerTemplate": template}}}
+
+
+def test_a_group_rollout_onto_a_pool_without_room_for_a_whole_group_is_held() -> None:
+    old, new = _lws("H100"), _lws("H200", plan="p2")
+    nodes = [_node("h200-a", 8), _node("h200-b", 8)]
+    # one H200 node is taken by another service: a group of two cannot start there; the serving group stays
+    held = decide(old, new, ready=1, nodes=nodes, pods=[_pod("theirs", "h200-b", 8)], own_pods=["big-0", "big-0-1"],
+                  start_seconds=None)
+    assert held.verdict == "hold"
+    assert "the new group needs 2 pods of 8 GPUs each on nodes of nvidia.com/gpu.product=H200 and 1 fits" in (
+        held.message)
+    assert "h200-a: 8 free, h200-b: 0 free" in held.message and "a group that would stay Pending" in held.message
+    # both nodes free: it rolls, and says the one group's service is interrupted
+    said = decide(old, new, ready=1, nodes=nodes, pods=[], own_pods=["big-0", "big-0-1"], start_seconds=300.0)
+    assert said.verdict == "interrupt" and "stops the serving group" in said.message
+    assert "about 300 s" in said.message and "fits on h200-a, h200-b" in said.message
+
+
+def test_a_group_rollout_counts_the_gpus_the_replaced_group_frees() -> None:
+    old, new = _lws("H100", plan="p1"), _lws("H100", plan="p2")
+    nodes = [_node("a", 8), _node("b", 8)]
+    mine = [_pod("big-0", "a", 8), _pod("big-0-1", "b", 8)]
+    # the only nodes are the group's own: it frees them first, so the new group fits (after an interruption)
+    assert decide(old, new, ready=1, nodes=nodes, pods=mine, own_pods=["big-0", "big-0-1"],
+                  start_seconds=None).verdict == "interrupt"
+    assert decide(old, new, ready=1, nodes=nodes, pods=mine, own_pods=[], start_seconds=None).verdict == "hold"
+    # other groups keep serving while one rolls: nothing to say, it proceeds when the new group fits
+    two = [*mine, _pod("big-1", "c", 8), _pod("big-1-1", "d", 8)]
+    assert decide(old, new, ready=2, nodes=[*nodes, _node("c", 8), _node("d", 8)], pods=two,
+                  own_pods=["big-1", "big-1-1"], start_seconds=None).verdict == "proceed"
+    # ... and is held when it does not (the replaced group's nodes are the only ones, still short of the group)
+    assert decide(_lws("H100", size=3), _lws("H100", plan="p2", size=3), ready=2, nodes=nodes, pods=[],
+                  own_pods=[], start_seconds=None).verdict == "hold"
+
+
+def test_group_rollouts_that_change_nothing_or_surge_proceed() -> None:
+    old = _lws("H100")
+    assert decide(old, _lws("H100"), ready=1, nodes=[], pods=[], own_pods=[], start_seconds=None).verdict == "proceed"
+    assert decide(old, _lws("H100", plan="p2", surge=1), ready=1, nodes=[], pods=[], own_pods=[],
+                  start_seconds=None).verdict == "proceed"
+    assert decide(old, _lws("H100", plan="p2", surge=0), ready=1, nodes=[], pods=[], own_pods=[],
+                  start_seconds=None).verdict == "hold"
+    # a group size change is a new group, even with the same plan annotation
+    assert decide(old, _lws("H100", size=3), ready=1, nodes=[], pods=[], own_pods=[],
+                  start_seconds=None).verdict == "hold"
+
+
+def test_a_held_group_rollout_keeps_the_leaderworkerset_and_says_why(monkeypatch: Any) -> None:
+    """The shell: the LeaderWorkerSet as it is, the new pool's nodes and their pods, the group replaced first (the
+    highest index); held → the LeaderWorkerSet is not applied, Progressing says RolloutHeld, one Warning Event."""
+    from datetime import UTC, datetime
+
+    from vllm_operator.api import conditions as cond
+    from vllm_operator.api.v1alpha1 import PlanStatus, VLLMServiceStatus
+    from vllm_operator.handlers import config, kube, placement
+    from vllm_operator.reconcile import Desired
+    from vllm_operator.render.lws import LWS_GROUP_INDEX_LABEL
+
+    def own(name: str, group: str, node: str) -> dict[str, Any]:
+        pod = _pod(name, node, 8)
+        pod["metadata"]["labels"] = {LWS_GROUP_INDEX_LABEL: group}
+        return pod
+
+    mine = [own("big-0", "0", "h100-a"), own("big-0-1", "0", "h100-b"), own("big-1", "1", "h100-c"),
+            own("big-1-1", "1", "h100-d")]
+
+    def list_objects(resource: Any, namespace: str | None = None, label_selector: str | None = None,
+                     field_selector: str | None = None) -> list[dict[str, Any]]:
+        if resource is kube.NODES:
+            assert label_selector == "nvidia.com/gpu.product=H200"
+            return [_node("h200-a", 8)]
+        return [] if field_selector else mine
+
+    current = {**_lws("H100"), "status": {"readyReplicas": 1}}
+    asked: list[Any] = []
+    monkeypatch.setattr(kube, "list_objects", list_objects)
+    monkeypatch.setattr(kube, "get", lambda resource, *_a, **_k: asked.append(resource) or current)
+    monkeypatch.setattr(config.CONFIG, "namespaces", ())
+    _, _, _, leaving = placement._observe("default", "big", _lws("H200", plan="p2"))
+    assert leaving == ["big-1", "big-1-1"]  # the highest group goes first
+    desired = Desired(status=VLLMServiceStatus(plan=PlanStatus(fits=True, spec_hash="new")),
+                      children=[_lws("H200", plan="p2"), {"kind": "Service", "metadata": {"name": "big"}}])
+    out = placement.guard("default", "big", {"plan": {"specHash": "old"}}, desired, datetime(2026, 1, 1, tzinfo=UTC))
+    assert asked and set(asked) == {kube.LEADERWORKERSETS}  # never a Deployment read for a group
+    assert [c["kind"] for c in out.children or []] == ["Service"]
+    progressing = cond.find_condition(out.status.conditions, cond.PROGRESSING)
+    assert progressing is not None and progressing.reason == "RolloutHeld"
+    assert [e.reason for e in out.events] == ["RolloutHeld"]
+    assert placement.held(out.status.model_dump(by_alias=True))

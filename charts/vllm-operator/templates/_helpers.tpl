@@ -78,6 +78,11 @@ never called.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# spec.modelCache.prewarm: a DaemonSet per service that pulls the image (and fills a shared cache) on the pool's
+# nodes before its workload is created; deleted once done unless spec.modelCache.prewarm.keep.
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch]
@@ -118,10 +123,11 @@ never called.
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims]
   verbs: [get, create]
-# Events on VLLMServices (the operator's and kopf's); get: whether a recorded step's Event that answered 409 exists.
+# Events on VLLMServices (the operator's and kopf's); get: whether a recorded step's Event that answered 409 exists;
+# list: the kubelet's Pulled Events of a pod that just became Ready (status.coldStart.imagePullSeconds).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, get]
+  verbs: [create, get, list]
 {{- end }}
 
 {{/* What a service names for its model files, in its own namespace (rbac.modelSourceNamespaces narrows it). */}}

@@ -2,14 +2,19 @@
 
 A rollout that cannot surge (a ReadWriteOnce model cache: the new pod must wait for the serving pod to let go of the
 claim) stops the serving pod first. When the new pod then cannot be scheduled (an edit onto a pool without a free
-GPU), the service is down until someone frees one. `decide` is asked before such a rollout of a serving Deployment:
+GPU), the service is down until someone frees one. `decide` is asked before such a rollout of a serving Deployment,
+or of a serving LeaderWorkerSet (it rolls a group at a time without surge, `maxSurge: 0`: a group is deleted
+before its replacement starts, and the new group needs a node for each of its pods):
 
 - `proceed`: nothing to protect (no serving pod, the template unchanged, or the rollout surges: the serving pods
   stay until the new ones are Ready);
 - `interrupt`: the new pod fits on a node of its pool (counting the GPUs the serving pods free on their nodes), but
   the service is unavailable between the old pod stopping and the new one Ready — said before it starts;
-- `hold`: no node of the new pod's pool has the GPUs it asks for: the old template keeps serving, and the
-  condition says what would let the rollout proceed.
+- `hold`: no node of the new pod's pool has the GPUs it asks for (for a group: fewer such nodes than the group has
+  pods): the old template keeps serving, and the condition says what would let the rollout proceed.
+
+A LeaderWorkerSet with more than one group ready keeps serving while one group rolls: it proceeds unsaid when the new
+group fits (the GPUs freed are those of the group the rollout replaces first, `own_pods`).
 
 GPUs in use on a node are the `nvidia.com/gpu` requests of its pods that have not ended. What the operator cannot see
 (pods in namespaces it does not watch) is not counted: then a rollout may still wait for a GPU, as before.
@@ -24,7 +29,7 @@ from typing import Any, Literal
 from .labels import ANNOTATION_PLAN
 from .rollout import GPU_RESOURCE, surges
 
-__all__ = ["Placement", "decide", "free_gpus", "template_gpus"]
+__all__ = ["Placement", "decide", "free_gpus", "pod_template", "surges_any", "template_gpus"]
 
 #: Condition reasons (Progressing) of the two outcomes that change what happens.
 ROLLOUT_HELD = "RolloutHeld"
@@ -81,40 +86,94 @@ def free_gpus(nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, An
     return out
 
 
-def _template(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (deployment.get("spec") or {}).get("template") or {}
+def _is_group(workload: Mapping[str, Any]) -> bool:
+    return workload.get("kind") == "LeaderWorkerSet"
+
+
+def _group(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (workload.get("spec") or {}).get("leaderWorkerTemplate") or {}
+
+
+def group_size(workload: Mapping[str, Any]) -> int:
+    """The pods one replica runs: a LeaderWorkerSet's group size, 1 for a Deployment."""
+    return max(_int(_group(workload).get("size") or 1), 1) if _is_group(workload) else 1
+
+
+def pod_template(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod template of a Deployment, or a LeaderWorkerSet's leader template (its worker template when none)."""
+    if _is_group(workload):
+        group = _group(workload)
+        return group.get("leaderTemplate") or group.get("workerTemplate") or {}
+    return (workload.get("spec") or {}).get("template") or {}
+
+
+def _templates(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    if _is_group(workload):
+        group = _group(workload)
+        return [t for t in (group.get("leaderTemplate"), group.get("workerTemplate")) if isinstance(t, Mapping)]
+    return [pod_template(workload)]
+
+
+def surges_any(workload: Mapping[str, Any]) -> bool:
+    """Whether the workload's rollout adds pods before removing old ones: a Deployment's strategy, or a
+    LeaderWorkerSet's `rolloutStrategy.rollingUpdateConfiguration.maxSurge` (0 when unset, as in its API)."""
+    if not _is_group(workload):
+        return surges(workload)
+    strategy = (workload.get("spec") or {}).get("rolloutStrategy") or {}
+    surge = (strategy.get("rollingUpdateConfiguration") or {}).get("maxSurge", 0)
+    return str(surge) not in ("0", "0%")
+
+
+def _gpus(workload: Mapping[str, Any]) -> int:
+    """The GPUs one pod asks for (the most any pod of a group asks for)."""
+    return max((template_gpus(t) for t in _templates(workload)), default=0)
 
 
 def _same_pods(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether the desired Deployment starts the same pods (same plan annotation, selector and requests)."""
-    a, b = _template(current), _template(desired)
+    """Whether the desired workload starts the same pods (same plan annotation, selector, requests, group size)."""
+    a, b = pod_template(current), pod_template(desired)
     plan_a = ((a.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN)
     plan_b = ((b.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN)
     return bool(plan_a == plan_b and (a.get("spec") or {}).get("nodeSelector") == (b.get("spec") or {})
-                .get("nodeSelector") and template_gpus(a) == template_gpus(b))
+                .get("nodeSelector") and _gpus(current) == _gpus(desired)
+                and group_size(current) == group_size(desired) and _is_group(current) == _is_group(desired))
 
 
 def decide(current: Mapping[str, Any] | None, desired: Mapping[str, Any], *, ready: int,
            nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
            own_pods: Sequence[str], start_seconds: float | None) -> Placement:
-    """See the module docstring. `nodes`: the nodes the new pod's nodeSelector allows; `pods`: the pods on them;
-    `own_pods`: this service's pods (they stop first); `start_seconds`: the last measured start (status.coldStart),
-    for the message."""
-    if current is None or ready <= 0 or _same_pods(current, desired) or surges(desired):
+    """See the module docstring. `current`/`desired`: the Deployment or LeaderWorkerSet as it is and as rendered;
+    `ready`: its ready replicas (pods, or groups); `nodes`: the nodes the new pod's nodeSelector allows; `pods`: the
+    pods on them; `own_pods`: this service's pods that stop first (a group's: the group replaced first);
+    `start_seconds`: the last measured start (status.coldStart), for the message."""
+    if current is None or ready <= 0 or _same_pods(current, desired) or surges_any(desired):
         return Placement("proceed")
-    need = template_gpus(_template(desired))
+    need, size, group = _gpus(desired), group_size(desired), _is_group(desired)
     free = free_gpus(nodes, pods, leaving=own_pods)
     fitting = sorted(n for n, f in free.items() if f >= need)
-    selector = (_template(desired).get("spec") or {}).get("nodeSelector") or {}
+    # pods of the new group that fit: a node with room for two takes two (the scheduler spreads nothing here)
+    slots = sum(free[n] // need for n in fitting) if need > 0 else len(fitting)
+    selector = (pod_template(desired).get("spec") or {}).get("nodeSelector") or {}
     pool = ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "any node"
-    if not fitting:
+    gpus = f"{need} GPU{'s' if need != 1 else ''}"
+    if slots < size:
         seen = ", ".join(f"{n}: {max(f, 0)} free" for n, f in sorted(free.items())) or "no node matches"
+        wants = (f"the new group needs {size} pods of {gpus} each on nodes of {pool} and {slots} "
+                 f"{'fits' if slots == 1 else 'fit'}" if group else
+                 f"the new pod needs {gpus} on a node of {pool} and none has them free")
+        frees = "GPUs" if group else "a GPU"
         return Placement("hold", (
-            f"the new pod needs {need} GPU{'s' if need != 1 else ''} on a node of {pool} and none has them free "
-            f"({seen}); the serving pods stay on the previous profile instead of stopping for a pod that would stay "
-            "Pending. Free a GPU in that pool (the rollout proceeds at the next reconcile), or edit the spec back"))
+            f"{wants} ({seen}); the serving pods stay on the previous profile instead of stopping for "
+            f"{'a group' if group else 'a pod'} that would stay Pending. Free {frees} in that pool (the rollout "
+            "proceeds at the next reconcile), or edit the spec back"))
+    if group and ready > 1:
+        return Placement("proceed")  # the other groups serve while one rolls
     downtime = f"about {int(round(start_seconds))} s, the last measured start" if start_seconds else (
         "until the new pod is Ready")
+    if group:
+        return Placement("interrupt", (
+            f"the rollout stops the serving group before its replacement starts (a LeaderWorkerSet rolls without "
+            f"surge): the service is unavailable for {downtime}; the new group fits on {', '.join(fitting[:size])}"))
     return Placement("interrupt", (
         f"the rollout stops the serving pod before its replacement starts (the model cache is a ReadWriteOnce claim: "
         f"one node mounts it): the service is unavailable for {downtime}; the new pod fits on {fitting[0]}"))

@@ -290,6 +290,27 @@ class MetricsStatus(_StatusModel):
     recommendation: str | None = Field(default=None, description="The last advice the metrics watch gave.")
 
 
+class PrewarmNodeStatus(_StatusModel):
+    """One node of the pool being warmed."""
+
+    node: str = Field(max_length=253, description="The node.")
+    state: str = Field(max_length=32, description="Pending, Pulling (the image), Filling (the cache), Done, or "
+                                                  "Failing (with the reason).")
+    message: str | None = Field(default=None, max_length=512, description="Why it fails, while it does.")
+
+
+class PrewarmStatus(_StatusModel):
+    """spec.modelCache.prewarm: what was warmed, and where (render/prewarm.py)."""
+
+    key: str | None = Field(default=None, description="What was warmed: image, model, revision, pool and cache.")
+    phase: str | None = Field(default=None, description="Running, Done, or Skipped (no node of the pool yet).")
+    nodes: list[PrewarmNodeStatus] = Field(default_factory=list, max_length=64,
+                                           description="Per node (the first 64 by name).")
+    ready: int | None = Field(default=None, ge=0, description="Nodes done.")
+    desired: int | None = Field(default=None, ge=0, description="Nodes of the pool the DaemonSet runs on.")
+    daemon_set: str | None = Field(default=None, description="The prewarm DaemonSet's name, while it exists.")
+
+
 class ModelCacheStatus(_StatusModel):
     """How the weights reach the model cache, and the download last measured (render/cache.py)."""
 
@@ -323,6 +344,7 @@ class ModelCacheStatus(_StatusModel):
         description="The rate the current startup budget was computed with (unset: the operator's assumed rate). "
                     "A new measurement takes effect at the next change of vLLM's arguments, never by itself.",
     )
+    prewarm: PrewarmStatus | None = Field(default=None, description="spec.modelCache.prewarm's progress.")
 
 
 def _phase(description: str) -> Any:
@@ -333,6 +355,9 @@ class ColdStartStatus(_StatusModel):
     """How long the service's last measured pod start took, phase by phase (render/coldstart.py)."""
 
     pod_start_seconds: float | None = _phase("Scheduled to the first container started: image pull, volume attach.")
+    image_pull_seconds: float | None = _phase(
+        "The image pull alone, from the kubelet's Pulled Events (0: the image was on the node already).")
+    image_bytes: int | None = Field(default=None, ge=0, description="The image size the kubelet reported.")
     download_seconds: float | None = _phase("The weight download (init container, or vLLM's own line).")
     load_seconds: float | None = _phase("vLLM loading the weights into GPU memory.")
     compile_seconds: float | None = _phase("torch.compile (or loading its cached result).")

@@ -689,15 +689,28 @@ RESERVED_MOUNT_PATHS = {"/dev/shm": "shared-memory volume", "/tmp": "temporary-f
                         "/home/vllm": "home volume (restricted profile)"}
 
 
+class PrewarmSpec(_Model):
+    """Pull the vLLM image and fill the model cache on the pool's nodes before the first pod is created."""
+
+    enabled: bool = Field(default=True, description="Prewarm before the workload is created. Defaults to true.")
+    keep: bool = Field(
+        default=False,
+        description="Keep the prewarm DaemonSet once it is done, so that nodes joining the pool are warmed too "
+                    "(it holds no GPU: an init container pulls, a pause container stays). Defaults to false: it "
+                    "is deleted once every node of the pool is warm.",
+    )
+
+
 class ModelCacheSpec(_Model):
-    """A PersistentVolumeClaim that keeps downloaded weights across pod restarts."""
+    """Where downloaded weights are kept across pod restarts: a PersistentVolumeClaim (an existing one, or one the
+    operator creates), else the operator's default cache; and whether the pool's nodes are warmed first."""
 
     CEL_RULES: ClassVar[tuple[CelRule, ...]] = (
         CelRule(
             id="model-cache-claim-or-size",
-            rule="has(self.claimName) != has(self.size)",
-            message="set exactly one of modelCache.claimName (use an existing PVC) "
-            "or modelCache.size (have the operator create one)",
+            rule="!(has(self.claimName) && has(self.size))",
+            message="set only one of modelCache.claimName (use an existing PVC) "
+            "or modelCache.size (have the operator create one); neither: the operator's default cache",
         ),
         CelRule(
             id="model-cache-storage-class-needs-size",
@@ -725,6 +738,14 @@ class ModelCacheSpec(_Model):
         "Not one of the pod's own volumes: " + ", ".join(RESERVED_MOUNT_PATHS) + ".",
     )
 
+    prewarm: PrewarmSpec | None = Field(
+        default=None,
+        description="Pull the vLLM image and fill the cache on the nodes of the chosen pool before the first pod is "
+                    "created (a DaemonSet on those nodes, no GPU requested), so the first start is warm; the "
+                    "Deployment or LeaderWorkerSet is created (or updated, when the image, model or pool changes) "
+                    "once every node reports done. Progress in status.modelCache.prewarm.",
+    )
+
     @field_validator("mount_path")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
@@ -737,13 +758,13 @@ class ModelCacheSpec(_Model):
 
     def _violations(self) -> list[RuleViolation]:
         out: list[RuleViolation] = []
-        if (self.claim_name is None) == (self.size is None):
+        if self.claim_name is not None and self.size is not None:
             out.append(
                 RuleViolation(
                     "model-cache-claim-or-size",
                     "claimName",
-                    "set exactly one of modelCache.claimName (use an existing PVC) "
-                    "or modelCache.size (have the operator create one)",
+                    "set only one of modelCache.claimName (use an existing PVC) "
+                    "or modelCache.size (have the operator create one); neither: the operator's default cache",
                 )
             )
         if self.storage_class_name is not None and self.size is None:

@@ -5,8 +5,9 @@
 * a failing download too (`status.modelCache.downloadError`: its class, never free log text; cleared by a later
   success), so a pod waiting
   in `Init:CrashLoopBackOff` (a gated model without a token, a wrong revision) is explained;
-* the start, phase by phase, in `status.coldStart` (`record_ready`): image pull and volume attach, download, load,
-  compile, CUDA graphs, engine start, scheduled → Ready.
+* the start, phase by phase, in `status.coldStart` (`record_ready`): image pull and volume attach, the image pull
+  alone (the kubelet's `Pulled` Events of the pod: one list request per pod start), download, load, compile, CUDA
+  graphs, engine start, scheduled → Ready.
 
 Two sources of download measurements, both read without extra requests for pods that give none:
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+import kopf
 
 from ..api.v1alpha1 import VLLMServiceStatus
 from ..remediation.classifier import download_failure_summary
@@ -149,6 +152,22 @@ def ready_log(namespace: str, pod: Mapping[str, Any]) -> str | None:
     return text
 
 
+def _pull_events(namespace: str, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The kubelet's `Pulled` Events of the pod (one list per pod start, by its uid). An Event read that fails (an
+    older chart without `list` on events, events expired) costs only the image-pull figure, never the rest."""
+    meta = pod.get("metadata") or {}
+    uid = str(meta.get("uid") or "")
+    if not uid:
+        return []
+    try:
+        with kube.api_errors(f"list the Events of {meta.get('name')}"):
+            return kube.list_objects(kube.EVENTS, namespace,
+                                     field_selector=f"involvedObject.uid={uid},reason=Pulled")
+    except kopf.TemporaryError as exc:
+        log.info("%s/%s: the image pull is not measured: %s", namespace, meta.get("name"), exc)
+        return []
+
+
 def record_ready(namespace: str, service: str, pod: Mapping[str, Any], text: str) -> bool:
     """Record what a pod's start tells (its log `text`, from `ready_log`): how long the start took, phase by phase
     (status.coldStart), and — for a pod without the init container — vLLM's own download (status.modelCache).
@@ -161,7 +180,8 @@ def record_ready(namespace: str, service: str, pod: Mapping[str, Any], text: str
             size = ((status.get("modelCache") or {}).get("checkpointBytes")) or 0
             return download_from_vllm_log(text, checkpoint_bytes=int(size), pod=name)
         written = _write(namespace, service, from_log)
-    measured = cold_start_from_pod(pod, text, download_container=DOWNLOAD_CONTAINER)
+    measured = cold_start_from_pod(pod, text, download_container=DOWNLOAD_CONTAINER,
+                                   events=_pull_events(namespace, pod))
     kind = compile_cache_kind(pod)
 
     def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:

@@ -110,6 +110,9 @@ def ours(existing: Mapping[str, Any], child: Mapping[str, Any]) -> bool:
     meta, want = existing.get("metadata") or {}, child["metadata"]
     labels, wanted = meta.get("labels") or {}, want.get("labels") or {}
     uids = {ref.get("uid") for ref in want.get("ownerReferences") or []}
+    if not uids:  # an object no service owns (a model's shared cache claim): all its rendered labels identify it
+        return labels.get("app.kubernetes.io/managed-by") == MANAGED_BY and all(
+            labels.get(key) == value for key, value in wanted.items())
     return (any(ref.get("uid") in uids for ref in meta.get("ownerReferences") or [])
             and labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
             and all(labels.get(key) == wanted[key] for key in IDENTITY_LABELS if key in wanted))

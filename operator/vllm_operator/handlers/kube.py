@@ -89,6 +89,7 @@ class Resource:
 
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
+DAEMONSETS = Resource("apps", "v1", "daemonsets")  # spec.modelCache.prewarm (handlers/prewarm.py)
 SERVICES = Resource("", "v1", "services")
 PVCS = Resource("", "v1", "persistentvolumeclaims")
 PODS = Resource("", "v1", "pods")
@@ -109,7 +110,8 @@ DEVICECLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=Fa
 
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
                   "HorizontalPodAutoscaler": HPAS, "ScaledObject": SCALEDOBJECTS, "InferencePool": INFERENCEPOOLS,
-                  "LeaderWorkerSet": LEADERWORKERSETS, "ConfigMap": CONFIGMAPS, "ResourceClaim": RESOURCECLAIMS}
+                  "LeaderWorkerSet": LEADERWORKERSETS, "ConfigMap": CONFIGMAPS, "ResourceClaim": RESOURCECLAIMS,
+                  "DaemonSet": DAEMONSETS}
 
 
 def serves(resource: Resource) -> bool:

@@ -12,7 +12,7 @@ from ..api.labels import ANNOTATION_PLAN
 from ..remediation import groups
 from ..render.lws import lws_name
 from ..render.manifests import selector_for
-from . import effects, kube
+from . import effects, kube, placement
 
 #: How long one discovery answer is trusted (seconds).
 RECHECK_SECONDS = 30.0
@@ -52,6 +52,8 @@ def refresh(namespace: str, service: str) -> bool:
         multi = _record_failures(groups.count_recreations(multi, leaders, view.not_failing_groups), pods, now)
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
         updates = lws_status.group_conditions(view, status)
+        if placement.held(status):  # a held rollout (handlers/placement.py): the old groups serve, the hold stands
+            updates = [u for u in updates if u.type != cond.PROGRESSING]
         recreations = int(multi.get("groupRecreations") or 0)
         limit = groups.group_recreation_limit(stored.get("spec"))
         if groups.recreations_exhausted(recreations, limit):

@@ -1,13 +1,15 @@
 """Before a rollout that stops the serving pod first: can the new pod be placed? (api/placement.py decides.)
 
-Asked only when it matters — its rendered Deployment cannot surge (a ReadWriteOnce model cache), and the spec or the
-plan changed since the status was written (or an earlier rollout was held) — so a steady service costs no request;
-it matters only if the Deployment as it is has Ready pods. Then: that Deployment, the nodes the new pod may use, the
+Asked only when it matters — its rendered Deployment cannot surge (a ReadWriteOnce model cache), or it is a
+LeaderWorkerSet (it rolls a group at a time without surge), and the spec or the plan changed since the status was
+written (or an earlier rollout was held) — so a steady service costs no request; it matters only if the workload as
+it is has Ready pods (groups). Then: that Deployment, the nodes the new pod may use, the
 pods on them (at most MAX_NODES nodes; in every namespace when the operator watches them all, else in the namespaces
 it watches, where the chart lets it list pods — GPUs held by pods it cannot see are not counted, and such a rollout
-may still wait) and the service's own pods.
+may still wait) and the service's own pods (of a LeaderWorkerSet: the group with the highest index, the one its
+rolling update replaces first — its leader StatefulSet's partition counts down).
 
-A held rollout leaves the Deployment as it is (the Deployment is dropped from the children to apply), says why in
+A held rollout leaves the Deployment (LeaderWorkerSet) as it is (it is dropped from the children to apply), says why in
 Progressing (reason RolloutHeld) and in one Warning Event; a rollout that will interrupt service says so (Progressing
 reason RolloutInterrupts, and an Event) in the same status write that records the new plan, before the Deployment is
 updated. A held rollout is looked at again at every reconcile (the watchdog's round included), and proceeds once a
@@ -21,9 +23,9 @@ from datetime import datetime
 from typing import Any
 
 from ..api import conditions as cond
-from ..api import rollout
-from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide
+from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide, pod_template, surges_any
 from ..reconcile import EVENT_NORMAL, EVENT_WARNING, Desired, Event
+from ..render.lws import LWS_GROUP_INDEX_LABEL
 from ..render.manifests import selector_for
 from . import config, effects, kube
 
@@ -31,8 +33,23 @@ from . import config, effects, kube
 MAX_NODES = 32
 
 
+#: The workloads whose rollouts are checked.
+WORKLOADS = ("Deployment", "LeaderWorkerSet")
+
+
 def _deployment(children: list[dict[str, Any]]) -> dict[str, Any] | None:
-    return next((c for c in children if c.get("kind") == "Deployment"), None)
+    """The service's workload among the children: its Deployment or its LeaderWorkerSet."""
+    return next((c for c in children if c.get("kind") in WORKLOADS), None)
+
+
+def _rolls_without_surge(workload: Mapping[str, Any]) -> bool:
+    return not surges_any(workload)
+
+
+def held(status: Mapping[str, Any]) -> bool:
+    """Whether the service's rollout is held now (Progressing says RolloutHeld): what else writes Progressing (the
+    LeaderWorkerSet's group view) keeps it."""
+    return _held_before(status)
 
 
 def _held_before(status: Mapping[str, Any]) -> bool:
@@ -48,9 +65,11 @@ def _changed(status: Mapping[str, Any], desired: Desired) -> bool:
 
 def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
              ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    with kube.api_errors(f"read Deployment {name}"):
-        current = kube.get(kube.DEPLOYMENTS, namespace, str(desired_deployment["metadata"]["name"]))
-    template_spec = ((desired_deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    kind = str(desired_deployment.get("kind") or "Deployment")
+    resource = kube.LEADERWORKERSETS if kind == "LeaderWorkerSet" else kube.DEPLOYMENTS
+    with kube.api_errors(f"read {kind} {name}"):
+        current = kube.get(resource, namespace, str(desired_deployment["metadata"]["name"]))
+    template_spec = pod_template(desired_deployment).get("spec") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted((template_spec.get("nodeSelector") or {}).items()))
     with kube.api_errors("list the nodes of the new pool"):
         nodes = sorted(kube.list_objects(kube.NODES, label_selector=selector or None),
@@ -65,9 +84,22 @@ def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
                 pods.extend(kube.list_objects(kube.PODS, scope, field_selector=f"spec.nodeName={node_name}"))
     own_selector = ",".join(f"{k}={v}" for k, v in selector_for(name).items())
     with kube.api_errors(f"list the pods of {name}"):
-        own = [str((p.get("metadata") or {}).get("name") or "")
-               for p in kube.list_objects(kube.PODS, namespace, label_selector=own_selector)]
+        mine = kube.list_objects(kube.PODS, namespace, label_selector=own_selector)
+    if kind == "LeaderWorkerSet":
+        mine = _first_replaced_group(mine)
+    own = [str((p.get("metadata") or {}).get("name") or "") for p in mine]
     return current, nodes, pods, own
+
+
+def _first_replaced_group(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods of the group a LeaderWorkerSet's rolling update replaces first: the highest group index."""
+    def index(pod: Mapping[str, Any]) -> int:
+        try:
+            return int(str(((pod.get("metadata") or {}).get("labels") or {}).get(LWS_GROUP_INDEX_LABEL)))
+        except ValueError:
+            return -1
+    top = max((index(p) for p in pods), default=-1)
+    return [p for p in pods if index(p) == top and top >= 0]
 
 
 def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired, now: datetime) -> Desired:
@@ -75,11 +107,12 @@ def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired
     interruption said when it can."""
     children = desired.children
     deployment = _deployment(children) if children is not None else None
-    if (children is None or deployment is None or rollout.surges(deployment)
+    if (children is None or deployment is None or not _rolls_without_surge(deployment)
             or not (_changed(status, desired) or _held_before(status))):
         return desired
     current, nodes, pods, own = _observe(namespace, name, deployment)
-    # the Deployment's own count: the status's readyReplicas may not have caught up with a pod that just got Ready
+    # the workload's own count (pods, or groups): the status's readyReplicas may not have caught up with a pod that
+    # just got Ready
     ready = int(((current or {}).get("status") or {}).get("readyReplicas") or 0)
     start = (status.get("coldStart") or {}).get("readySeconds")
     placement = decide(current, deployment, ready=ready, nodes=nodes, pods=pods, own_pods=own,
@@ -93,7 +126,7 @@ def _apply(desired: Desired, placement: Placement, status: Mapping[str, Any], no
     generation = desired.status.observed_generation
     if placement.verdict == "hold":
         assert desired.children is not None
-        desired.children = [c for c in desired.children if c.get("kind") != "Deployment"]
+        desired.children = [c for c in desired.children if c.get("kind") not in WORKLOADS]
         updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, ROLLOUT_HELD, placement.message)]
         said = any(c.get("type") == cond.PROGRESSING and c.get("reason") == ROLLOUT_HELD
                    and c.get("message") == placement.message for c in status.get("conditions") or [])

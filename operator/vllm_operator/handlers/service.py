@@ -31,7 +31,7 @@ from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
 from ..render.sharing import GROUP_LABEL
-from . import config, decode, downloads, effects, kube, lws, measured, placement, rollouts
+from . import config, decode, downloads, effects, kube, lws, measured, placement, prewarm, rollouts
 from .effects import apply_children
 from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
 from .remediation import remediate_service
@@ -250,6 +250,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.plan is not None:
         metrics.record_plan(namespace, name, desired.plan.fits, desired.plan.flags,
                             desired.plan.prediction.kv_cache_tokens)
+    desired = prewarm.guard(namespace, name, spec_dict, status, desired, observed.now)  # warm nodes first
     desired = placement.guard(namespace, name, status, desired, observed.now)
     if placement.announces(desired):
         # record, then act: the interruption is in the status (and said) before the Deployment changes
@@ -467,6 +468,12 @@ def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **
         return
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    warmed = None if owner else prewarm.warmed_service(body)
+    if warmed is not None:  # a prewarm pod done on its node: the service's reconcile looks now
+        found = effects.read_service(meta["namespace"], warmed)
+        if found is not None:
+            RECONCILE_POOL.submit(_poke, warmed, meta["namespace"], int(found["metadata"].get("generation") or 1))
+        return
     if owner and LWS_NAME_LABEL in (meta.get("labels") or {}):
         try:  # a pod of a LeaderWorkerSet group: its readiness is the group's; its failure is recorded (rank, stage)
             lws.refresh(meta["namespace"], owner)

@@ -6,6 +6,11 @@ not download them again.
   the cluster has a default StorageClass (or the settings name one), `persistent` always does, `ephemeral` never.
 - With `ReadWriteMany` the claim is per model and namespace: every service of that model (and revision) in the
   namespace mounts it, and it outlives them (no owner: a cache, not a child; delete it by its labels).
+  Where the cluster has a class that gives such claims (`read_write_many_class`) every service gets the shared claim
+  from its first pod, one replica included: any service may become several pods (the scale subresource writes
+  spec.replicas whatever the spec says), so the template never changes when it scales, and its rollouts surge (no
+  outage on an edit). A service that wants its own ReadWriteOnce claim on faster block storage says so
+  (spec.modelCache.size and storageClassName).
   With `ReadWriteOnce` (the default: what most default classes give) one node mounts it, so the claim is per
   service and the service must run one pod: the Deployment then rolls without a surge pod (a second pod on another
   node could never attach the volume, and the first would keep it). A service allowed more pods gets an emptyDir
@@ -224,8 +229,9 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
     if settings.mode == "ephemeral":
         return _ephemeral("the operator's model cache mode is ephemeral; set spec.modelCache, or run the operator "
                           "with --model-cache-mode auto", checkpoint_gib)
-    # several pods of one service share one ReadWriteMany claim where the cluster has a class that gives one
-    detected = (max_pods > 1 and settings.access_mode == "ReadWriteOnce" and settings.storage_class is None
+    # every service shares one ReadWriteMany claim per model where the cluster has a class that gives one: even a
+    # one-replica service may be scaled (the scale subresource), and a scale must never change the pod template
+    detected = (settings.access_mode == "ReadWriteOnce" and settings.storage_class is None
                 and shared_storage_class is not None)
     if detected:
         storage_class = shared_storage_class

@@ -6,7 +6,11 @@ condition's scale-from-zero figure).
 Phases, each None when the pod did not show it:
 
 - ``podStartSeconds``: from the pod being scheduled to its first container starting — the image pull and the volume
-  attach (the kubelet's pull time is only in Events; this needs no extra request and includes both).
+  attach together (from the pod's own timestamps).
+- ``imagePullSeconds``: the image pull alone, from the kubelet's ``Pulled`` Events of the pod ("Successfully pulled
+  image "…" in 1m23.4s (1m25s including waiting). Image size: N bytes." — the time including waiting, which is what
+  the pod waited; 0 for "Container image "…" already present on machine"), with ``imageBytes`` (the sizes the kubelet
+  printed, Kubernetes 1.30 and later). ``podStartSeconds`` less this is the volume attach and container creation.
 - ``downloadSeconds``: the weight download, by the init container (its run time) or vLLM's own "Time spent
   downloading weights" line.
 - ``loadSeconds``: vLLM's "Model loading took … and N seconds" (weights from the cache into GPU memory).
@@ -24,15 +28,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 __all__ = ["COLD_START_PHASES", "ENGINE_MARGIN", "cold_start_from_pod", "compile_cache_kind",
-           "compile_cache_root", "engine_seconds_budget", "fold_cold_start", "phases_from_log"]
+           "compile_cache_root", "engine_seconds_budget", "fold_cold_start", "go_duration_seconds",
+           "image_pull_from_events", "phases_from_log"]
 
 #: The phases in the order a start goes through them (status.coldStart's keys).
-COLD_START_PHASES = ("podStartSeconds", "downloadSeconds", "loadSeconds", "compileSeconds", "graphCaptureSeconds",
+COLD_START_PHASES = ("podStartSeconds", "imagePullSeconds", "downloadSeconds", "loadSeconds", "compileSeconds", "graphCaptureSeconds",
                      "engineInitSeconds", "readySeconds")
 #: The startup budget allows this much more than the measured engine start (a busier node, a colder cache).
 ENGINE_MARGIN = 2.0
@@ -50,6 +55,16 @@ _LOG_PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 #: A figure over a day is not a start: a garbled or hostile line.
 _MAX_SECONDS = 86400.0
+#: The kubelet's Events (pkg/kubelet/images/image_manager.go): reason Pulled for both outcomes. 1.28+ adds
+#: "(D including waiting)", 1.30+ ". Image size: N bytes."; older kubelets print the pull time alone.
+_PULLED = re.compile(r'Successfully pulled image "[^"]{1,1024}" in (?P<pull>[0-9.a-zµ]{1,64})'
+                     r'(?: \((?P<waited>[0-9.a-zµ]{1,64}) including waiting\))?'
+                     r'(?:\. Image size: (?P<size>[0-9]{1,16}) bytes)?')
+_PRESENT = re.compile(r'Container image "[^"]{1,1024}" already present on machine')
+_GO_UNIT = re.compile(r"([0-9]{1,20}(?:\.[0-9]{1,20})?)(ns|us|µs|ms|s|m|h)")
+_GO_SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The Events of one pod looked at (a pod has one Pulled per container start; more is noise or hostile).
+_MAX_EVENTS = 64
 
 
 def _seconds(text: str) -> float | None:
@@ -71,6 +86,50 @@ def phases_from_log(text: str) -> dict[str, float]:
         value = _seconds(last[-1] if isinstance(last, tuple) else last)
         if value is not None:
             out[key] = value
+    return out
+
+
+def go_duration_seconds(text: str) -> float | None:
+    """A Go `time.Duration` as the kubelet prints it (`1m23.456s`, `812ms`, `0s`) in seconds, or None."""
+    if not text or len(text) > 64:
+        return None
+    parts = _GO_UNIT.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return _seconds(str(sum(float(number) * _GO_SCALE[unit] for number, unit in parts)))
+
+
+def image_pull_from_events(events: Sequence[Mapping[str, Any]], *, pod_uid: str | None = None
+                           ) -> dict[str, Any] | None:
+    """`imagePullSeconds` (and `imageBytes` when the kubelet printed sizes) from the kubelet's `Pulled` Events of
+    one pod: the sum over its pulls (an init container's image and vLLM's are pulled one after the other), a
+    cached image counting 0. None when no Pulled Event of the pod is there (expired, or not readable)."""
+    seconds, size, seen = 0.0, 0, False
+    for event in list(events)[:_MAX_EVENTS]:
+        if not isinstance(event, Mapping) or event.get("reason") != "Pulled":
+            continue
+        involved = event.get("involvedObject") or {}
+        if pod_uid and isinstance(involved, Mapping) and involved.get("uid") not in (None, "", pod_uid):
+            continue  # an earlier pod of the same name (a recreated LeaderWorkerSet group's)
+        message = str(event.get("message") or "")[:2048]
+        if _PRESENT.search(message):
+            seen = True
+            continue
+        found = _PULLED.search(message)
+        if found is None:
+            continue
+        waited, pull = (found["waited"] or "").rstrip("."), found["pull"].rstrip(".")
+        took = go_duration_seconds(waited) if waited else go_duration_seconds(pull)
+        if took is None:
+            continue
+        seen, seconds = True, seconds + took
+        if found["size"]:
+            size += int(found["size"])
+    if not seen:
+        return None
+    out: dict[str, Any] = {"imagePullSeconds": round(seconds, 3)}
+    if size:
+        out["imageBytes"] = size
     return out
 
 
@@ -112,8 +171,10 @@ def _statuses(pod: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 
 
 def cold_start_from_pod(pod: Mapping[str, Any], log_text: str, *, download_container: str,
-                        vllm_container: str = "vllm") -> dict[str, Any] | None:
+                        vllm_container: str = "vllm", events: Sequence[Mapping[str, Any]] = ()
+                        ) -> dict[str, Any] | None:
     """The measured start of a pod whose vLLM container is Ready, or None (not Ready yet, or nothing measured).
+    `events`: the pod's Events, for the image pull (`image_pull_from_events`).
 
     Only a first start counts: a vLLM container that restarted within the pod measures a crash loop, not a start."""
     vllm = next((s for s in _statuses(pod, "containerStatuses") if s.get("name") == vllm_container), None)
@@ -133,10 +194,15 @@ def cold_start_from_pod(pod: Mapping[str, Any], log_text: str, *, download_conta
     for key, value in phases_from_log(log_text).items():
         if key != "downloadSeconds" or phases.get("downloadSeconds") is None:
             phases[key] = value
+    meta = pod.get("metadata") or {}
+    pulled = image_pull_from_events(events, pod_uid=str(meta.get("uid") or "") or None) or {}
+    phases["imagePullSeconds"] = pulled.get("imagePullSeconds")
     measured = {k: phases[k] for k in COLD_START_PHASES if phases.get(k) is not None}
     if not measured:
         return None
-    name = str((pod.get("metadata") or {}).get("name") or "")
+    if "imageBytes" in pulled:
+        measured["imageBytes"] = pulled["imageBytes"]
+    name = str(meta.get("name") or "")
     return {**measured, "measuredPod": name, "measuredAt": ready.strftime("%Y-%m-%dT%H:%M:%SZ") if ready else None}
 
 
