@@ -33,7 +33,7 @@ from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
 from ..render.sharing import GROUP_LABEL
 from . import config, decode, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
-from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
+from .observe import list_gpu_nodes, observe_service
 from .remediation import remediate_service
 from .share import group_members, group_of, observe_share
 
@@ -217,17 +217,11 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                       stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
     status, stored = relearn(name, namespace, uid, spec, status, stored, logger)
     spec_dict = dict(spec)
-    observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                                  status=dict(status), now=_now(),
-                                  list_nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
-                                  else list_gpu_nodes,
-                                  resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
-                                  lws_installed=lws.api_served,
-                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
-                                  cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class(),
-                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds(),
-                                  share=observe_share(name, namespace, spec_dict))
+    service = {"metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": generation},
+               "spec": spec_dict, "status": dict(status)}
+    observed = observe_service(service, _now(), share=observe_share(name, namespace, spec_dict),
+                               nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
+                               else list_gpu_nodes)
     desired = reconcile.desired_state(observed)
     if desired.children is None and desired.plan is not None and not desired.plan.fits:
         previous = previous_workload(namespace, name)

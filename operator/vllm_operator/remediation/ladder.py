@@ -64,8 +64,9 @@ class Rendered(Protocol):
 @dataclass(frozen=True)
 class Observed:
     """The service as the ladder sees it: the recorded status, the spec's generation, the time, and `render` — the
-    pure planner + renderer for this service (`reconcile.desired_state` over what the shell read: spec, model
-    files, nodes), called with a status to learn the pods a profile would give."""
+    pure planner + renderer for this service (`reconcile.renderer`: `reconcile.desired_state` over the plain data
+    the shell read once — spec, model files, nodes; it reads nothing), called with a status to learn the pods a
+    profile would give."""
 
     status: Mapping[str, Any]
     generation: int
