@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, Literal
 
+from vllm_operator.api.times import format_time
 from vllm_operator.api.v1alpha1 import Condition, VLLMServiceStatus
 
 __all__ = [
@@ -162,13 +163,6 @@ MAX_MESSAGE_LENGTH: Final = 32768
 # --------------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def format_time(now: datetime) -> str:
-    """RFC 3339 in UTC with second precision (`2025-01-02T03:04:05Z`), as the API server stores it."""
-    if now.tzinfo is None:
-        raise ValueError("a timezone-aware datetime is required (use datetime.now(UTC))")
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,26 @@ def _workload_names(service: str) -> dict[str, str]:
 IMMUTABLE = ("PersistentVolumeClaim", "ResourceClaim")
 
 
+def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Children of a new service: create each without reading it first; one that exists already (409) or any other
+    failure goes through `effects.apply_children`, which reads, compares and retries."""
+    written, rest = [], []
+    for index, child in enumerate(children):
+        try:
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
+        except ApiException as exc:
+            if exc.status in (400, 422):  # refused: the same object would be refused again
+                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
+                    raise
+            rest = children[index:]
+            break
+        except (HTTPError, OSError):
+            rest = children[index:]
+            break
+        written.append(f"created {child['kind']} {child['metadata']['name']}")
+    return written + (apply_children(rest, namespace) if rest else [])
+
+
 def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
     """Make each child exactly its render: server-side apply (field manager `vllm-operator`, forced) of what is
     missing or whose spec hash changed; fields the render no longer sets go, fields other managers set stay.
@@ -493,6 +513,14 @@ def update_status(namespace: str, name: str, build: StatusBuild, *, attempts: in
 # --------------------------------------------------------------------------------------------------
 # Events
 # --------------------------------------------------------------------------------------------------
+
+
+def post_event_or_retry(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str,
+                        message: str) -> None:
+    """Post an Event of the reconcile; an API failure raises kopf's retry (`kube.api_errors`), and the retried
+    reconcile posts it again."""
+    with kube.api_errors("post an event"):
+        kube.post_event(namespace, dict(involved_object), type_, reason, message)
 
 
 def post_event(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str, message: str, *,

@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
@@ -191,26 +189,6 @@ def gpu_nodes(node_selector: Mapping[str, str], max_age: float = NODE_CACHE_SECO
     return nodes
 
 
-def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Children of a new service: create each without reading it first; one that exists already (409) or any other
-    failure goes through `effects.apply_children`, which reads, compares and retries."""
-    written, rest = [], []
-    for index, child in enumerate(children):
-        try:
-            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
-        except ApiException as exc:
-            if exc.status in (400, 422):  # refused: the same object would be refused again
-                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
-                    raise
-            rest = children[index:]
-            break
-        except (HTTPError, OSError):
-            rest = children[index:]
-            break
-        written.append(f"created {child['kind']} {child['metadata']['name']}")
-    return written + (apply_children(rest, namespace) if rest else [])
-
-
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
                       new: bool = False, node_max_age: float = 0.0,
@@ -254,7 +232,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
-        for line in (create_children if new else apply_children)(desired.children, namespace):
+        for line in (effects.create_children if new else apply_children)(desired.children, namespace):
             written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
@@ -279,8 +257,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
             logger.info(line)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
-        with kube.api_errors("post an event"):
-            kube.post_event(namespace, involved, event.type, event.reason, event.message)
+        effects.post_event_or_retry(namespace, involved, event.type, event.reason, event.message)
     return desired
 
 
