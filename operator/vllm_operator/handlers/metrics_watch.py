@@ -44,9 +44,6 @@ import kopf
 from .. import metrics
 from ..api import conditions as cond
 from ..api.v1alpha1 import (
-    GROUP,
-    PLURAL,
-    VERSION,
     MetricsStatus,
     RemediationEvent,
     RemediationStatus,
@@ -68,7 +65,6 @@ from ..remediation.ladder import ProfileChange
 from ..render.pods import ServingPods, serving_pods
 from . import config, effects, kube
 from .remediation import change_profile
-from .service import registry
 
 log = logging.getLogger("vllm_operator.metrics")
 
@@ -130,13 +126,11 @@ def interval_seconds(cfg: config.OperatorConfig | None = None) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def _prometheus_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
+def prometheus_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
     prometheus = spec.get("prometheus") if isinstance(spec, Mapping) else None
     return isinstance(prometheus, Mapping) and prometheus.get("enabled") is True
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, when=_prometheus_enabled, cancellation_backoff=5.0,
-             cancellation_timeout=10.0)
 async def vllmservice_metrics_watch(stopped: kopf.DaemonStopped, name: str, namespace: str | None,
                                     **_: Any) -> None:
     """Every `metrics_interval_seconds`: observe, write status.metrics, act (see the module docstring)."""

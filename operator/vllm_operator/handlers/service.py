@@ -24,7 +24,7 @@ import kopf
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
@@ -36,7 +36,6 @@ from .remediation import remediate_service
 from .share import group_members, group_of, observe_share
 
 log = logging.getLogger("vllm_operator")
-registry = kopf.OperatorRegistry()
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
@@ -88,7 +87,6 @@ class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 CONSISTENCY_TIMEOUT = 30.0
 
 
-@kopf.on.startup(registry=registry)
 def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     decode.install()  # before any watch starts: objects nested past Python's recursion limit are cut, not fatal
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
@@ -106,7 +104,6 @@ def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 
 
-@kopf.on.login(registry=registry)
 def operator_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         return kopf.login_with_service_account(**kwargs)
@@ -337,9 +334,6 @@ def backoff(delay: float | None, retry: int) -> float:
     return float(min((delay or 1.0) * 2 ** min(retry, 10), MAX_RETRY_DELAY))
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-@kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-@kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
 async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
                                 status: Mapping[str, Any], logger: kopf.Logger, reason: str, retry: int = 0,
                                 **_: Any) -> None:
@@ -431,7 +425,6 @@ def answered_failure(status: Mapping[str, Any], generation: int | None) -> bool:
                and generation in (None, c.get("observedGeneration")) for c in status.get("conditions") or [])
 
 
-@kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
 def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **_: Any) -> None:
     """A pod of ours changed: if its vLLM container failed, walk the remediation ladder one step."""
     if type == "DELETED":
@@ -482,9 +475,6 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-# `field`/`value`: kopf skips a Deployment the controller has not looked at yet (no status: the reconcile's status
-# stands) without building the handler's arguments — every new service's Deployment, in a burst of creations.
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, field="status", value=kopf.PRESENT, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
     """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":

@@ -37,7 +37,7 @@ from ..api.times import parse_time
 from . import config, effects, kube, lws
 from .observe import served_kinds
 from .remediation import remediate_service, step_up_service
-from .service import RECONCILE_POOL, answered_failure, reconcile_current, registry
+from .service import RECONCILE_POOL, answered_failure, reconcile_current
 
 log = logging.getLogger("vllm_operator.watchdog")
 
@@ -259,7 +259,6 @@ class Sweeper:
 _tasks: set[asyncio.Task[None]] = set()
 
 
-@kopf.on.startup(registry=registry)
 async def watchdog_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Start the sweep (one task for the operator)."""
     peering = Peering(standalone=bool(settings.peering.standalone), name=str(settings.peering.name),
@@ -271,7 +270,6 @@ async def watchdog_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     task.add_done_callback(_tasks.discard)
 
 
-@kopf.on.cleanup(registry=registry)
 async def watchdog_cleanup(**_: Any) -> None:
     for task in list(_tasks):
         task.cancel()
