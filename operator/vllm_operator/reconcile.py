@@ -56,7 +56,6 @@ from .remediation.redact import secret_findings
 from .render import multinode
 from .render.cache import (
     ENGINE_START_SECONDS,
-    MODEL_CACHE,
     CachePlan,
     CacheSettings,
     budget_rate,
@@ -80,11 +79,6 @@ from .render.pods import ServingPods, serving_pods
 
 log = logging.getLogger("vllm_operator.reconcile")
 
-#: Condition set while the spec carries a literal secret (env value, extraArgs) or expands one into argv.
-SECRETS_BY_REFERENCE = "SecretsByReference"
-LITERAL_SECRET = "LiteralSecret"
-#: Reason of a failure the core did not foresee (a bug): the service still gets an answer, never a crash loop.
-INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
@@ -481,19 +475,19 @@ def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[con
     if spec.hf_token_secret_ref:
         secret_vars.append("HF_TOKEN")
     findings = secret_findings((e.to_dict() for e in spec.env), spec.extra_args, secret_vars)
-    before = next((c for c in observed.status.get("conditions") or [] if c.get("type") == SECRETS_BY_REFERENCE),
+    before = next((c for c in observed.status.get("conditions") or [] if c.get("type") == cond.SECRETS_BY_REFERENCE),
                   None)
     if not findings:
         if before is not None and before.get("status") == cond.FALSE:
-            return [cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
+            return [cond.ConditionUpdate(cond.SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
                                          "no literal secret in spec.env or spec.extraArgs")], []
         return [], []
     message = "; ".join(f"{f.field}: {f.message}" for f in findings[:8])
     if len(findings) > 8:
         message += f"; and {len(findings) - 8} more in spec.env / spec.extraArgs"
     said = before is not None and before.get("message") == message and before.get("status") == cond.FALSE
-    return ([cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.FALSE, LITERAL_SECRET, message)],
-            [] if said else [Event(EVENT_WARNING, LITERAL_SECRET, message)])
+    return ([cond.ConditionUpdate(cond.SECRETS_BY_REFERENCE, cond.FALSE, cond.LITERAL_SECRET, message)],
+            [] if said else [Event(EVENT_WARNING, cond.LITERAL_SECRET, message)])
 
 
 def desired_state(observed: Observed) -> Desired:
@@ -509,12 +503,12 @@ def desired_state(observed: Observed) -> Desired:
         log.exception("reconcile core failed for %s/%s", observed.namespace, observed.name)
         message = (f"the operator could not plan this spec ({type(exc).__name__}); this is a bug in the operator, "
                    "please report it with the spec")
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, INTERNAL_ERROR, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, INTERNAL_ERROR, message)]
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.INTERNAL_ERROR, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.INTERNAL_ERROR, message)]
         try:
-            return _problem(observed, INTERNAL_ERROR, message, updates)
+            return _problem(observed, cond.INTERNAL_ERROR, message, updates)
         except Exception:  # noqa: BLE001 - even the status could not be folded (a malformed status)
-            return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
+            return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, cond.INTERNAL_ERROR, message)])
 
 
 def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
@@ -668,7 +662,7 @@ def _share_conditions(observed: Observed, decision: sharegroup.ShareDecision, de
     updates = []
     if decision.condition is not None:
         _, reason, message = decision.condition
-        updates.append(cond.ConditionUpdate(sharegroup.GPU_SHARED, cond.TRUE, reason, message))
+        updates.append(cond.ConditionUpdate(cond.GPU_SHARED, cond.TRUE, reason, message))
     if decision.waiting_for is not None:
         message = (f"waiting for {decision.waiting_for} to be Ready with its share: members of one GPU start one at "
                    "a time")
@@ -990,7 +984,7 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     if failing:
         message += (f"; the model-download init container of pod "
                     f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
-    updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
+    updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
                      model_cache=download.status(observed),

@@ -757,7 +757,7 @@ def _answered(observed: reconcile.Observed, desired: reconcile.Desired) -> str |
     conditions = {c.type: c for c in desired.status.conditions}
     degraded = conditions.get(cond.DEGRADED)
     reason = degraded.reason if degraded is not None and degraded.status == cond.TRUE else None
-    assert reason != reconcile.INTERNAL_ERROR, f"unforeseen failure for spec {observed.spec!r:.300}"
+    assert reason != cond.INTERNAL_ERROR, f"unforeseen failure for spec {observed.spec!r:.300}"
     for event in desired.events:
         assert event.type in ("Normal", "Warning") and event.reason and event.message
     if reason == cond.INVALID_SPEC:

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from kit import adversarial
 from vllm_operator import reconcile
+from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import validate_spec
 from vllm_operator.handlers import observe
 
@@ -131,20 +132,20 @@ def test_literal_secrets_get_a_warning_condition_once() -> None:
             "env": [{"name": "HF_TOKEN", "value": "hf_" + "a" * 34}],
             "hfTokenSecretRef": {"name": "hf"}, "extraArgs": ["--api-key", "$(HF_TOKEN)"]}
     desired = reconcile.desired_state(adversarial.observe(spec, "svc", ()))
-    condition = next(c for c in desired.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE)
+    condition = next(c for c in desired.status.conditions if c.type == cond.SECRETS_BY_REFERENCE)
     assert condition.status == "False" and "spec.env[0].value" in condition.message
     assert "spec.extraArgs[1]" in condition.message and "hf_aaaa" not in condition.message
-    assert [e.reason for e in desired.events if e.type == "Warning"] == [reconcile.LITERAL_SECRET]
+    assert [e.reason for e in desired.events if e.type == "Warning"] == [cond.LITERAL_SECRET]
     status = desired.status.model_dump(mode="json", by_alias=True, exclude_none=True)
     again = reconcile.desired_state(observe.complete(reconcile.Observed(
         name="svc", namespace="ns", uid="uid-1", generation=1, spec=spec, status=status, now=adversarial.NOW),
         model=adversarial.resolver(spec), nodes=None, lws=None))
-    assert not [e for e in again.events if e.reason == reconcile.LITERAL_SECRET]
+    assert not [e for e in again.events if e.reason == cond.LITERAL_SECRET]
     clean = {k: v for k, v in spec.items() if k not in ("env", "extraArgs")}
     cleared = reconcile.desired_state(observe.complete(reconcile.Observed(
         name="svc", namespace="ns", uid="uid-1", generation=2, spec=clean, status=status, now=adversarial.NOW),
         model=adversarial.resolver(clean), nodes=None, lws=None))
-    assert next(c for c in cleared.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE).status == "True"
+    assert next(c for c in cleared.status.conditions if c.type == cond.SECRETS_BY_REFERENCE).status == "True"
 
 
 # Every field the CRD bounds by a pattern, with a value it must accept.
