@@ -56,7 +56,6 @@ from .remediation.redact import secret_findings
 from .render import multinode
 from .render.cache import (
     ENGINE_START_SECONDS,
-    MODEL_CACHE,
     CachePlan,
     CacheSettings,
     budget_rate,
@@ -80,35 +79,6 @@ from .render.pods import ServingPods, serving_pods
 
 log = logging.getLogger("vllm_operator.reconcile")
 
-#: A model resolver injected by the shell: (files, None) or (None, why not). Called only for a valid spec whose
-#: model is neither inline nor already given, so nothing is fetched or read for an invalid one.
-ModelResolver = Callable[[], "tuple[ModelFiles | None, str | None]"]
-
-#: The shell's node listing for a nodeSelector: labels of the matching nodes. Called only for a valid spec.
-NodeLister = Callable[[Mapping[str, str]], "Sequence[Mapping[str, str]]"]
-
-
-class _ShellFailure(Exception):
-    """An injected shell callback failed (an API error to retry): re-raised as it was, never turned into a
-    condition by the core's safety net."""
-
-    def __init__(self, original: Exception) -> None:
-        super().__init__(str(original))
-        self.original = original
-
-
-def _from_shell(call: Callable[[], Any]) -> Any:
-    try:
-        return call()
-    except Exception as exc:
-        raise _ShellFailure(exc) from exc
-
-
-#: Condition set while the spec carries a literal secret (env value, extraArgs) or expands one into argv.
-SECRETS_BY_REFERENCE = "SecretsByReference"
-LITERAL_SECRET = "LiteralSecret"
-#: Reason of a failure the core did not foresee (a bug): the service still gets an answer, never a crash loop.
-INTERNAL_ERROR = "InternalError"
 #: The longest VLLMService name: it labels the pods (label values are at most 63 characters) and the handlers map
 #: pods back to their service by that label.
 MAX_NAME_LENGTH = 63
@@ -126,7 +96,10 @@ class Event:
 
 @dataclass(frozen=True)
 class Observed:
-    """What the handler read from the cluster for one VLLMService."""
+    """What the handler read from the cluster for one VLLMService: plain data, read once before the core runs.
+
+    The shell reads the model's files, the nodes and the LeaderWorkerSet API only for a spec `wants` finds valid
+    (what it names, nothing for an invalid one); the core never calls back into the shell."""
 
     name: str
     namespace: str
@@ -137,12 +110,10 @@ class Observed:
     now: datetime
     nodes: Sequence[Mapping[str, str]] = ()          # labels of nodes matching the pod's nodeSelector
     default_image: str = DEFAULT_IMAGE               # for specs that name no image (operator-wide setting)
-    model_files: ModelFiles | None = None
+    model_files: ModelFiles | None = None           # the model's files as the shell read them (not inline ones)
     model_error: str | None = None                  # why the model files could not be read
     catalog: GPUCatalog | None = None
-    resolve_model: ModelResolver | None = None      # the shell's catalog/hub/ConfigMap lookup, called after validation
-    list_nodes: NodeLister | None = None            # the shell's node listing (by spec.nodeSelector), idem
-    lws_installed: Callable[[], bool] | None = None  # the shell's LeaderWorkerSet API check (multi-node plans only)
+    lws_installed: bool | None = None               # whether the LeaderWorkerSet API is served; None: not asked
     cache_settings: CacheSettings = CacheSettings()  # the operator-wide model cache default
     default_storage_class: str | None = None        # the cluster's default StorageClass, if any
     shared_storage_class: str | None = None         # a StorageClass whose claims can be ReadWriteMany, if any
@@ -497,19 +468,13 @@ def _config_field(spec: VLLMServiceSpec) -> str:
 
 
 def _model_files(observed: Observed, spec: VLLMServiceSpec) -> tuple[ModelFiles | None, str | None]:
-    """The model's files: inline (read here, pure), given by the shell, or looked up by its injected resolver."""
+    """The model's files: inline (read here, pure) or as the shell read them."""
     if spec.model.config:
         try:
             return model_files_from_inline(spec.model.config, spec.model.safetensors_index, spec.model.name), None
         except ModelSourceError as exc:
             return None, str(exc)
-    if observed.model_files is not None or observed.model_error is not None:
-        return observed.model_files, observed.model_error
-    if observed.resolve_model is not None:
-        resolve = observed.resolve_model
-        files, error = _from_shell(resolve)
-        return files, error
-    return None, None
+    return observed.model_files, observed.model_error
 
 
 def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[cond.ConditionUpdate], list[Event]]:
@@ -518,19 +483,19 @@ def _secret_warning(observed: Observed, spec: VLLMServiceSpec) -> tuple[list[con
     if spec.hf_token_secret_ref:
         secret_vars.append("HF_TOKEN")
     findings = secret_findings((e.to_dict() for e in spec.env), spec.extra_args, secret_vars)
-    before = next((c for c in observed.status.get("conditions") or [] if c.get("type") == SECRETS_BY_REFERENCE),
+    before = next((c for c in observed.status.get("conditions") or [] if c.get("type") == cond.SECRETS_BY_REFERENCE),
                   None)
     if not findings:
         if before is not None and before.get("status") == cond.FALSE:
-            return [cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
+            return [cond.ConditionUpdate(cond.SECRETS_BY_REFERENCE, cond.TRUE, cond.AS_EXPECTED,
                                          "no literal secret in spec.env or spec.extraArgs")], []
         return [], []
     message = "; ".join(f"{f.field}: {f.message}" for f in findings[:8])
     if len(findings) > 8:
         message += f"; and {len(findings) - 8} more in spec.env / spec.extraArgs"
     said = before is not None and before.get("message") == message and before.get("status") == cond.FALSE
-    return ([cond.ConditionUpdate(SECRETS_BY_REFERENCE, cond.FALSE, LITERAL_SECRET, message)],
-            [] if said else [Event(EVENT_WARNING, LITERAL_SECRET, message)])
+    return ([cond.ConditionUpdate(cond.SECRETS_BY_REFERENCE, cond.FALSE, cond.LITERAL_SECRET, message)],
+            [] if said else [Event(EVENT_WARNING, cond.LITERAL_SECRET, message)])
 
 
 def desired_state(observed: Observed) -> Desired:
@@ -542,18 +507,16 @@ def desired_state(observed: Observed) -> Desired:
     """
     try:
         return _desired_state(observed)
-    except _ShellFailure as failure:  # the shell's own API error: its retry policy applies
-        raise failure.original from None
     except Exception as exc:  # noqa: BLE001 - the core must answer every VLLMService; the test corpus keeps this unused
         log.exception("reconcile core failed for %s/%s", observed.namespace, observed.name)
         message = (f"the operator could not plan this spec ({type(exc).__name__}); this is a bug in the operator, "
                    "please report it with the spec")
-        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, INTERNAL_ERROR, message),
-                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, INTERNAL_ERROR, message)]
+        updates = [cond.ConditionUpdate(cond.DEGRADED, cond.TRUE, cond.INTERNAL_ERROR, message),
+                   cond.ConditionUpdate(cond.PLAN_FEASIBLE, cond.UNKNOWN, cond.INTERNAL_ERROR, message)]
         try:
-            return _problem(observed, INTERNAL_ERROR, message, updates)
+            return _problem(observed, cond.INTERNAL_ERROR, message, updates)
         except Exception:  # noqa: BLE001 - even the status could not be folded (a malformed status)
-            return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, INTERNAL_ERROR, message)])
+            return Desired(status=VLLMServiceStatus(), events=[Event(EVENT_WARNING, cond.INTERNAL_ERROR, message)])
 
 
 def _unsupported_flags(spec: VLLMServiceSpec, version: str) -> list[SpecError]:
@@ -709,7 +672,7 @@ def _share_conditions(observed: Observed, decision: sharegroup.ShareDecision, de
     updates = []
     if decision.condition is not None:
         _, reason, message = decision.condition
-        updates.append(cond.ConditionUpdate(sharegroup.GPU_SHARED, cond.TRUE, reason, message))
+        updates.append(cond.ConditionUpdate(cond.GPU_SHARED, cond.TRUE, reason, message))
     if decision.waiting_for is not None:
         message = (f"waiting for {decision.waiting_for} to be Ready with its share: members of one GPU start one at "
                    "a time")
@@ -745,6 +708,42 @@ def _resolve_image_version(observed: Observed, spec: VLLMServiceSpec) -> ImageVe
     if unsupported:
         return _invalid(observed, unsupported)
     return resolved
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What the shell reads for a valid spec before the core runs: the model's files (unless inline), the nodes
+    matching `node_selector` (a failed listing only costs the pools when `nodes_optional`: spec.gpu.product names the
+    GPU, so the plan does not depend on them) and whether the LeaderWorkerSet API is served (`lws`: a plan may span
+    nodes)."""
+
+    model: bool
+    node_selector: dict[str, str]
+    nodes_optional: bool
+    lws: bool
+
+
+def wants(observed: Observed) -> Wants | None:
+    """What the shell must observe for this service, or None when the spec is invalid: nothing is fetched or read for
+    an invalid spec (validation is pure and needs none of it)."""
+    try:
+        spec = _validate(observed)
+        if isinstance(spec, Desired) or isinstance(_resolve_image_version(observed, spec), Desired):
+            return None
+    except Exception:  # noqa: BLE001 - desired_state answers this spec (InternalError); nothing to read for it
+        return None
+    return Wants(model=not spec.model.config, node_selector=dict(spec.node_selector),
+                 nodes_optional=bool(spec.gpu.product), lws=spec.gpu.max_nodes > 1)
+
+
+def renderer(observed: Observed) -> Callable[[Mapping[str, Any]], Desired]:
+    """`desired_state` over what was observed, with another status (the remediation ladder re-plans a stepped
+    profile with it): the same plain data, no reads."""
+
+    def render(status: Mapping[str, Any]) -> Desired:
+        return desired_state(replace(observed, status=dict(status)))
+
+    return render
 
 
 def _read_model_files(observed: Observed, spec: VLLMServiceSpec) -> ModelFiles | Desired:
@@ -786,16 +785,6 @@ _GPUChoice = tuple[GPUSpec, str, str | None, int | None, Sequence[Mapping[str, s
 def _gpu_and_pool(observed: Observed, spec: VLLMServiceSpec, catalog: GPUCatalog) -> _GPUChoice | Desired:
     """Step 5: the GPU the plan is for, from spec.gpu or the labels of the cluster's GPU nodes."""
     nodes = observed.nodes
-    if observed.list_nodes is not None:
-        # listed even with spec.gpu.product: that product's GPUs per node and the options come from the cluster's
-        # pools; with the product named, a failed listing only costs those (the plan does not depend on it)
-        lister = observed.list_nodes
-        try:
-            nodes = _from_shell(lambda: lister(dict(spec.node_selector)))
-        except _ShellFailure:
-            if not spec.gpu.product:
-                raise
-            nodes = ()
     try:
         gpu, how, product_label, node_count = resolve_gpu(spec, nodes, catalog)
     except (UnknownGPUError, ValueError) as exc:
@@ -1023,7 +1012,7 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     if failing:
         message += (f"; the model-download init container of pod "
                     f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
-    updates = [cond.ConditionUpdate(MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
+    updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
                      model_cache=download.status(observed),
@@ -1093,7 +1082,7 @@ def _multinode_gate(observed: Observed, planned: _Planned, nodes: Sequence[Mappi
     multi = multinode.multinode_status(spread, observed.name, observed.status.get("multiNode"))
     label = planned.product_label
     pool = None if spec.gpu.product else sum(1 for n in nodes if n.get(LABEL_PRODUCT) == label)
-    stop = multinode.blocker(spread, spread.plan.vllm_version, lws_installed=_lws_installed(observed),
+    stop = multinode.blocker(spread, spread.plan.vllm_version, lws_installed=observed.lws_installed,
                              pool_nodes=pool)
     if stop is None or not stop.blocks:
         return replace(planned, multi=multi, stop=stop)
@@ -1106,14 +1095,6 @@ def _multinode_gate(observed: Observed, planned: _Planned, nodes: Sequence[Mappi
     status = _status(observed, updates + planned.budget_updates, plan=planned.status_plan, gpu=planned.gpu_status,
                      multi_node=multi)
     return Desired(status=status, children=None, events=events, plan=spread.plan, retry_after=stop.retry_after)
-
-
-def _lws_installed(observed: Observed) -> bool | None:
-    """The shell's answer to 'is the LeaderWorkerSet API served?' (None: not asked)."""
-    if observed.lws_installed is None:
-        return None
-    check = observed.lws_installed
-    return bool(_from_shell(check))
 
 
 def desired_replicas(spec: VLLMServiceSpec, status: Mapping[str, Any]) -> int:

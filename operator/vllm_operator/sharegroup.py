@@ -48,10 +48,6 @@ from .render.sharing import (
     with_claim,
 )
 
-#: The condition that says how this service shares its GPU (and, with time-slicing, that memory is not isolated).
-GPU_SHARED = "GPUShared"
-SHARED_BY_DRA = "SharedByDRA"
-MEMORY_NOT_ISOLATED = "MemoryNotIsolated"
 #: The group's record: one ConfigMap per group, data key RECORD_KEY.
 RECORD_KEY = "plan.json"
 #: Members beyond this are not planned (bounded work per reconcile); they are told so.
@@ -291,12 +287,12 @@ def decide(observed: ShareObserved, me: str, namespace: str, gpu: GPUSpec, versi
                    "uid": by_name[m.name].uid} for m in shared.members if m.name in by_name]
         extra.append(build_resource_claim(group=observed.group, gpu_index=share.gpu_index, namespace=namespace,
                                           owners=owners))
-        condition = ("True", SHARED_BY_DRA,
+        condition = ("True", cond.SHARED_BY_DRA,
                      f"GPU {share.gpu_index} of share group {observed.group} (ResourceClaim {status.claim}) with "
                      f"{', '.join(n for n in order if n != me) or 'no other member'}: budget "
                      f"{share.budget_gib:.2f} GiB; compute and memory bandwidth are shared")
     else:
-        condition = ("True", MEMORY_NOT_ISOLATED,
+        condition = ("True", cond.MEMORY_NOT_ISOLATED,
                      f"GPU {share.gpu_index} of share group {observed.group} on time-sliced node {status.node} with "
                      f"{', '.join(n for n in order if n != me) or 'no other member'}: time-slicing isolates no "
                      f"memory — vLLM keeps to its budget of {share.budget_gib:.2f} GiB, nothing enforces it")

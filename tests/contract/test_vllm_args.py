@@ -27,6 +27,7 @@ pytestmark = pytest.mark.vllm  # the optional extra: the only reason a test here
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (optional extra: vllm-operator[vllm])")
 
 from vllm_operator import reconcile  # noqa: E402
+from vllm_operator.handlers import observe  # noqa: E402
 from vllm_operator.planner.gpus import load_gpu_catalog  # noqa: E402
 from vllm_operator.planner.versions import parse_version  # noqa: E402
 from vllm_operator.sources import load_model_files  # noqa: E402
@@ -122,11 +123,10 @@ def _containers(name: str, spec: Mapping[str, Any]) -> list[tuple[str, list[str]
     release; [] when the operator renders none (an infeasible plan: the test says why)."""
     files = load_model_files(spec["model"]["name"])
     nodes = _nodes()
-    observed = reconcile.Observed(name=name, namespace="default", uid="uid-1", generation=1,
-                                  spec={**spec, "image": IMAGE}, status={}, now=NOW, model_files=files, nodes=nodes,
-                                  list_nodes=lambda selector: [n for n in nodes if all(
-                                      n.get(k) == v for k, v in selector.items())],
-                                  lws_installed=lambda: True)
+    base = reconcile.Observed(name=name, namespace="default", uid="uid-1", generation=1,
+                              spec={**spec, "image": IMAGE}, status={}, now=NOW, model_files=files)
+    observed = observe.complete(base, model=None, nodes=lambda selector: [n for n in nodes if all(
+        n.get(k) == v for k, v in selector.items())], lws=lambda: True)
     desired = reconcile.desired_state(observed)
     found: list[tuple[str, list[str]]] = []
     for child in desired.children or []:

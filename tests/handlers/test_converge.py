@@ -21,6 +21,7 @@ import kubernetes
 import pytest
 
 from kit.inprocess import Cluster, condition, container, harness_fixture  # noqa: F401 (`harness`)
+from vllm_operator.api import conditions as cond
 from vllm_operator.handlers import effects, kube
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -190,10 +191,10 @@ def test_a_name_taken_by_someone_elses_object_is_left_alone_and_said(harness: Cl
     resource, theirs = _foreign(kind, "chat", h.namespace)
     stored = h.server.create_object(resource, theirs, h.namespace)
     h.create("chat", {"model": {"name": QWEN}, "autoscaling": {"minReplicas": 1, "maxReplicas": 2}})
-    obj = h.wait_condition("chat", effects.NAME_CONFLICT, "True", effects.NAME_CONFLICT)
-    message = condition(obj, effects.NAME_CONFLICT)["message"]  # type: ignore[index]
+    obj = h.wait_condition("chat", cond.NAME_CONFLICT, "True", cond.NAME_CONFLICT)
+    message = condition(obj, cond.NAME_CONFLICT)["message"]  # type: ignore[index]
     assert f"{kind} chat" in message and "rename" in message.lower(), message
-    event = h.wait_events("chat", effects.NAME_CONFLICT)[0]
+    event = h.wait_events("chat", cond.NAME_CONFLICT)[0]
     assert event["type"] == "Warning" and f"{kind} chat" in event["message"]
     # the rest of the children converge
     others = {"Service": "services", "HorizontalPodAutoscaler": "horizontalpodautoscalers",
@@ -226,13 +227,13 @@ def test_the_conflict_clears_once_the_name_is_free(harness: Cluster) -> None:
     resource, theirs = _foreign("Service", "chat", h.namespace)
     h.server.create_object(resource, theirs, h.namespace)
     h.create("chat", {"model": {"name": QWEN}})
-    h.wait_condition("chat", effects.NAME_CONFLICT, "True", effects.NAME_CONFLICT)
+    h.wait_condition("chat", cond.NAME_CONFLICT, "True", cond.NAME_CONFLICT)
     h.server.delete_object(resource, "chat", h.namespace)
     h.patch_spec("chat", {"env": [{"name": "NUDGE", "value": "1"}]})  # any reconcile (the watchdog's, in 120 s)
     service = h.wait_for(lambda: (s := _get(h, "services", "chat")) and s["metadata"].get("ownerReferences") and s,
                          message="our Service")
     assert service["spec"]["selector"]["vllm-operator.dev/service"] == "chat"
-    h.wait_condition("chat", effects.NAME_CONFLICT, "False", effects.NO_CONFLICT)
+    h.wait_condition("chat", cond.NAME_CONFLICT, "False", cond.NO_CONFLICT)
 
 
 def test_the_emulators_apply_removes_what_a_removal_empties() -> None:

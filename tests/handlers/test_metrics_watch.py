@@ -97,7 +97,7 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
     kv_tokens = planned["kvCacheTokens"]
 
     # No pod yet: Prometheus answers, but has no series of this service.
-    h.wait_condition("qwen", watch.METRICS_AVAILABLE, "False", watch.NO_METRICS_FOUND)
+    h.wait_condition("qwen", cond.METRICS_AVAILABLE, "False", cond.NO_METRICS_FOUND)
 
     # The kubelet's part: a vLLM pod whose cache is full and preempts 2/s, with requests of a length such that the
     # cache holds 3/4 of max-num-seqs.
@@ -107,14 +107,14 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
                   preemptions_per_second=2.0, requests_per_second=2.0,
                   prompt_tokens_per_request=typical * 3 // 4, generation_tokens_per_request=typical - typical * 3 // 4)
 
-    observed = h.wait_condition("qwen", watch.METRICS_AVAILABLE, "True", watch.METRICS_OBSERVED, timeout=30)
+    observed = h.wait_condition("qwen", cond.METRICS_AVAILABLE, "True", cond.METRICS_OBSERVED, timeout=30)
     def filled() -> dict[str, Any] | None:
         m = ((h.service("qwen") or {}).get("status") or {}).get("metrics") or {}
         full = m.get("waiting") == 6 and m.get("kvCacheUsage") == 0.99 and m.get("running") == seqs
         return m if full and (m.get("preemptionRate") or 0) > 0.5 else None   # rate() needs two scrapes
     metrics = h.wait_for(filled, 30, "status.metrics filled")
     assert metrics["time"]
-    assert "1 pod(s) reporting" in condition(observed, watch.METRICS_AVAILABLE)["message"]
+    assert "1 pod(s) reporting" in condition(observed, cond.METRICS_AVAILABLE)["message"]
 
     # Sustained preemptions over the window → max-num-seqs lowered to what the cache holds, in the Deployment.
     lowered = h.wait_deployment("qwen", lambda d: flag_value(container(d)["args"], "--max-num-seqs") != str(seqs),
@@ -141,13 +141,13 @@ def test_metrics_fill_status_and_sustained_preemptions_lower_max_num_seqs(
 
     # Prometheus goes away: the condition says so, status.metrics keeps the last values, reconciles go on.
     stack.prometheus.stop()
-    down = h.wait_condition("qwen", watch.METRICS_AVAILABLE, "False", watch.PROMETHEUS_UNREACHABLE, timeout=15)
-    assert "cannot connect" in condition(down, watch.METRICS_AVAILABLE)["message"]
+    down = h.wait_condition("qwen", cond.METRICS_AVAILABLE, "False", cond.PROMETHEUS_UNREACHABLE, timeout=15)
+    assert "cannot connect" in condition(down, cond.METRICS_AVAILABLE)["message"]
     assert down["status"]["metrics"]["waiting"] == 2
     h.create("other", {"model": {"name": QWEN_7B}, "prometheus": {"enabled": True}})
     h.wait_deployment("other", timeout=15)
     h.wait_condition("other", "PlanFeasible", "True")
-    h.wait_condition("other", watch.METRICS_AVAILABLE, "False", watch.PROMETHEUS_UNREACHABLE, timeout=15)
+    h.wait_condition("other", cond.METRICS_AVAILABLE, "False", cond.PROMETHEUS_UNREACHABLE, timeout=15)
 
     # Deleting a watched service is not held up by its watch.
     h.delete("qwen")
@@ -162,7 +162,7 @@ def test_a_full_cache_with_a_queue_scales_within_max_replicas_until_the_watch_is
     h.create("busy", {"model": {"name": QWEN_7B}, "prometheus": {"enabled": True}, "replicas": 1,
                       "maxReplicas": 3})
     h.wait_settled("busy")
-    h.wait_condition("busy", watch.METRICS_AVAILABLE, "False", watch.NO_METRICS_FOUND, timeout=15)
+    h.wait_condition("busy", cond.METRICS_AVAILABLE, "False", cond.NO_METRICS_FOUND, timeout=15)
 
     # A full cache, 8 running and 8 waiting, no preemption: twice the capacity is needed → 2 replicas.
     stack.add_pod("default", "busy-5f6d7c8b9-bcdfg", "busy", kv_cache_usage=0.97, waiting=8, running=8)
@@ -176,11 +176,11 @@ def test_a_full_cache_with_a_queue_scales_within_max_replicas_until_the_watch_is
     assert "spec.maxReplicas 3" in entry["message"]
     assert service["spec"]["replicas"] == 1                               # the spec is never written
     assert h.wait_for(lambda: h.events("busy", reason=watch.SCALED_UP), 10, "an Event")[0]["type"] == "Normal"
-    assert condition(h.service("plain"), watch.METRICS_AVAILABLE) is None
+    assert condition(h.service("plain"), cond.METRICS_AVAILABLE) is None
 
     # Turning the watch off: the daemon stops, replicas go back to spec.replicas, the condition says so.
     h.patch_spec("busy", {"prometheus": {"enabled": False}})
-    h.wait_condition("busy", watch.METRICS_AVAILABLE, "Unknown", watch.METRICS_DISABLED, timeout=15)
+    h.wait_condition("busy", cond.METRICS_AVAILABLE, "Unknown", cond.METRICS_DISABLED, timeout=15)
     h.wait_deployment("busy", lambda d: d["spec"].get("replicas") == 1, timeout=10)
 
 
@@ -242,7 +242,7 @@ def test_a_recommendation_is_recorded_once_and_stays_within_the_spec(served: Any
     assert "set spec.maxReplicas to 2" in observed.pop("recommendation")
     assert observed == {"kvCacheUsage": 0.98, "preemptionRate": 0.0, "waiting": 8.0, "running": 8.0,
                         "time": cond.format_time(now)}
-    assert condition(svc, watch.METRICS_AVAILABLE)["reason"] == watch.METRICS_OBSERVED
+    assert condition(svc, cond.METRICS_AVAILABLE)["reason"] == cond.METRICS_OBSERVED
     assert svc["spec"] == {"model": {"name": QWEN_7B}, "prometheus": {"enabled": True}}      # never written
     assert served.get_object("deployments", "svc", "default")["spec"]["replicas"] == 1   # only advised
 
@@ -263,7 +263,7 @@ def test_status_writes_are_rebuilt_when_someone_wrote_in_between(served: Any) ->
         calls.append(status)
         if len(calls) == 1:  # another writer gets in between this read and the write
             served.patch_status("vllmservices", "svc", {**status, "readyReplicas": 1}, "default")
-        update = cond.ConditionUpdate(watch.METRICS_AVAILABLE, cond.FALSE, watch.PROMETHEUS_UNREACHABLE, "down")
+        update = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.FALSE, cond.PROMETHEUS_UNREACHABLE, "down")
         return cond.fold_status(status, conditions=[update], observed_generation=status.get("observedGeneration"),
                                 now=datetime.now(UTC))
 
@@ -271,7 +271,7 @@ def test_status_writes_are_rebuilt_when_someone_wrote_in_between(served: Any) ->
     assert len(calls) == 2                                                  # 409, read again, built again
     svc = served.get_object("vllmservices", "svc", "default")
     assert svc["status"]["readyReplicas"] == 1                              # the other write survives
-    assert condition(svc, watch.METRICS_AVAILABLE)["reason"] == watch.PROMETHEUS_UNREACHABLE
+    assert condition(svc, cond.METRICS_AVAILABLE)["reason"] == cond.PROMETHEUS_UNREACHABLE
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from kit.crds import crd_schema, unknown_fields, validator
 from vllm_operator import reconcile
 from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import INT32_MAX, VLLMServiceSpec, _model_class
+from vllm_operator.handlers import observe as observe_shell
 from vllm_operator.modelfiles import ModelFiles, find_in_catalog, list_catalog
 from vllm_operator.render import cache
 
@@ -644,7 +645,7 @@ clusters = st.builds(ClusterView, nodes, st.sampled_from([None, frozenset(), OPT
 # --- the checks -------------------------------------------------------------------------------------------
 
 
-def resolver(spec: Mapping[str, Any]) -> reconcile.ModelResolver:
+def resolver(spec: Mapping[str, Any]) -> observe_shell.ModelReader:
     """The shell's resolver, minus the hub: a catalog id resolves, anything else is not found. Records calls."""
 
     def resolve() -> tuple[ModelFiles | None, str | None]:
@@ -756,7 +757,7 @@ def _answered(observed: reconcile.Observed, desired: reconcile.Desired) -> str |
     conditions = {c.type: c for c in desired.status.conditions}
     degraded = conditions.get(cond.DEGRADED)
     reason = degraded.reason if degraded is not None and degraded.status == cond.TRUE else None
-    assert reason != reconcile.INTERNAL_ERROR, f"unforeseen failure for spec {observed.spec!r:.300}"
+    assert reason != cond.INTERNAL_ERROR, f"unforeseen failure for spec {observed.spec!r:.300}"
     for event in desired.events:
         assert event.type in ("Normal", "Warning") and event.reason and event.message
     if reason == cond.INVALID_SPEC:
@@ -884,8 +885,8 @@ def _check_download_container(init: dict[str, Any], volumes: list[str]) -> None:
 
 
 def observe(spec: Any, name: str, cluster: ClusterView | tuple[Mapping[str, str], ...]) -> reconcile.Observed:
-    """The core's input as the shell builds it: the model resolver and the node lister are injected (and record
-    their calls in CALLS), so a test sees whether anything was fetched."""
+    """The core's input as the shell builds it (`handlers.observe.complete`): the model and the nodes are read by
+    readers that record their calls in CALLS, so a test sees whether anything was fetched."""
     view = cluster if isinstance(cluster, ClusterView) else ClusterView(tuple(cluster))
 
     def list_nodes(selector: Mapping[str, str]) -> tuple[Mapping[str, str], ...]:
@@ -893,6 +894,7 @@ def observe(spec: Any, name: str, cluster: ClusterView | tuple[Mapping[str, str]
         return view.nodes
 
     lws = view.lws
-    return reconcile.Observed(name=name, namespace="ns", uid="uid-1", generation=1, spec=spec, status={}, now=NOW,
-                              list_nodes=list_nodes, resolve_model=resolver(spec), served_kinds=view.served,
-                              lws_installed=None if lws is None else (lambda: lws))
+    base = reconcile.Observed(name=name, namespace="ns", uid="uid-1", generation=1, spec=spec, status={}, now=NOW,
+                              served_kinds=view.served)
+    return observe_shell.complete(base, model=resolver(spec), nodes=list_nodes,
+                                  lws=None if lws is None else (lambda: lws))

@@ -47,12 +47,9 @@ import yaml
 
 from kit.faults import FaultProxy
 from vllm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
-from vllm_operator.handlers import (
-    kube,
-    watchdog,  # noqa: F401  (the registry as `vllm-operator run` has it: the watchdog too)
-)
+from vllm_operator.handlers import kube
 from vllm_operator.handlers import remediation as remediation_handlers
-from vllm_operator.handlers.service import registry
+from vllm_operator.handlers.registry import registry
 from vllm_operator.planner import messages
 from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator.planner.versions import profile_for

@@ -44,7 +44,7 @@ def _group_commands() -> dict[int, tuple[list[str], dict[str, str]]]:
     observed = reconcile.Observed(name="group", namespace="default", uid="uid-1", generation=1, spec=spec, status={},
                                   now=datetime.now(UTC), model_files=model_files_from_inline(GROUP_CONFIG, None,
                                                                                               GROUP_MODEL),
-                                  nodes=nodes, list_nodes=lambda _selector: nodes, lws_installed=lambda: True)
+                                  nodes=nodes, lws_installed=True)
     desired = reconcile.desired_state(observed)
     [lws] = [c for c in desired.children or [] if c["kind"] == "LeaderWorkerSet"]
     group = lws["spec"]["leaderWorkerTemplate"]

@@ -17,15 +17,19 @@ from __future__ import annotations
 import copy
 import os
 import time
+from dataclasses import replace
 from typing import Any, get_args
 
+import kopf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kit import adversarial
 from vllm_operator import reconcile
+from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import validate_spec
+from vllm_operator.handlers import observe
 
 EXAMPLES = int(os.environ.get("ADVERSARIAL_EXAMPLES", "300"))
 
@@ -63,9 +67,10 @@ def test_the_core_never_resolves_a_path() -> None:
             asked.append(model)
             return None, f"'{model}' is unknown on the hub"
 
-        observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
-                                      spec={"model": {"name": model}}, status={}, now=adversarial.NOW,
-                                      nodes=(adversarial.L4_NODE,), resolve_model=resolve)
+        base = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
+                                  spec={"model": {"name": model}}, status={}, now=adversarial.NOW,
+                                  nodes=(adversarial.L4_NODE,))
+        observed = observe.complete(base, model=resolve, nodes=None, lws=None)
         desired = reconcile.desired_state(observed)
         assert asked == [model]
         assert desired.children is None and desired.retry_after
@@ -74,25 +79,26 @@ def test_the_core_never_resolves_a_path() -> None:
 
 
 def test_a_failing_shell_lookup_propagates_for_the_shell_to_retry() -> None:
-    """An API error in an injected lookup is the shell's to retry: the core re-raises it, unchanged, instead of
-    turning it into an InternalError condition."""
-
-    class Transient(Exception):
-        pass
+    """An API error while observing is the shell's to retry: it propagates from the observation, before the core
+    runs (the core gets data, never a reader it could fail in). With spec.gpu.product named a failed node listing
+    only costs the pools' options: the service is still planned."""
 
     def broken(_selector: Any) -> Any:
-        raise Transient("list nodes: 503")
+        raise kopf.TemporaryError("list nodes: API server answered 503", delay=5)
 
-    observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
-                                  spec={"model": {"name": adversarial.CATALOG_IDS[0]}}, status={},
-                                  now=adversarial.NOW, list_nodes=broken,
-                                  resolve_model=adversarial.resolver({"model": {"name": adversarial.CATALOG_IDS[0]}}))
-    with pytest.raises(Transient, match="503"):
-        reconcile.desired_state(observed)
-    hostile = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1,
-                                 spec={"model": {"name": "org/m"}, "nodeSelector": {"pool": "x\nhostPID: true"}},
-                                 status={}, now=adversarial.NOW, list_nodes=broken)
-    desired = reconcile.desired_state(hostile)  # invalid: the lister is never called
+    model = adversarial.CATALOG_IDS[0]
+    base = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1, spec={"model": {"name": model}},
+                              status={}, now=adversarial.NOW)
+    with pytest.raises(kopf.TemporaryError, match="503"):
+        observe.complete(base, model=adversarial.resolver(base.spec), nodes=broken, lws=None)
+    named = replace(base, spec={"model": {"name": model}, "gpu": {"product": "NVIDIA-L4"}})
+    observed = observe.complete(named, model=adversarial.resolver(named.spec), nodes=broken, lws=None)
+    assert observed.nodes == () and observed.model_files is not None
+    assert reconcile.desired_state(observed).plan is not None
+    hostile = replace(base, spec={"model": {"name": "org/m"}, "nodeSelector": {"pool": "x\nhostPID: true"}})
+    observed = observe.complete(hostile, model=adversarial.resolver(hostile.spec), nodes=broken, lws=None)
+    assert observed == hostile  # invalid: nothing read, the lister never called
+    desired = reconcile.desired_state(observed)
     assert next(c for c in desired.status.conditions if c.type == "Degraded").reason == "InvalidSpec"
 
 
@@ -126,20 +132,20 @@ def test_literal_secrets_get_a_warning_condition_once() -> None:
             "env": [{"name": "HF_TOKEN", "value": "hf_" + "a" * 34}],
             "hfTokenSecretRef": {"name": "hf"}, "extraArgs": ["--api-key", "$(HF_TOKEN)"]}
     desired = reconcile.desired_state(adversarial.observe(spec, "svc", ()))
-    condition = next(c for c in desired.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE)
+    condition = next(c for c in desired.status.conditions if c.type == cond.SECRETS_BY_REFERENCE)
     assert condition.status == "False" and "spec.env[0].value" in condition.message
     assert "spec.extraArgs[1]" in condition.message and "hf_aaaa" not in condition.message
-    assert [e.reason for e in desired.events if e.type == "Warning"] == [reconcile.LITERAL_SECRET]
+    assert [e.reason for e in desired.events if e.type == "Warning"] == [cond.LITERAL_SECRET]
     status = desired.status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    again = reconcile.desired_state(reconcile.Observed(
-        name="svc", namespace="ns", uid="uid-1", generation=1, spec=spec, status=status, now=adversarial.NOW,
-        resolve_model=adversarial.resolver(spec)))
-    assert not [e for e in again.events if e.reason == reconcile.LITERAL_SECRET]
+    again = reconcile.desired_state(observe.complete(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-1", generation=1, spec=spec, status=status, now=adversarial.NOW),
+        model=adversarial.resolver(spec), nodes=None, lws=None))
+    assert not [e for e in again.events if e.reason == cond.LITERAL_SECRET]
     clean = {k: v for k, v in spec.items() if k not in ("env", "extraArgs")}
-    cleared = reconcile.desired_state(reconcile.Observed(
-        name="svc", namespace="ns", uid="uid-1", generation=2, spec=clean, status=status, now=adversarial.NOW,
-        resolve_model=adversarial.resolver(clean)))
-    assert next(c for c in cleared.status.conditions if c.type == reconcile.SECRETS_BY_REFERENCE).status == "True"
+    cleared = reconcile.desired_state(observe.complete(reconcile.Observed(
+        name="svc", namespace="ns", uid="uid-1", generation=2, spec=clean, status=status, now=adversarial.NOW),
+        model=adversarial.resolver(clean), nodes=None, lws=None))
+    assert next(c for c in cleared.status.conditions if c.type == cond.SECRETS_BY_REFERENCE).status == "True"
 
 
 # Every field the CRD bounds by a pattern, with a value it must accept.
@@ -198,8 +204,10 @@ def test_an_invalid_spec_never_reaches_the_model_resolver(spec: dict[str, Any]) 
         calls.append("resolved")
         return None, "not reached"
 
-    observed = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1, spec=spec, status={},
-                                  now=adversarial.NOW, resolve_model=resolver)
+    base = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1, spec=spec, status={},
+                              now=adversarial.NOW)
+    observed = observe.complete(base, model=resolver, nodes=lambda _selector: calls.append("nodes") or [], lws=None)
+    assert observed == base
     desired = reconcile.desired_state(observed)
     assert next(c for c in desired.status.conditions if c.type == "Degraded").reason == "InvalidSpec"
     assert calls == []

@@ -15,9 +15,8 @@ from vllm_operator.api import conditions as cond
 from vllm_operator.api.v1alpha1 import SpecValidationError, parse_spec, validate_spec
 from vllm_operator.metrics.observe import DEFAULT_SELECTOR, render_selector
 from vllm_operator.metrics.policy import MetricsAction
-from vllm_operator.render.autoscaling import AUTOSCALING, prometheus_query, quantity
+from vllm_operator.render.autoscaling import prometheus_query, quantity
 from vllm_operator.render.pods import serving_pods
-from vllm_operator.render.routing import ROUTING
 from vllm_operator.sources import load_model_files
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
@@ -63,7 +62,7 @@ def test_hpa_targets_the_vllmservice_scale_subresource() -> None:
                                   "target": {"type": "AverageValue", "averageValue": "800m"}}}]
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert hpa["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    status, reason, message = condition(desired, AUTOSCALING) or ("", "", "")
+    status, reason, message = condition(desired, cond.AUTOSCALING) or ("", "", "")
     assert (status, reason) == (cond.TRUE, "HorizontalPodAutoscaler") and "only recommends" in message
 
 
@@ -95,7 +94,7 @@ def test_keda_scaled_object_with_prometheus_triggers_and_scale_to_zero() -> None
     assert "vllm:kv_cache_usage_perc" in kv["metadata"]["query"] and kv["metadata"]["threshold"] == "0.75"
     assert wake["metadata"]["activationThreshold"] == "0"
     assert wake["metadata"]["query"] == 'sum(rate(gw_requests{svc="qwen"}[1m]))'
-    status, reason, message = condition(desired, AUTOSCALING) or ("", "", "")
+    status, reason, message = condition(desired, cond.AUTOSCALING) or ("", "", "")
     assert (status, reason) == (cond.TRUE, "ScaledObject")
     assert "cold start from zero loads 14.2 GiB" in message and "about" in message
 
@@ -116,7 +115,7 @@ def test_the_keda_matchers_are_the_metrics_watch_default() -> None:
 def test_keda_without_its_crd_is_a_condition_not_a_crash() -> None:
     desired = run({"autoscaling": KEDA}, served=frozenset({"InferencePool"}))
     assert child(desired, "ScaledObject") is None and child(desired, "Deployment") is not None
-    status, reason, message = condition(desired, AUTOSCALING) or ("", "", "")
+    status, reason, message = condition(desired, cond.AUTOSCALING) or ("", "", "")
     assert (status, reason) == (cond.FALSE, "CRDNotInstalled") and "KEDA" in message and "engine HPA" in message
 
 
@@ -133,28 +132,28 @@ def test_inference_pool_selects_the_pods_on_vllms_port() -> None:
     assert pool["spec"]["targetPorts"] == [{"number": 8000}]
     assert pool["spec"]["endpointPickerRef"] == {"group": "", "kind": "Service", "name": "qwen-epp",
                                                  "port": {"number": 9002}, "failureMode": "FailOpen"}
-    assert (condition(desired, ROUTING) or ("",))[0] == cond.TRUE
+    assert (condition(desired, cond.INFERENCE_POOL) or ("",))[0] == cond.TRUE
 
 
 def test_inference_pool_without_its_crd_is_a_condition() -> None:
     desired = run({"routing": {"inferencePool": {"enabled": True}}}, served=frozenset())
     assert child(desired, "InferencePool") is None
-    status, reason, message = condition(desired, ROUTING) or ("", "", "")
+    status, reason, message = condition(desired, cond.INFERENCE_POOL) or ("", "", "")
     assert (status, reason) == (cond.FALSE, "CRDNotInstalled") and "Inference Extension" in message
 
 
 def test_nothing_asked_nothing_rendered_and_stale_children_go() -> None:
     plain = run({})
     assert {c["kind"] for c in plain.children or []} == {"Deployment", "Service"}
-    assert condition(plain, AUTOSCALING) is None and plain.stale == []
-    had = {"conditions": [{"type": AUTOSCALING, "status": "True", "reason": "HorizontalPodAutoscaler",
+    assert condition(plain, cond.AUTOSCALING) is None and plain.stale == []
+    had = {"conditions": [{"type": cond.AUTOSCALING, "status": "True", "reason": "HorizontalPodAutoscaler",
                            "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"},
-                          {"type": ROUTING, "status": "True", "reason": "InferencePoolRendered",
+                          {"type": cond.INFERENCE_POOL, "status": "True", "reason": "InferencePoolRendered",
                            "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}]}
     removed = run({}, status=had)
     assert sorted(removed.stale) == [("HorizontalPodAutoscaler", "qwen"), ("InferencePool", "qwen"),
                                      ("ScaledObject", "qwen")]
-    assert (condition(removed, AUTOSCALING) or ("", ""))[:2] == (cond.FALSE, "NotConfigured")
+    assert (condition(removed, cond.AUTOSCALING) or ("", ""))[:2] == (cond.FALSE, "NotConfigured")
     switched = run({"autoscaling": KEDA}, status=had)
     assert ("HorizontalPodAutoscaler", "qwen") in switched.stale and ("ScaledObject", "qwen") not in switched.stale
 

@@ -24,7 +24,7 @@ def run(spec: Mapping[str, Any], *, nodes: Sequence[Mapping[str, str]] = (H100_X
     observed = reconcile.Observed(
         name="big", namespace="ns", uid="uid-1", generation=1, spec=spec, status=dict(status or {}), now=NOW,
         nodes=nodes, model_files=load_model_files(spec["model"]["name"], offline=True),
-        lws_installed=None if lws is None else (lambda: bool(lws)))
+        lws_installed=None if lws is None else bool(lws))
     return reconcile.desired_state(observed)
 
 

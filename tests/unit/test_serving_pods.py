@@ -144,7 +144,7 @@ def test_a_multi_node_plan_addresses_the_leaders() -> None:
               "routing": {"inferencePool": {"enabled": True}}},
         status={}, now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(h100, h100),
         model_files=load_model_files(llama, offline=True), served_kinds=frozenset({"ScaledObject", "InferencePool"}),
-        lws_installed=lambda: True))
+        lws_installed=True))
     by_kind = {c["kind"]: c for c in desired.children or []}
     assert "LeaderWorkerSet" in by_kind, [c["kind"] for c in desired.children or []]
     pods = serving_pods("big", "team", multinode=True)

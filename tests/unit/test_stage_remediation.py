@@ -9,7 +9,6 @@ OOM on the last stage (lm_head + sampler) moves one layer to stage 0: 64/62; on 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -134,11 +133,8 @@ def _observed(status: Mapping[str, Any], spec: Mapping[str, Any],
               nodes: Sequence[Mapping[str, str]] = (H100_X8, H100_X8)) -> ladder.Observed:
     base = reconcile.Observed(name="big", namespace="ns", uid="uid-1", generation=1, spec=dict(spec),
                               status=dict(status), now=NOW, nodes=nodes,
-                              model_files=load_model_files(LLAMA_405B, offline=True), lws_installed=lambda: True)
-
-    def render(st: Mapping[str, Any]) -> reconcile.Desired:
-        return reconcile.desired_state(replace(base, status=dict(st)))
-    return ladder.Observed(status=dict(status), generation=1, now=NOW, render=render)
+                              model_files=load_model_files(LLAMA_405B, offline=True), lws_installed=True)
+    return ladder.Observed(status=dict(status), generation=1, now=NOW, render=reconcile.renderer(base))
 
 
 def _worker_oom(node_rank: int, failure: Failure = OOM) -> ladder.PodFailure:

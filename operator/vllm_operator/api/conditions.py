@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, Literal
 
+from vllm_operator.api.times import format_time
 from vllm_operator.api.v1alpha1 import Condition, VLLMServiceStatus
 
 __all__ = [
     "ALL_REASONS",
     "CONDITION_TYPES",
+    "FEATURE_CONDITION_TYPES",
     "ConditionStatus",
     "ConditionUpdate",
     "find_condition",
@@ -59,6 +61,22 @@ METRICS_AVAILABLE: Final = "MetricsAvailable"
 #: field that made it expensive. Set only once a spec has hit the budget (False again when it no longer does).
 PLAN_BUDGET: Final = "PlanBudget"
 CONDITION_TYPES: Final[tuple[str, ...]] = (READY, PROGRESSING, DEGRADED, PLAN_FEASIBLE, METRICS_AVAILABLE, PLAN_BUDGET)
+
+#: The model cache: True on a claim (reason PersistentVolumeClaim), False on an emptyDir (reason Ephemeral).
+MODEL_CACHE: Final = "ModelCache"
+#: spec.autoscaling: which autoscaler is rendered (reason its kind), or why none is.
+AUTOSCALING: Final = "Autoscaling"
+#: spec.routing.inferencePool: the InferencePool is rendered, or why it is not.
+INFERENCE_POOL: Final = "InferencePool"
+#: spec.gpu.share: how the GPU is shared (DRA, or time-slicing without memory isolation).
+GPU_SHARED: Final = "GPUShared"
+#: False while spec.env / spec.extraArgs carry a literal secret (reason LiteralSecret).
+SECRETS_BY_REFERENCE: Final = "SecretsByReference"
+#: True while a child's name is taken by an object this service does not own (reason NameConflict).
+NAME_CONFLICT: Final = "NameConflict"
+#: The condition types set only when a feature asks for them.
+FEATURE_CONDITION_TYPES: Final[tuple[str, ...]] = (MODEL_CACHE, AUTOSCALING, INFERENCE_POOL, GPU_SHARED,
+                                                   SECRETS_BY_REFERENCE, NAME_CONFLICT)
 
 # --------------------------------------------------------------------------------------------------
 # Reasons
@@ -124,6 +142,39 @@ WAITING_FOR_NEIGHBOUR: Final = "WaitingForNeighbour"
 OVER_BUDGET: Final = "OverBudget"
 WITHIN_BUDGET: Final = "WithinBudget"
 
+# The metrics watch (MetricsAvailable)
+METRICS_OBSERVED: Final = "MetricsObserved"
+PROMETHEUS_UNREACHABLE: Final = "PrometheusUnreachable"
+NO_METRICS_FOUND: Final = "NoMetricsFound"
+METRICS_DISABLED: Final = "MetricsDisabled"
+METRICS_REASONS: Final = (METRICS_OBSERVED, PROMETHEUS_UNREACHABLE, NO_METRICS_FOUND, METRICS_DISABLED)
+
+# The model cache (ModelCache): a claim, or an emptyDir that each start fills again
+PERSISTENT_CACHE: Final = "PersistentVolumeClaim"
+EPHEMERAL_CACHE: Final = "Ephemeral"
+
+# Autoscaling and InferencePool: the autoscaler's kind, the pool rendered, the CRD missing, the feature off
+HPA_RENDERED: Final = "HorizontalPodAutoscaler"
+KEDA_RENDERED: Final = "ScaledObject"
+INFERENCE_POOL_RENDERED: Final = "InferencePoolRendered"
+CRD_NOT_INSTALLED: Final = "CRDNotInstalled"
+NOT_CONFIGURED: Final = "NotConfigured"
+
+# Share groups (GPUShared): how the GPU is shared
+SHARED_BY_DRA: Final = "SharedByDRA"
+MEMORY_NOT_ISOLATED: Final = "MemoryNotIsolated"
+
+# No outage on an edit (Progressing): the rollout waits for a free GPU, or says beforehand that it interrupts
+ROLLOUT_HELD: Final = "RolloutHeld"
+ROLLOUT_INTERRUPTS: Final = "RolloutInterrupts"
+
+# Literal secrets (SecretsByReference), children of another owner (NameConflict)
+LITERAL_SECRET: Final = "LiteralSecret"
+NO_CONFLICT: Final = "NoConflict"
+
+# A failure the core did not foresee (a bug): the service still gets an answer, never a crash loop (Degraded)
+INTERNAL_ERROR: Final = "InternalError"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 
@@ -161,6 +212,22 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     UNSCHEDULABLE,
     RECONCILE_ERROR,
     CHILD_REJECTED,
+    *METRICS_REASONS,
+    PERSISTENT_CACHE,
+    EPHEMERAL_CACHE,
+    HPA_RENDERED,
+    KEDA_RENDERED,
+    INFERENCE_POOL_RENDERED,
+    CRD_NOT_INSTALLED,
+    NOT_CONFIGURED,
+    SHARED_BY_DRA,
+    MEMORY_NOT_ISOLATED,
+    ROLLOUT_HELD,
+    ROLLOUT_INTERRUPTS,
+    LITERAL_SECRET,
+    NAME_CONFLICT,
+    NO_CONFLICT,
+    INTERNAL_ERROR,
     AS_EXPECTED,
 )
 
@@ -171,13 +238,6 @@ MAX_MESSAGE_LENGTH: Final = 32768
 # --------------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------------
-
-
-def format_time(now: datetime) -> str:
-    """RFC 3339 in UTC with second precision (`2025-01-02T03:04:05Z`), as the API server stores it."""
-    if now.tzinfo is None:
-        raise ValueError("a timezone-aware datetime is required (use datetime.now(UTC))")
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

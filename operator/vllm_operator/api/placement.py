@@ -26,14 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import conditions as cond
 from .labels import ANNOTATION_PLAN
 from .rollout import GPU_RESOURCE, surges
 
 __all__ = ["Placement", "decide", "free_gpus", "pod_template", "surges_any", "template_gpus"]
 
-#: Condition reasons (Progressing) of the two outcomes that change what happens.
-ROLLOUT_HELD = "RolloutHeld"
-ROLLOUT_INTERRUPTS = "RolloutInterrupts"
+#: Condition reasons (Progressing) of the two outcomes that change what happens (api/conditions.py).
+ROLLOUT_HELD, ROLLOUT_INTERRUPTS = cond.ROLLOUT_HELD, cond.ROLLOUT_INTERRUPTS
 _ENDED = ("Succeeded", "Failed")
 
 

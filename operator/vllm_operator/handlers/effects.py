@@ -80,10 +80,6 @@ def involved(service: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-#: The condition naming children the operator will not touch: an object of the child's kind and name exists that is
-#: not this service's (no ownerReference to its uid, or not labelled as the operator's for it). Event reason too.
-NAME_CONFLICT = "NameConflict"
-NO_CONFLICT = "NoConflict"
 #: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes switches it.
 WORKLOADS = ("Deployment", "LeaderWorkerSet")
 #: The children that address the serving pods by a selector: during a workload switch they keep addressing the old
@@ -232,6 +228,26 @@ def _workload_names(service: str) -> dict[str, str]:
 IMMUTABLE = ("PersistentVolumeClaim", "ResourceClaim")
 
 
+def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+    """Children of a new service: create each without reading it first; one that exists already (409) or any other
+    failure goes through `effects.apply_children`, which reads, compares and retries."""
+    written, rest = [], []
+    for index, child in enumerate(children):
+        try:
+            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
+        except ApiException as exc:
+            if exc.status in (400, 422):  # refused: the same object would be refused again
+                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
+                    raise
+            rest = children[index:]
+            break
+        except (HTTPError, OSError):
+            rest = children[index:]
+            break
+        written.append(f"created {child['kind']} {child['metadata']['name']}")
+    return written + (apply_children(rest, namespace) if rest else [])
+
+
 def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
     """Make each child exactly its render: server-side apply (field manager `vllm-operator`, forced) of what is
     missing or whose spec hash changed; fields the render no longer sets go, fields other managers set stay.
@@ -313,15 +329,15 @@ def say_conflicts(namespace: str, service: str, uid: str, conflicts: list[str]) 
 
     def build(stored: dict[str, Any]) -> VLLMServiceStatus | None:
         status = stored.get("status") or {}
-        current = next((c for c in status.get("conditions") or [] if c.get("type") == NAME_CONFLICT), None)
+        current = next((c for c in status.get("conditions") or [] if c.get("type") == cond.NAME_CONFLICT), None)
         if not conflicts and (current is None or current.get("status") == cond.FALSE):
             return None
         if conflicts and current is not None and current.get("status") == cond.TRUE and \
                 current.get("message") == message:
             return None
         said.append(bool(conflicts))
-        update = (cond.ConditionUpdate(NAME_CONFLICT, cond.TRUE, NAME_CONFLICT, message) if conflicts else
-                  cond.ConditionUpdate(NAME_CONFLICT, cond.FALSE, NO_CONFLICT, "every child is this service's own"))
+        update = (cond.ConditionUpdate(cond.NAME_CONFLICT, cond.TRUE, cond.NAME_CONFLICT, message) if conflicts else
+                  cond.ConditionUpdate(cond.NAME_CONFLICT, cond.FALSE, cond.NO_CONFLICT, "every child is this service's own"))
         generation = status.get("observedGeneration")
         return cond.fold_status(status, conditions=[update], now=datetime.now(UTC),
                                 observed_generation=generation if isinstance(generation, int) else None)
@@ -330,10 +346,10 @@ def say_conflicts(namespace: str, service: str, uid: str, conflicts: list[str]) 
         return False
     if said and said[-1]:
         post_event(namespace, involved({"metadata": {"name": service, "namespace": namespace, "uid": uid}}),
-                   "Warning", NAME_CONFLICT, message)
+                   "Warning", cond.NAME_CONFLICT, message)
     # the caller's own status write was built on the status read before this one (and a new service's is written
     # without a precondition): reconcile again on what is stored now rather than write over the condition
-    raise kopf.TemporaryError(f"{NAME_CONFLICT} of {namespace}/{service} recorded; reconciling again",
+    raise kopf.TemporaryError(f"{cond.NAME_CONFLICT} of {namespace}/{service} recorded; reconciling again",
                               delay=RETRY_DELAY)
 
 
@@ -496,6 +512,14 @@ def update_status(namespace: str, name: str, build: StatusBuild, *, attempts: in
 # --------------------------------------------------------------------------------------------------
 # Events
 # --------------------------------------------------------------------------------------------------
+
+
+def post_event_or_retry(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str,
+                        message: str) -> None:
+    """Post an Event of the reconcile; an API failure raises kopf's retry (`kube.api_errors`), and the retried
+    reconcile posts it again."""
+    with kube.api_errors("post an event"):
+        kube.post_event(namespace, dict(involved_object), type_, reason, message)
 
 
 def post_event(namespace: str, involved_object: Mapping[str, Any], type_: str, reason: str, message: str, *,

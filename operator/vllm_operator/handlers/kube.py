@@ -21,6 +21,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from ..api.times import format_time
 from . import decode
 
 _lock = threading.Lock()
@@ -356,7 +357,7 @@ def post_event(namespace: str, involved: dict[str, Any], type_: str, reason: str
                component: str = "vllm-operator", event_name: str | None = None) -> None:
     """A core/v1 Event on the VLLMService (kubectl describe shows it). `event_name`: a fixed name (a second post of
     the same Event then answers 409 AlreadyExists) instead of a generated one."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = format_time(datetime.now(UTC))
     name = involved.get("name", "object")
     body = {
         "apiVersion": "v1",

@@ -13,13 +13,15 @@ from ..remediation import groups
 from ..render.lws import lws_name
 from ..render.manifests import selector_for
 from . import effects, kube, placement
+from .observe import LWS_RECHECK_SECONDS, lws_served
 
 #: How long one discovery answer is trusted (seconds).
-RECHECK_SECONDS = 30.0
+RECHECK_SECONDS = LWS_RECHECK_SECONDS
+
 
 def api_served(max_age: float = RECHECK_SECONDS) -> bool:
-    """Whether leaderworkerset.x-k8s.io/v1 leaderworkersets is served, from an answer at most `max_age` s old."""
-    return kube.served(kube.LEADERWORKERSETS, max_age)
+    """Whether leaderworkerset.x-k8s.io/v1 leaderworkersets is served (the reconcile's own read: `observe`)."""
+    return lws_served(max_age)
 
 
 def forget() -> None:

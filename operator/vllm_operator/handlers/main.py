@@ -12,14 +12,8 @@ import zlib
 import kopf
 
 from ..render.cache import CacheSettings
-from . import (
-    config,
-    decode,
-    kube,
-    metrics_watch,  # noqa: F401  (registers the metrics daemon on the registry)
-    watchdog,  # noqa: F401  (registers the watchdog's index and sweep on the registry)
-)
-from .service import registry
+from . import config, decode, kube
+from .registry import registry
 
 
 def peering_priority(explicit: int | None) -> int:

@@ -44,9 +44,6 @@ import kopf
 from .. import metrics
 from ..api import conditions as cond
 from ..api.v1alpha1 import (
-    GROUP,
-    PLURAL,
-    VERSION,
     MetricsStatus,
     RemediationEvent,
     RemediationStatus,
@@ -68,18 +65,9 @@ from ..remediation.ladder import ProfileChange
 from ..render.pods import ServingPods, serving_pods
 from . import config, effects, kube
 from .remediation import change_profile
-from .service import registry
 
 log = logging.getLogger("vllm_operator.metrics")
 
-#: Condition type: whether the operator can read the service's vLLM metrics from Prometheus.
-METRICS_AVAILABLE: Final = "MetricsAvailable"
-#: Reasons of MetricsAvailable.
-METRICS_OBSERVED: Final = "MetricsObserved"
-PROMETHEUS_UNREACHABLE: Final = "PrometheusUnreachable"
-NO_METRICS_FOUND: Final = "NoMetricsFound"
-METRICS_DISABLED: Final = "MetricsDisabled"
-METRICS_REASONS: Final = (METRICS_OBSERVED, PROMETHEUS_UNREACHABLE, NO_METRICS_FOUND, METRICS_DISABLED)
 
 #: Event reasons of the actions.
 MAX_NUM_SEQS_LOWERED: Final = "MaxNumSeqsLowered"
@@ -130,13 +118,11 @@ def interval_seconds(cfg: config.OperatorConfig | None = None) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def _prometheus_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
+def prometheus_enabled(spec: Mapping[str, Any], **_: Any) -> bool:
     prometheus = spec.get("prometheus") if isinstance(spec, Mapping) else None
     return isinstance(prometheus, Mapping) and prometheus.get("enabled") is True
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, when=_prometheus_enabled, cancellation_backoff=5.0,
-             cancellation_timeout=10.0)
 async def vllmservice_metrics_watch(stopped: kopf.DaemonStopped, name: str, namespace: str | None,
                                     **_: Any) -> None:
     """Every `metrics_interval_seconds`: observe, write status.metrics, act (see the module docstring)."""
@@ -175,11 +161,11 @@ def mark_disabled(namespace: str, name: str, wait_seconds: float = 4.0) -> None:
         time.sleep(0.2)
     if service is not None:
         _scale_back(service)
-    update = cond.ConditionUpdate(METRICS_AVAILABLE, cond.UNKNOWN, METRICS_DISABLED,
+    update = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.UNKNOWN, cond.METRICS_DISABLED,
                                   "spec.prometheus.enabled is false: metrics are not read")
 
     def build(status: dict[str, Any]) -> VLLMServiceStatus | None:
-        if not any(c.get("type") == METRICS_AVAILABLE for c in status.get("conditions") or []):
+        if not any(c.get("type") == cond.METRICS_AVAILABLE for c in status.get("conditions") or []):
             return None
         return _fold(status, [update], datetime.now(UTC))
 
@@ -267,7 +253,7 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
                                          step_seconds=settings.step_seconds, now=now)
     except PrometheusUnavailable as exc:
         metrics.PROMETHEUS_UP.set(0)
-        down = cond.ConditionUpdate(METRICS_AVAILABLE, cond.FALSE, PROMETHEUS_UNREACHABLE,
+        down = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.FALSE, cond.PROMETHEUS_UNREACHABLE,
                                     f"{exc}. status.metrics keeps the last values seen; nothing is changed "
                                     "from metrics until Prometheus answers again.")
         update_status(namespace, name, lambda st: _fold(st, [down], now))
@@ -276,14 +262,14 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
     metrics.PROMETHEUS_UP.set(1)
     if observation.empty:
         missing = cond.ConditionUpdate(
-            METRICS_AVAILABLE, cond.FALSE, NO_METRICS_FOUND,
+            cond.METRICS_AVAILABLE, cond.FALSE, cond.NO_METRICS_FOUND,
             f"Prometheus at {url} has no vLLM series matching {{{observation.selector}}}: are the pods running and "
             "scraped (annotation prometheus.io/scrape), and does the operator's --prometheus-selector match the "
             "series' labels?")
         update_status(namespace, name, lambda st: _fold(st, [missing], now))
         return None
 
-    available = cond.ConditionUpdate(METRICS_AVAILABLE, cond.TRUE, METRICS_OBSERVED,
+    available = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.TRUE, cond.METRICS_OBSERVED,
                                      f"{observation.pod_count} pod(s) reporting to {url}")
     with kube.api_errors("read the Deployment"):
         deployment = kube.get(kube.DEPLOYMENTS, namespace, name)

@@ -1,4 +1,5 @@
-"""What the handlers read before calling the pure core: the model's files, the GPU nodes, one `reconcile.Observed`.
+"""What the handlers read before calling the pure core: the model's files, the GPU nodes, one `reconcile.Observed`,
+read once per decision: the core (and the remediation ladder re-planning through it) gets plain data, no readers.
 
 Reads only (every write is in `effects`); shared by the reconcile (`service`), the ladder (`remediation`) and the
 metrics watch, so none of them imports another.
@@ -11,11 +12,13 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -24,6 +27,7 @@ from ..api.v1alpha1 import DEFAULT_HF_TOKEN_KEY, DEFAULT_IMAGE
 from ..hub import is_repo_id, resolve_model_id
 from ..modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
 from ..render.cache import read_write_many_class
+from ..sharegroup import ShareObserved
 from . import config, kube
 
 log = logging.getLogger("vllm_operator")
@@ -175,15 +179,53 @@ def served_kinds(max_age: float = STORAGE_CLASS_MAX_AGE) -> frozenset[str] | Non
     return frozenset(found)
 
 
-def observe_service(service: Mapping[str, Any], now: datetime) -> reconcile.Observed:
-    """The pure core's view of one VLLMService: its spec and stored status, the model's files and the GPU nodes."""
+#: How old an answer to "is the LeaderWorkerSet API served?" may be (s): installing LWS is noticed within this.
+LWS_RECHECK_SECONDS = 30.0
+
+#: The shell's readers `complete` calls: the model's files, the nodes matching a selector, the LWS API check.
+ModelReader = Callable[[], "tuple[ModelFiles | None, str | None]"]
+NodeReader = Callable[[Mapping[str, str]], "Sequence[Mapping[str, str]]"]
+
+
+def lws_served(max_age: float = LWS_RECHECK_SECONDS) -> bool:
+    """Whether leaderworkerset.x-k8s.io/v1 leaderworkersets is served, from an answer at most `max_age` s old."""
+    return kube.served(kube.LEADERWORKERSETS, max_age)
+
+
+def complete(base: reconcile.Observed, *, model: ModelReader | None, nodes: NodeReader | None,
+             lws: Callable[[], bool] | None) -> reconcile.Observed:
+    """`base` (spec, status, operator settings) with what `reconcile.wants` asks for, read once, here: the model's
+    files, the nodes, the LWS answer. Nothing is read for an invalid spec; a reader left None is not asked (`base`
+    keeps what it holds). An API error propagates for kopf to retry, except a failed node listing when the spec
+    names its GPU (then only the pools' options are missing)."""
+    wanted = reconcile.wants(base)
+    if wanted is None:
+        return base
+    files, error = model() if wanted.model and model is not None else (base.model_files, base.model_error)
+    listed = base.nodes
+    if nodes is not None:
+        try:
+            listed = tuple(nodes(wanted.node_selector))
+        except (kopf.TemporaryError, ApiException, HTTPError, OSError):
+            if not wanted.nodes_optional:
+                raise
+            listed = ()
+    served = lws() if wanted.lws and lws is not None else base.lws_installed
+    return replace(base, model_files=files, model_error=error, nodes=listed, lws_installed=served)
+
+
+def observe_service(service: Mapping[str, Any], now: datetime, *, nodes: NodeReader | None = None,
+                    share: ShareObserved | None = None) -> reconcile.Observed:
+    """The pure core's view of one VLLMService, read once: its spec and stored status, the operator's settings, the
+    cluster's StorageClasses and optional kinds, and (for a valid spec) the model's files, the GPU nodes and whether
+    LeaderWorkerSets are served. `nodes` lists the nodes (a cached listing for the reconcile's retries)."""
     meta = service.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
     spec = dict(service.get("spec") or {})
-    return reconcile.Observed(
+    base = reconcile.Observed(
         name=str(meta.get("name") or ""), namespace=namespace, uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 1), spec=spec, status=dict(service.get("status") or {}), now=now,
-        list_nodes=list_gpu_nodes, resolve_model=lambda: load_model(spec, namespace), catalog=config.CONFIG.catalog,
-        default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
+        catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
         cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
-        shared_storage_class=shared_storage_class(), served_kinds=served_kinds())
+        shared_storage_class=shared_storage_class(), served_kinds=served_kinds(), share=share)
+    return complete(base, model=lambda: load_model(spec, namespace), nodes=nodes or list_gpu_nodes, lws=lws_served)

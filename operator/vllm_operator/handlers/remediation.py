@@ -224,16 +224,12 @@ def _step(namespace: str, name: str, logger: logging.Logger | kopf.Logger, *, fa
         elif change is None and step_up_target(spec, service.get("status") or {}, now) is None:
             return None  # no step up due: nothing to plan (the watchdog asks every round)
         node_memory = _node_memory_gib() if any(f.failure.kind == "HostOOMKilled" for f in seen) else None
-        observed = observe_service(service, now)
+        observed = observe_service(service, now)  # read once: every try of the status write below decides over it
         results: list[Outcome | Deferred | None] = []
 
         def build(fresh: dict[str, Any]) -> Any:
             generation = int((fresh.get("metadata") or {}).get("generation") or observed.generation)
-            view = replace(observed, generation=generation)
-
-            def render(status: Mapping[str, Any]) -> reconcile.Desired:
-                return reconcile.desired_state(replace(view, status=dict(status)))
-
+            render = reconcile.renderer(replace(observed, generation=generation))  # pure: the core over the data
             seen_now = ladder.Observed(status=dict(fresh.get("status") or {}), generation=generation, now=now,
                                        render=render)
             result = ladder.next_step(seen_now, spec, failures=seen, change=change, step_up=step_up,

@@ -20,25 +20,22 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
 from ..api import rollout
-from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
 from ..render.sharing import GROUP_LABEL
 from . import config, decode, downloads, effects, kube, lws, measured, placement, prewarm, rollouts
 from .effects import apply_children
-from .observe import default_storage_class, list_gpu_nodes, load_model, served_kinds, shared_storage_class
+from .observe import list_gpu_nodes, observe_service
 from .remediation import remediate_service
 from .share import group_members, group_of, observe_share
 
 log = logging.getLogger("vllm_operator")
-registry = kopf.OperatorRegistry()
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
 
@@ -90,7 +87,6 @@ class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 CONSISTENCY_TIMEOUT = 30.0
 
 
-@kopf.on.startup(registry=registry)
 def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     decode.install()  # before any watch starts: objects nested past Python's recursion limit are cut, not fatal
     settings.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
@@ -108,7 +104,6 @@ def operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 
 
-@kopf.on.login(registry=registry)
 def operator_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         return kopf.login_with_service_account(**kwargs)
@@ -191,43 +186,17 @@ def gpu_nodes(node_selector: Mapping[str, str], max_age: float = NODE_CACHE_SECO
     return nodes
 
 
-def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Children of a new service: create each without reading it first; one that exists already (409) or any other
-    failure goes through `effects.apply_children`, which reads, compares and retries."""
-    written, rest = [], []
-    for index, child in enumerate(children):
-        try:
-            kube.create(kube.KIND_RESOURCES[child["kind"]], namespace, child, discard=True)
-        except ApiException as exc:
-            if exc.status in (400, 422):  # refused: the same object would be refused again
-                with kube.api_errors(f"apply {child['kind']} {child['metadata']['name']}"):
-                    raise
-            rest = children[index:]
-            break
-        except (HTTPError, OSError):
-            rest = children[index:]
-            break
-        written.append(f"created {child['kind']} {child['metadata']['name']}")
-    return written + (apply_children(rest, namespace) if rest else [])
-
-
 def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
                       status: Mapping[str, Any], logger: logging.Logger | kopf.Logger,
                       new: bool = False, node_max_age: float = 0.0,
                       stored: Mapping[str, Any] | None = None) -> reconcile.Desired:
     status, stored = relearn(name, namespace, uid, spec, status, stored, logger)
     spec_dict = dict(spec)
-    observed = reconcile.Observed(name=name, namespace=namespace, uid=uid, generation=generation, spec=spec_dict,
-                                  status=dict(status), now=_now(),
-                                  list_nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
-                                  else list_gpu_nodes,
-                                  resolve_model=lambda: load_model(spec_dict, namespace), catalog=config.CONFIG.catalog,
-                                  lws_installed=lws.api_served,
-                                  default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
-                                  cache_settings=config.CONFIG.model_cache,
-                                  default_storage_class=default_storage_class(),
-                                  shared_storage_class=shared_storage_class(), served_kinds=served_kinds(),
-                                  share=observe_share(name, namespace, spec_dict))
+    service = {"metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": generation},
+               "spec": spec_dict, "status": dict(status)}
+    observed = observe_service(service, _now(), share=observe_share(name, namespace, spec_dict),
+                               nodes=(lambda selector: gpu_nodes(selector, node_max_age)) if node_max_age > 0
+                               else list_gpu_nodes)
     desired = reconcile.desired_state(observed)
     if desired.children is None and desired.plan is not None and not desired.plan.fits:
         previous = previous_workload(namespace, name)
@@ -261,7 +230,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
-        for line in (create_children if new else apply_children)(desired.children, namespace):
+        for line in (effects.create_children if new else apply_children)(desired.children, namespace):
             written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
@@ -286,8 +255,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
             logger.info(line)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
-        with kube.api_errors("post an event"):
-            kube.post_event(namespace, involved, event.type, event.reason, event.message)
+        effects.post_event_or_retry(namespace, involved, event.type, event.reason, event.message)
     return desired
 
 
@@ -367,9 +335,6 @@ def backoff(delay: float | None, retry: int) -> float:
     return float(min((delay or 1.0) * 2 ** min(retry, 10), MAX_RETRY_DELAY))
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-@kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-@kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
 async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, meta: kopf.Meta, spec: kopf.Spec,
                                 status: Mapping[str, Any], logger: kopf.Logger, reason: str, retry: int = 0,
                                 **_: Any) -> None:
@@ -461,7 +426,6 @@ def answered_failure(status: Mapping[str, Any], generation: int | None) -> bool:
                and generation in (None, c.get("observedGeneration")) for c in status.get("conditions") or [])
 
 
-@kopf.on.event("", "v1", "pods", labels=MANAGED, registry=registry)
 def pod_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **_: Any) -> None:
     """A pod of ours changed: if its vLLM container failed, walk the remediation ladder one step."""
     if type == "DELETED":
@@ -518,9 +482,6 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-# `field`/`value`: kopf skips a Deployment the controller has not looked at yet (no status: the reconcile's status
-# stands) without building the handler's arguments — every new service's Deployment, in a burst of creations.
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED, field="status", value=kopf.PRESENT, registry=registry)
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
     """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
     if type == "DELETED":

@@ -33,10 +33,11 @@ from typing import Any
 
 import kopf
 
+from ..api.times import parse_time
 from . import config, effects, kube, lws
 from .observe import served_kinds
 from .remediation import remediate_service, step_up_service
-from .service import RECONCILE_POOL, answered_failure, reconcile_current, registry
+from .service import RECONCILE_POOL, answered_failure, reconcile_current
 
 log = logging.getLogger("vllm_operator.watchdog")
 
@@ -81,14 +82,6 @@ class Watched:
     created: datetime | None = None
 
 
-def _timestamp(value: Any) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 def list_services(namespaces: tuple[str, ...]) -> list[tuple[tuple[str, str], Watched]]:
     """The VLLMServices of the watched namespaces (all when empty), in a stable order: one list per round, read in
     pages, of which only what a round needs is kept (not the statuses)."""
@@ -103,7 +96,7 @@ def list_services(namespaces: tuple[str, ...]) -> list[tuple[tuple[str, str], Wa
                 found.append(((str(meta.get("namespace") or ""), str(meta["name"])), Watched(
                     uid=str(meta.get("uid") or ""), generation=generation, spec=dict(item.get("spec") or {}),
                     failed=answered_failure(item.get("status") or {}, generation),
-                    created=_timestamp(meta.get("creationTimestamp")))))
+                    created=parse_time(meta.get("creationTimestamp")))))
     return sorted(found, key=lambda entry: entry[0])
 
 
@@ -140,13 +133,13 @@ def _priority(info: Mapping[str, Any]) -> int:
 
 
 def _peer_alive(info: Mapping[str, Any], now: datetime) -> bool:
+    lastseen = info.get("lastseen")
+    seen = parse_time(lastseen) if lastseen is not None else now
+    if seen is None:
+        return True
     try:
-        lastseen = info.get("lastseen")
-        seen = datetime.fromisoformat(str(lastseen)) if lastseen is not None else now
-        if seen.tzinfo is None:
-            seen = seen.replace(tzinfo=UTC)
         return seen + timedelta(seconds=int(info.get("lifetime", 60))) > now
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return True
 
 
@@ -266,7 +259,6 @@ class Sweeper:
 _tasks: set[asyncio.Task[None]] = set()
 
 
-@kopf.on.startup(registry=registry)
 async def watchdog_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Start the sweep (one task for the operator)."""
     peering = Peering(standalone=bool(settings.peering.standalone), name=str(settings.peering.name),
@@ -278,7 +270,6 @@ async def watchdog_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     task.add_done_callback(_tasks.discard)
 
 
-@kopf.on.cleanup(registry=registry)
 async def watchdog_cleanup(**_: Any) -> None:
     for task in list(_tasks):
         task.cancel()

@@ -33,10 +33,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from ..api.times import format_time, parse_time
 from ..api.v1alpha1 import MetricsStatus, VLLMServiceSpec, flags_from_api
 from ..planner import Constraints
 
@@ -184,7 +185,7 @@ def metrics_status(observation: Observation, previous: Mapping[str, Any] | None,
     }
     old = MetricsStatus.model_validate(dict(previous or {}))
     unchanged = all(_same(getattr(old, name), value) for name, value in values.items())
-    time = old.time if unchanged and old.time else _format_time(now)
+    time = old.time if unchanged and old.time else format_time(now)
     return MetricsStatus(**values, time=time, desired_replicas=old.desired_replicas,
                          recommendation=old.recommendation)
 
@@ -193,20 +194,6 @@ def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
     return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
-
-
-def _format_time(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(text: Any) -> datetime | None:
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -301,7 +288,7 @@ def _summary(obs: Observation, w: _Window) -> str:
 
 def _last_action(status: Mapping[str, Any]) -> datetime | None:
     history = (status.get("remediation") or {}).get("history") or []
-    times = [t for t in (_parse_time(h.get("time")) for h in history if isinstance(h, Mapping)) if t]
+    times = [t for t in (parse_time(h.get("time")) for h in history if isinstance(h, Mapping)) if t]
     return max(times) if times else None
 
 
@@ -332,8 +319,8 @@ def decide(observation: Observation, *, spec: VLLMServiceSpec, status: Mapping[s
     cooldown = max(s.cooldown_seconds, float(spec.remediation.min_interval_seconds))
     if last is not None:
         if now < last + timedelta(seconds=cooldown):
-            return _none(f"cooling down: the last step was at {_format_time(last)}; next action allowed after "
-                         f"{_format_time(last + timedelta(seconds=cooldown))}")
+            return _none(f"cooling down: the last step was at {format_time(last)}; next action allowed after "
+                         f"{format_time(last + timedelta(seconds=cooldown))}")
         if last.timestamp() > start:
             return _none("the window starts before the last step: waiting for samples of the new pods")
     window = _Window(start=start, end=end, step=observation.step_seconds)

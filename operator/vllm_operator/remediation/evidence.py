@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..api.times import parse_time
 from .redact import redact
 
 __all__ = ["ContainerEvidence", "evidence_from_pod"]
@@ -92,23 +93,11 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as the API writes it ('2025-06-01T12:00:00Z'); a datetime passes through."""
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _condition_since(pod: Mapping[str, Any], kind: str) -> tuple[str | None, datetime | None]:
     for cond in _mapping(pod.get("status")).get("conditions") or ():
         cond = _mapping(cond)
         if cond.get("type") == kind:
-            return _str(cond.get("status")), _time(cond.get("lastTransitionTime"))
+            return _str(cond.get("status")), parse_time(cond.get("lastTransitionTime"))
     return None, None
 
 
@@ -147,8 +136,8 @@ def _one(
     # `state`; one in CrashLoopBackOff reports the run that died in `lastState`.
     terminated = _mapping(state.get("terminated")) or _mapping(last.get("terminated"))
     ready = status.get("ready") is True
-    started_at = _time(terminated.get("startedAt"))
-    finished_at = _time(terminated.get("finishedAt"))
+    started_at = parse_time(terminated.get("startedAt"))
+    finished_at = parse_time(terminated.get("finishedAt"))
     if was_ready_before is None and terminated:
         was_ready_before = _infer_was_ready_before(pod, ready=ready, started_at=started_at, finished_at=finished_at)
     return ContainerEvidence(

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, Protocol
 from pydantic import BaseModel
 
 from ..api import conditions as cond
+from ..api.times import parse_time
 from ..api.v1alpha1 import (
     RemediationEvent,
     RemediationStatus,
@@ -64,8 +65,9 @@ class Rendered(Protocol):
 @dataclass(frozen=True)
 class Observed:
     """The service as the ladder sees it: the recorded status, the spec's generation, the time, and `render` — the
-    pure planner + renderer for this service (`reconcile.desired_state` over what the shell read: spec, model
-    files, nodes), called with a status to learn the pods a profile would give."""
+    pure planner + renderer for this service (`reconcile.renderer`: `reconcile.desired_state` over the plain data
+    the shell read once — spec, model files, nodes; it reads nothing), called with a status to learn the pods a
+    profile would give."""
 
     status: Mapping[str, Any]
     generation: int
@@ -128,14 +130,6 @@ class Deferred:
     retry_at: datetime
     message: str
 
-
-def _parse_time(text: Any) -> datetime | None:
-    if not text or not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def remediation_of(status: Mapping[str, Any]) -> RemediationStatus:
@@ -246,7 +240,7 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
     """What `policy.decide` needs to know, from the spec and the recorded status (and, for a pod of a group, its
     node rank and the GPU its failure names: a stage-specific step needs the failed stage)."""
     remediation = remediation_of(status)
-    last = _parse_time(remediation.history[-1].time) if remediation.history else None
+    last = parse_time(remediation.history[-1].time) if remediation.history else None
     plan = status.get("plan") or {}
     return Current(
         flags=dict(_flags(status)),
@@ -477,7 +471,7 @@ def step_up_target(spec: VLLMServiceSpec, status: Mapping[str, Any],
     if not ready or ready.get("status") != cond.TRUE:
         return None
     last = remediation.history[-1]
-    times = [t for t in (_parse_time(ready.get("lastTransitionTime")), _parse_time(last.time)) if t is not None]
+    times = [t for t in (parse_time(ready.get("lastTransitionTime")), parse_time(last.time)) if t is not None]
     if not times or (now - max(times)).total_seconds() < spec.remediation.stable_window_seconds:
         return None
     # entries that only scaled replicas or advised (metrics watch) did not change the profile
@@ -518,7 +512,7 @@ def unannounced(status: Mapping[str, Any], now: datetime) -> list[RemediationEve
     remediation = remediation_of(status)
     out = []
     for entry in remediation.history:
-        when = _parse_time(entry.time)
+        when = parse_time(entry.time)
         if when is not None and now - when <= ANNOUNCE_WINDOW and entry.flags_after and \
                 "recommended_replicas" not in entry.flags_after and set(entry.flags_before) != {"replicas"}:
             out.append(entry)

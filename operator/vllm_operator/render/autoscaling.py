@@ -18,12 +18,6 @@ from typing import Any
 
 from ..api.v1alpha1 import GROUP, VERSION, AutoscalingMetric, AutoscalingSpec
 
-#: The condition type and its reasons.
-AUTOSCALING = "Autoscaling"
-HPA_READY = "HorizontalPodAutoscaler"
-KEDA_READY = "ScaledObject"
-CRD_MISSING = "CRDNotInstalled"
-NOT_CONFIGURED = "NotConfigured"
 #: The signal when spec.autoscaling.metrics is empty.
 DEFAULT_METRIC = AutoscalingMetric(type="WaitingRequests", target=5)
 #: The custom-metrics names the HPA asks for (prometheus-adapter renames vLLM's `vllm:` series to these).

@@ -43,14 +43,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api import conditions as cond
 from ..api.labels import MANAGED_BY
 from ..api.v1alpha1 import ModelCacheSpec
 from .names import dns1123_subdomain
 
-#: The condition type and its reasons.
-MODEL_CACHE = "ModelCache"
-PERSISTENT = "PersistentVolumeClaim"
-EPHEMERAL = "Ephemeral"
+#: The condition type and its reasons (api/conditions.py).
+MODEL_CACHE, PERSISTENT, EPHEMERAL = cond.MODEL_CACHE, cond.PERSISTENT_CACHE, cond.EPHEMERAL_CACHE
 #: Labels of a shared cache claim (what to select to clean caches up).
 LABEL_CACHE_MODEL = "vllm-operator.dev/model-cache"
 #: Engine start-up besides the weights (CUDA graphs, compilation, profiling), seconds.

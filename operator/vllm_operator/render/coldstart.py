@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..api.times import format_time, parse_time
+
 __all__ = ["COLD_START_PHASES", "ENGINE_MARGIN", "cold_start_from_pod", "compile_cache_kind",
            "compile_cache_root", "engine_seconds_budget", "fold_cold_start", "go_duration_seconds",
            "image_pull_from_events", "phases_from_log"]
@@ -133,15 +135,6 @@ def image_pull_from_events(events: Sequence[Mapping[str, Any]], *, pod_uid: str 
     return out
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _between(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
@@ -151,7 +144,7 @@ def _between(start: datetime | None, end: datetime | None) -> float | None:
 def _condition_time(pod: Mapping[str, Any], type_: str) -> datetime | None:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == type_ and c.get("status") == "True":
-            return _time(c.get("lastTransitionTime"))
+            return parse_time(c.get("lastTransitionTime"))
     return None
 
 
@@ -161,8 +154,8 @@ def _started(status: Mapping[str, Any]) -> datetime | None:
             continue
         for phase in ("running", "terminated"):
             found = state.get(phase)
-            if isinstance(found, Mapping) and _time(found.get("startedAt")) is not None:
-                return _time(found.get("startedAt"))
+            if isinstance(found, Mapping) and parse_time(found.get("startedAt")) is not None:
+                return parse_time(found.get("startedAt"))
     return None
 
 
@@ -190,7 +183,7 @@ def cold_start_from_pod(pod: Mapping[str, Any], log_text: str, *, download_conta
     if download is not None:
         done = ((download.get("state") or {}).get("terminated") or {})
         if done.get("exitCode") == 0:
-            phases["downloadSeconds"] = _between(_time(done.get("startedAt")), _time(done.get("finishedAt")))
+            phases["downloadSeconds"] = _between(parse_time(done.get("startedAt")), parse_time(done.get("finishedAt")))
     for key, value in phases_from_log(log_text).items():
         if key != "downloadSeconds" or phases.get("downloadSeconds") is None:
             phases[key] = value
@@ -203,7 +196,7 @@ def cold_start_from_pod(pod: Mapping[str, Any], log_text: str, *, download_conta
     if "imageBytes" in pulled:
         measured["imageBytes"] = pulled["imageBytes"]
     name = str(meta.get("name") or "")
-    return {**measured, "measuredPod": name, "measuredAt": ready.strftime("%Y-%m-%dT%H:%M:%SZ") if ready else None}
+    return {**measured, "measuredPod": name, "measuredAt": format_time(ready) if ready else None}
 
 
 def compile_cache_root(mount: str, vllm_version: str, gpu: str | None) -> str:

@@ -60,7 +60,7 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
         kind = "ScaledObject" if scaling.engine == "KEDA" else "HorizontalPodAutoscaler"
         if kind == "ScaledObject" and not serves(kind):
             out.updates.append(cond.ConditionUpdate(
-                autoscaling.AUTOSCALING, cond.FALSE, autoscaling.CRD_MISSING,
+                cond.AUTOSCALING, cond.FALSE, cond.CRD_NOT_INSTALLED,
                 f"spec.autoscaling.engine KEDA needs {OPTIONAL_KINDS[kind]}; install it, or use engine HPA. "
                 f"Meanwhile spec.replicas ({spec.replicas}) holds"))
         else:
@@ -82,16 +82,16 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
                                                                  ENGINE_START_SECONDS, persistent_cache,
                                                                  measured=cold_start)
             out.updates.append(cond.ConditionUpdate(
-                autoscaling.AUTOSCALING, cond.TRUE,
-                autoscaling.KEDA_READY if kind == "ScaledObject" else autoscaling.HPA_READY, message))
-    elif _had(conditions, autoscaling.AUTOSCALING):
-        out.updates.append(cond.ConditionUpdate(autoscaling.AUTOSCALING, cond.FALSE, autoscaling.NOT_CONFIGURED,
+                cond.AUTOSCALING, cond.TRUE,
+                cond.KEDA_RENDERED if kind == "ScaledObject" else cond.HPA_RENDERED, message))
+    elif _had(conditions, cond.AUTOSCALING):
+        out.updates.append(cond.ConditionUpdate(cond.AUTOSCALING, cond.FALSE, cond.NOT_CONFIGURED,
                                                 "spec.autoscaling is not set: spec.replicas is the pod count"))
     pool = spec.routing.inference_pool if spec.routing else None
     if pool is not None and pool.enabled:
         if not serves("InferencePool"):
             out.updates.append(cond.ConditionUpdate(
-                routing.ROUTING, cond.FALSE, routing.CRD_MISSING,
+                cond.INFERENCE_POOL, cond.FALSE, cond.CRD_NOT_INSTALLED,
                 f"spec.routing.inferencePool needs {OPTIONAL_KINDS['InferencePool']}; the plain Service still "
                 "serves"))
         else:
@@ -102,15 +102,15 @@ def ecosystem_children(*, name: str, child_name: str, namespace: str, spec: VLLM
             picker = (f"endpoint picker {pool.endpoint_picker.name}:{pool.endpoint_picker.port}"
                       if pool.endpoint_picker else "no endpoint picker named")
             out.updates.append(cond.ConditionUpdate(
-                routing.ROUTING, cond.TRUE, routing.POOL_READY,
+                cond.INFERENCE_POOL, cond.TRUE, cond.INFERENCE_POOL_RENDERED,
                 f"InferencePool {child_name} selects {pods.describe()} on port {DEFAULT_PORT} ({picker}); route to "
                 "it from an HTTPRoute backendRef"))
-    elif _had(conditions, routing.ROUTING):
-        out.updates.append(cond.ConditionUpdate(routing.ROUTING, cond.FALSE, routing.NOT_CONFIGURED,
+    elif _had(conditions, cond.INFERENCE_POOL):
+        out.updates.append(cond.ConditionUpdate(cond.INFERENCE_POOL, cond.FALSE, cond.NOT_CONFIGURED,
                                                 "spec.routing.inferencePool.enabled is false"))
     # what an earlier spec asked for (its condition says so) and this one does not: delete it
-    had = {"HorizontalPodAutoscaler": _had(conditions, autoscaling.AUTOSCALING),
-           "ScaledObject": _had(conditions, autoscaling.AUTOSCALING), "InferencePool": _had(conditions, routing.ROUTING)}
+    had = {"HorizontalPodAutoscaler": _had(conditions, cond.AUTOSCALING),
+           "ScaledObject": _had(conditions, cond.AUTOSCALING), "InferencePool": _had(conditions, cond.INFERENCE_POOL)}
     out.stale = [(kind, child_name) for kind in KINDS if kind not in wanted and had[kind] and (
         kind == "HorizontalPodAutoscaler" or serves(kind))]
     return out

@@ -10,12 +10,6 @@ from typing import Any
 
 from ..api.v1alpha1 import InferencePoolSpec
 
-#: The condition type and its reasons.
-ROUTING = "InferencePool"
-POOL_READY = "InferencePoolRendered"
-CRD_MISSING = "CRDNotInstalled"
-NOT_CONFIGURED = "NotConfigured"
-
 
 def build_inference_pool(*, child_name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any],
                          selector: dict[str, str], port: int, spec: InferencePoolSpec) -> dict[str, Any]:
