@@ -49,6 +49,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from ..quantity import quantity_problem
+from .switch import WorkloadSwitch
 
 __all__ = [
     "API_VERSION",
@@ -2539,6 +2540,10 @@ class VLLMServiceStatus(_StatusModel):
     gpu: GPUStatus | None = Field(default=None, description="The GPUs the plan is for.")
     multi_node: MultiNodeStatus | None = Field(
         default=None, description="How one replica spans nodes, when the plan spans more than one."
+    )
+    workload_switch: WorkloadSwitch | None = Field(
+        default=None, description="A Deployment <-> LeaderWorkerSet switch under way: each step is recorded here "
+                                  "before it acts (docs/convergence.md)."
     )
     replicas: int | None = Field(
         default=None, ge=0, description="Pods that exist (the scale subresource reads it)."

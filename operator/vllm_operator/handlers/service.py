@@ -25,7 +25,8 @@ from urllib3.exceptions import HTTPError
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
-from ..api import rollout
+from ..api import rollout, serving, switch
+from ..api.switch import WorkloadSwitch
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
@@ -257,10 +258,14 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         stored = effects.read_service(namespace, name) or stored
         placement.post_announcement(namespace, _involved(name, namespace, uid), desired)
     written: list[str] = []
+
+    recorder = SwitchRecorder(namespace, name, generation, observed.now, desired,
+                              stored if stored is not None else {"status": dict(status)})
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
-        for line in (create_children if new else apply_children)(desired.children, namespace):
+        apply = create_children if new else functools.partial(apply_children, record=recorder)
+        for line in apply(desired.children, namespace):
             written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
@@ -269,25 +274,61 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                     desired.status, conditions=rollout.started_conditions(
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
-    write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+        recorder.fold_ready()
+    write_status(namespace, name, recorder.stored, desired.status)
     group = group_of(spec_dict)
     if group is not None and any(line.startswith(("created ConfigMap vllm-share-", "updated ConfigMap vllm-share-"))
                                  for line in written):
         poke_share_group(namespace, group, besides=name)  # the group's plan changed: the others' shares may have
-    nodes_before = (status.get("gpu") or {}).get("nodes") or 1
-    nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
-    gpu = spec.get("gpu")  # the spec as stored: `gpu: L4` reaches here too (it got InvalidSpec above)
-    spans = isinstance(gpu, Mapping) and isinstance(gpu.get("maxNodes"), int) and gpu["maxNodes"] > 1
-    if desired.children is not None and not new and (nodes_before != nodes_now or (node_max_age > 0 and spans)):
-        # recorded, then acted: the workload of the other kind goes only now; the watchdog looks again for services
-        # that may span nodes (a delete that failed after the status was written), no request for the others
-        for line in effects.delete_replaced_workload(namespace, name, uid, desired.children):
-            logger.info(line)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         with kube.api_errors("post an event"):
             kube.post_event(namespace, involved, event.type, event.reason, event.message)
     return desired
+
+
+class SwitchRecorder:
+    """Record, then act: a Deployment ↔ LeaderWorkerSet switch's next step goes into the status (the reconcile's
+    `desired.status`, through the one status writer) before `effects.apply_children` takes it; the first step,
+    `CreateTarget`, together with the plan choosing the new kind. A step the stored status says already is not
+    written again. `stored`: the service as last read, the precondition of the next status write."""
+
+    def __init__(self, namespace: str, name: str, generation: int, now: datetime, desired: reconcile.Desired,
+                 stored: Mapping[str, Any]) -> None:
+        self.namespace, self.name, self.generation, self.now = namespace, name, generation, now
+        self.desired, self.stored = desired, stored
+
+    def __call__(self, step: WorkloadSwitch | None) -> None:
+        self.desired.status = cond.fold_status(self.desired.status, observed_generation=self.generation,
+                                               now=self.now, workload_switch=step)
+        said = switch.recorded(self.stored.get("status") or {})
+        if step == said and (step is None or step.step != switch.CREATE_TARGET):
+            return  # recorded already: the reconcile's own status write carries it on
+        if write_status(self.namespace, self.name, self.stored, self.desired.status):
+            self.stored = effects.read_service(self.namespace, self.name) or self.stored
+
+    def fold_ready(self) -> None:
+        """While the new workload is not Ready the reconcile says what the Deployment's rollout and the groups say
+        (`api.serving`): Ready False, the previous workload still serving; what they wrote for this switch stands."""
+        record = self.desired.status.workload_switch
+        if record is None or record.step not in (switch.CREATE_TARGET, switch.WAIT_READY):
+            return
+        said: Mapping[str, Any] = next((c for c in (self.stored.get("status") or {}).get("conditions") or []
+                                        if c.get("type") == cond.READY), {})
+        if said.get("reason") == cond.SERVING_PREVIOUS_PROFILE and str(said.get("message") or "").startswith(
+                f"the previous {record.previous} "):
+            update: cond.ConditionUpdate | None = cond.ConditionUpdate(
+                cond.READY, cond.FALSE, cond.SERVING_PREVIOUS_PROFILE, str(said["message"]))
+        else:
+            name = lws_name(self.name) if record.previous == "LeaderWorkerSet" else child_names(self.name).deployment
+            with kube.api_errors(f"read {record.previous} {name}"):
+                previous = kube.get(kube.KIND_RESOURCES[record.previous], self.namespace, name)
+            update = serving.switching(record, previous_name=name, previous_ready=int(
+                ((previous or {}).get("status") or {}).get("readyReplicas") or 0),
+                target_said=f"the {record.target} is not Ready yet")
+        if update is not None:
+            self.desired.status = cond.fold_status(self.desired.status, conditions=[update],
+                                                   observed_generation=self.generation, now=self.now)
 
 
 def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:

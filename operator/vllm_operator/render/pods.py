@@ -1,12 +1,15 @@
 """The pods that serve a VLLMService, defined once (pure): everything that addresses them derives from here.
 
 A single-node service serves from its Deployment's pods; a multi-node service from its LeaderWorkerSet's leaders
-(worker index 0) only — workers run `vllm serve --headless`: no port, no HTTP, no request metrics.
+(worker index 0) only — workers run `vllm serve --headless`: no port, no HTTP, no request metrics. A Deployment's pods
+carry `vllm-operator.dev/workload: deployment` (`WORKLOAD_LABEL`), a label no pod of a LeaderWorkerSet carries: the
+service labels alone also select the groups' pods, leaders and headless workers, which a Deployment-shaped Service or
+InferencePool then routed to while a Deployment → LeaderWorkerSet switch ran (equality selectors cannot exclude).
 
 `serving_pods` gives, for one service and shape:
 
 * `match_labels` — equality labels, for objects that take nothing else (Service `spec.selector`, InferencePool
-  `spec.selector.matchLabels`);
+  `spec.selector.matchLabels`): a Deployment's shape includes `WORKLOAD_LABEL`;
 * `match_expressions` / `label_selector()` — the exact set-based selector (`status.selector`, which the HPA and
   `kubectl scale` read through the `/scale` subresource): a Deployment's shape also excludes pods of a
   LeaderWorkerSet (`!leaderworkerset.sigs.k8s.io/name`), which carry the same service labels;
@@ -39,6 +42,9 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
+#: The label only a Deployment's pods carry (on its pod template, not in its immutable `spec.selector`), and its value.
+WORKLOAD_LABEL = "vllm-operator.dev/workload"
+DEPLOYMENT_WORKLOAD = "deployment"
 #: The characters of generated name parts (pod-template-hash, generateName suffix): no vowels, no 0/1/3.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SAFE = f"[{SAFE_ALPHABET}]"
@@ -53,6 +59,11 @@ def instance_selector(name: str) -> dict[str, str]:
     """Every pod of one VLLMService, of any workload (the Deployment's immutable `spec.selector.matchLabels`)."""
     value = label_value(name)
     return {INSTANCE_LABEL: value, LABEL_SERVICE: value}
+
+
+def deployment_pod_labels(name: str) -> dict[str, str]:
+    """The labels that make a pod one of the Deployment's serving pods (its template carries them)."""
+    return {**instance_selector(name), WORKLOAD_LABEL: DEPLOYMENT_WORKLOAD}
 
 
 def deployment_name(name: str) -> str:
@@ -155,6 +166,6 @@ def serving_pods(name: str, namespace: str, *, multinode: bool) -> ServingPods:
         return ServingPods(shape="LeaderWorkerSet", namespace=namespace,
                            match_labels={LWS_NAME_LABEL: lws, LWS_WORKER_INDEX_LABEL: "0"},
                            match_expressions=(), pod_name_regex=leader_pod_regex(lws))
-    return ServingPods(shape="Deployment", namespace=namespace, match_labels=instance_selector(name),
+    return ServingPods(shape="Deployment", namespace=namespace, match_labels=deployment_pod_labels(name),
                        match_expressions=((LWS_NAME_LABEL, "DoesNotExist"),),
                        pod_name_regex=deployment_pod_regex(deployment_name(name)))
