@@ -125,14 +125,43 @@ def _involved(name: str, namespace: str, uid: str | None) -> dict[str, Any]:
             "uid": uid}
 
 
+def _bare(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A status without kopf's own bookkeeping (`status.kopf`: handler progress, a large diff base)."""
+    return {key: value for key, value in status.items() if key != "kopf"}
+
+
+class Superseded(Exception):  # noqa: N818 - an outcome, not an error
+    """The spec changed while it was reconciled: what this reconcile would record is for an older generation. Its
+    handler ends without a retry; kopf handles the newer spec at once (its diff is not handled yet)."""
+
+
+#: How often a status write whose precondition failed only on metadata or kopf's bookkeeping is sent again.
+REWRITES = 3
+
+
 def write_status(namespace: str, name: str, stored: Mapping[str, Any], new: Any) -> bool:
     """The reconcile's status, through the one status writer (`effects.patch_status`): with the resourceVersion of
-    `stored` (the VLLMService as read) as a precondition. Changed meanwhile (409), or a write whose answer was lost:
-    kopf runs the reconcile again in a second, on what is stored then."""
-    written = effects.patch_status(namespace, name, stored, new)
-    if written is None:
-        raise kopf.TemporaryError(f"the status of {name} changed while it was reconciled; again", delay=1)
-    return written
+    `stored` (the VLLMService as read) as a precondition. On a 409 (or a write whose answer was lost) the service is
+    read again: the write landed — done; the spec moved past the generation reconciled (an edit while the children
+    were applied: the usual 409 of several edits in a row) — `Superseded`, no retry delay; only metadata or kopf's
+    own bookkeeping moved (its diff base, its progress) — the same status is written again on the new version;
+    the status itself changed — kopf runs the reconcile again in a second, on what is stored then."""
+    for _ in range(REWRITES):
+        written = effects.patch_status(namespace, name, stored, new)
+        if written is not None:
+            return written
+        fresh = effects.read_service(namespace, name)
+        if fresh is None:
+            break
+        if int((fresh.get("metadata") or {}).get("generation") or 1) > int(new.observed_generation or 0):
+            raise Superseded(f"{namespace}/{name} changed while generation {new.observed_generation} was reconciled")
+        current = dict(fresh.get("status") or {})
+        if not cond.status_patch(current, new):
+            return True  # the write landed; its answer was lost
+        if _bare(current) != _bare(stored.get("status") or {}):
+            break  # another writer changed the status: build it again from what is stored now
+        stored = fresh
+    raise kopf.TemporaryError(f"the status of {name} changed while it was reconciled; again", delay=1)
 
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
@@ -166,8 +195,11 @@ def reconcile_current(name: str, namespace: str, generation: int, logger: loggin
         meta = (fresh or {}).get("metadata") or {}
         if fresh is None or meta.get("deletionTimestamp") or int(meta.get("generation") or 1) != generation:
             return False
-        _reconcile_locked(name, namespace, str(meta.get("uid") or ""), generation, dict(fresh.get("spec") or {}),
-                          dict(fresh.get("status") or {}), logger, node_max_age=node_max_age, stored=fresh)
+        try:
+            _reconcile_locked(name, namespace, str(meta.get("uid") or ""), generation, dict(fresh.get("spec") or {}),
+                              dict(fresh.get("status") or {}), logger, node_max_age=node_max_age, stored=fresh)
+        except Superseded:
+            return False  # a newer spec arrived meanwhile: its update handler applies it
     return True
 
 
@@ -424,6 +456,9 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
     timeout = config.CONFIG.reconcile_timeout_seconds
     try:
         desired = await asyncio.wait_for(loop.run_in_executor(RECONCILE_POOL, call), timeout=timeout)
+    except Superseded as exc:  # the newer spec is kopf's next update, at once: no retry delay
+        logger.info("%s; the newer spec is reconciled next", exc)
+        return
     except kube.Rejected as exc:
         await _answer(namespace, name, uid, generation, cond.CHILD_REJECTED,
                       f"{exc}; change the spec so that what the operator renders from it is valid", logger)

@@ -80,10 +80,15 @@ def _literal(text: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
+#: What follows `<deployment>-` in its pods' names (uncut), and `<lws>-` in its leaders' names.
+_DEPLOYMENT_POD_SUFFIX = f"{_SAFE}{{1,10}}-{_SAFE}{{5}}"
+_LEADER_SUFFIX = "(?:0|[1-9][0-9]*)"
+
+
 def deployment_pod_regex(deployment: str) -> str:
     """An anchored (RE2/PromQL) regex of exactly the names a Deployment's pods get."""
     if len(deployment) + 12 <= _GENERATED_BASE_LIMIT:  # no hash length gets the base cut: one pattern says it
-        return f"{_literal(deployment)}-{_SAFE}{{1,10}}-{_SAFE}{{5}}"
+        return f"{_literal(deployment)}-{_DEPLOYMENT_POD_SUFFIX}"
     alternatives: list[str] = []
     for length in _TEMPLATE_HASH_LENGTHS:  # the base `<deployment>-<hash>-`, as the API server cuts it
         tokens = [_literal(c) for c in deployment] + ["-"] + [_SAFE] * length + ["-"]
@@ -110,7 +115,17 @@ def _compact(tokens: list[str]) -> str:
 
 def leader_pod_regex(lws: str) -> str:
     """An anchored regex of exactly the names of a LeaderWorkerSet's leaders (`<lws>-<group index>`)."""
-    return f"{_literal(lws)}-(?:0|[1-9][0-9]*)"
+    return f"{_literal(lws)}-{_LEADER_SUFFIX}"
+
+
+def dashboard_pod_regex(services: str) -> str:
+    """The serving pods of the services whose names match the regex `services` (a Grafana variable such as
+    `${service:regex}`), for dashboards that address several services in one query: a Deployment's pods or a
+    LeaderWorkerSet's leaders, named as `serving_pods` names them — never a group's headless workers
+    (`<lws>-<g>-<w>`). The first group captures the service's name (`label_replace`). Exact for names whose
+    Deployment and LeaderWorkerSet are named after the service and short enough (46 characters) that the API server
+    does not cut their pods' names."""
+    return f"({services})-(?:{_DEPLOYMENT_POD_SUFFIX}|{_LEADER_SUFFIX})"
 
 
 def _promql_string(value: str) -> str:
