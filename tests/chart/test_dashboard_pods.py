@@ -63,3 +63,33 @@ def test_the_matcher_selects_exactly_the_serving_pods_of_the_chosen_services() -
     capture = dashboard_pod_regex(".+")
     services = {n: m.group(1) for n in expected if (m := re.fullmatch(capture, n))}
     assert services == {n: ("qwen" if n.startswith("qwen") else "big") for n in expected}
+
+
+def test_the_pod_monitor_scrapes_exactly_the_serving_pods(chart: Any) -> None:
+    """The chart's PodMonitor selects every managed vLLM pod by label and scrapes its `http` port: the pods of a
+    Deployment and a LeaderWorkerSet's leaders declare it, the headless workers do not — so what Prometheus scrapes
+    is render/pods.py's serving pods, for both shapes, as the templates render them."""
+    from vllm_operator.render.lws import build_leaderworkerset
+    from vllm_operator.render.manifests import OwnerRef, RenderInput, build_deployment
+
+    monitor = chart.one(chart.objects("monitoring.yaml"), "PodMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    ports = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
+    inp = RenderInput(name="big", namespace="team", owner=OwnerRef(name="big", uid="u"), model="org/model",
+                      image="vllm/vllm-openai:v0.26.0", vllm_version="0.26.0", flags={}, gpu_count=8)
+    group = build_leaderworkerset(inp, nodes=2)["spec"]["leaderWorkerTemplate"]
+    lws = {"leaderworkerset.sigs.k8s.io/name": "big", "leaderworkerset.sigs.k8s.io/group-index": "0"}
+    pods = {  # name: (labels, the container's named ports)
+        "big-bcd-fghjk": build_deployment(inp)["spec"]["template"],
+        "big-0": group["leaderTemplate"], "big-0-1": group["workerTemplate"]}
+    scraped = set()
+    for name, template in pods.items():
+        labels = dict(template["metadata"]["labels"])
+        if name.startswith("big-0"):
+            labels.update(lws, **{"leaderworkerset.sigs.k8s.io/worker-index": "1" if name == "big-0-1" else "0"})
+        named = {p.get("name") for c in template["spec"]["containers"] for p in c.get("ports") or []}
+        if all(labels.get(k) == v for k, v in selector.items()) and ports & named:
+            scraped.add(name)
+        serving = serving_pods("big", "team", multinode=name.startswith("big-0"))
+        assert (name in scraped) == serving.selects_labels(labels), name
+    assert scraped == {"big-bcd-fghjk", "big-0"}
