@@ -16,6 +16,7 @@ import yaml
 from kit.inprocess import Cluster, condition, harness_fixture  # noqa: F401 (`harness`)
 from vllm_operator.handlers import lws
 from vllm_operator.render import multinode as render_multinode
+from vllm_operator.render.pods import serving_pods
 
 LWS_CRD = Path(__file__).resolve().parents[1] / "data" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 LLAMA_405B = "meta-llama/Llama-3.1-405B-Instruct"
@@ -221,9 +222,12 @@ def test_during_a_switch_the_rollout_and_the_groups_agree_on_ready(harness: Clus
     assert message.startswith("the previous Deployment big still serves (1 pod ready) until the LeaderWorkerSet is "
                               "Ready: "), message
     assert h.deployment("big") is not None
+    # the scale subresource's selector (the HPA's pods) stays on the pods that serve
+    assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=False).label_selector()
 
     _ready_lws(h, "big")
     h.wait_for(lambda: h.deployment("big") is None or None, message="the Deployment deleted")
     lws.refresh("default", "big")  # the group's own word again (this test plays a leader without its worker)
     assert condition(h.service("big"), "Ready")["reason"] != "ServingPreviousProfile"  # type: ignore[index]
     assert "workloadSwitch" not in h.service("big")["status"]
+    assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=True).label_selector()

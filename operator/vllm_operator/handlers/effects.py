@@ -88,9 +88,10 @@ NAME_CONFLICT = "NameConflict"
 NO_CONFLICT = "NoConflict"
 #: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes switches it.
 WORKLOADS = ("Deployment", "LeaderWorkerSet")
-#: The children that address the serving pods by a selector: during a workload switch they keep addressing the old
-#: workload's pods until the new one is Ready, then all of them switch before the old workload is deleted.
-ADDRESSING = ("Service", "InferencePool")
+#: The children that address the serving pods (a selector, or KEDA's PromQL pod matcher): during a workload switch
+#: they keep addressing the old workload's pods until the new one is Ready, then all of them switch before the old
+#: workload is deleted.
+ADDRESSING = ("Service", "InferencePool", "ScaledObject")
 
 
 def owned(obj: Mapping[str, Any] | None, uid: str, label: str) -> bool:

@@ -31,6 +31,7 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.pods import serving_now
 from ..render.sharing import GROUP_LABEL
 from . import config, decode, downloads, effects, kube, lws, measured, placement, rollouts
 from .effects import apply_children
@@ -358,9 +359,11 @@ class SwitchRecorder:
             update = serving.switching(record, previous_name=name, previous_ready=int(
                 ((previous or {}).get("status") or {}).get("readyReplicas") or 0),
                 target_said=f"the {record.target} is not Ready yet")
-        if update is not None:
-            self.desired.status = cond.fold_status(self.desired.status, conditions=[update],
-                                                   observed_generation=self.generation, now=self.now)
+        # the scale subresource's selector (the HPA's pods) stays on the pods that serve until the Service moves
+        selector = serving_now(self.name, self.namespace,
+                               self.desired.status.model_dump(by_alias=True, exclude_none=True)).label_selector()
+        self.desired.status = cond.fold_status(self.desired.status, conditions=[update] if update else [],
+                                               observed_generation=self.generation, now=self.now, selector=selector)
 
 
 def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..api import switch
 from ..api.labels import LABEL_SERVICE
 from .names import DNS1123_LABEL, dns1035_label, label_value
 
@@ -184,3 +185,15 @@ def serving_pods(name: str, namespace: str, *, multinode: bool) -> ServingPods:
     return ServingPods(shape="Deployment", namespace=namespace, match_labels=deployment_pod_labels(name),
                        match_expressions=((LWS_NAME_LABEL, "DoesNotExist"),),
                        pod_name_regex=deployment_pod_regex(deployment_name(name)))
+
+
+def serving_now(name: str, namespace: str, status: Mapping[str, Any]) -> ServingPods:
+    """The pods that serve VLLMService `name` as its status records it: the recorded plan's shape (`multiNode`: a
+    LeaderWorkerSet), except while a Deployment ↔ LeaderWorkerSet switch waits for its new workload (`api.switch`:
+    created, not yet Ready) — the previous workload's pods serve until the Service moves to the new one."""
+    record = switch.recorded(status)
+    if record is not None and record.step in (switch.CREATE_TARGET, switch.WAIT_READY):
+        kind: str = record.previous
+    else:
+        kind = switch.target_kind(status)
+    return serving_pods(name, namespace, multinode=kind == "LeaderWorkerSet")
