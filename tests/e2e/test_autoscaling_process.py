@@ -66,6 +66,7 @@ def test_an_hpa_like_writer_scales_the_service_and_the_operator_follows(tmp_path
             scale = json.loads(kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/{NAME}/scale"))
             assert scale["spec"]["replicas"] == replicas
             assert scale["status"]["selector"] == ("app.kubernetes.io/instance=chat,vllm-operator.dev/service=chat,"
+                                                   "vllm-operator.dev/workload=deployment,"
                                                    "!leaderworkerset.sigs.k8s.io/name")  # the Deployment's pods
             service = cluster.api.get_object(PLURAL, NAME, "default")
             # spec.replicas is the writer's, and only the writer changed the spec

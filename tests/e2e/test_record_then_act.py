@@ -127,15 +127,30 @@ class SwitchPoint:
     body: str | None
     lands: bool
     after_ready: bool  # the request comes once the new workload is Ready (the test plays the LWS controller first)
+    recorded: str | None = None  # the step status.workloadSwitch says when the process is killed
+    lws_at_kill: bool | None = None  # whether the LeaderWorkerSet exists then (record → create: not before)
 
 
+STATUS_OF_BIG = rf"/vllmservices/{BIG}/status$"
 SWITCH_POINTS = {
-    "create-lost": SwitchPoint("PATCH", rf"/leaderworkersets/{BIG}$", "leaderWorkerTemplate", False, False),
-    "record-lost": SwitchPoint("PATCH", rf"/vllmservices/{BIG}/status$", '"multiNode"', False, False),
-    "record-lands-after-death": SwitchPoint("PATCH", rf"/vllmservices/{BIG}/status$", '"multiNode"', True, False),
-    "service-switch-lost": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", False, True),
-    "service-switch-lands-after-death": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", True, True),
-    "old-delete-lost": SwitchPoint("DELETE", rf"/deployments/{BIG}$", None, False, True),
+    # killed right after the record: the switch (target kind, plan) is in the status, the LWS not created yet
+    "create-lost": SwitchPoint("PATCH", rf"/leaderworkersets/{BIG}$", "leaderWorkerTemplate", False, False,
+                               recorded="CreateTarget", lws_at_kill=False),
+    # killed while recording: nothing of the switch acted yet
+    "record-lost": SwitchPoint("PATCH", STATUS_OF_BIG, '"CreateTarget"', False, False, lws_at_kill=False),
+    "record-lands-after-death": SwitchPoint("PATCH", STATUS_OF_BIG, '"CreateTarget"', True, False,
+                                            lws_at_kill=False),
+    # killed right after the create: the LWS exists, its step (wait Ready) not recorded yet
+    "after-create-lost": SwitchPoint("PATCH", STATUS_OF_BIG, '"WaitReady"', False, False,
+                                     recorded="CreateTarget", lws_at_kill=True),
+    "after-create-lands-after-death": SwitchPoint("PATCH", STATUS_OF_BIG, '"WaitReady"', True, False,
+                                                  recorded="CreateTarget", lws_at_kill=True),
+    "service-switch-lost": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", False, True,
+                                       recorded="SwitchAddressing"),
+    "service-switch-lands-after-death": SwitchPoint("PATCH", rf"/services/{BIG}$", "worker-index", True, True,
+                                                    recorded="SwitchAddressing"),
+    "old-delete-lost": SwitchPoint("DELETE", rf"/deployments/{BIG}$", None, False, True,
+                                   recorded="DeletePrevious"),
 }
 
 
@@ -161,6 +176,13 @@ def _ready_lws(cluster: Cluster) -> None:
 
 def _kill_at(cluster: Cluster, held: Any, point: SwitchPoint) -> None:
     cluster.wait_for(lambda: held.fired == 1, TIMEOUT, "the operator is at the switch's step")
+    # each step is recorded before it acts (the held request has not reached the API yet)
+    record = ((cluster.service(BIG) or {}).get("status") or {}).get("workloadSwitch")
+    if point.recorded is not None:
+        assert record is not None and record["step"] == point.recorded, record
+        assert (record["previous"], record["target"]) == ("Deployment", "LeaderWorkerSet")
+    if point.lws_at_kill is not None:
+        assert (_lws(cluster) is not None) == point.lws_at_kill
     cluster.kill()
     faults = cluster.faults
     assert faults is not None
@@ -212,6 +234,10 @@ def test_a_switch_killed_at_any_step_never_serves_from_two_workloads(cluster: Cl
     switched = [i for i, (method, path, data) in enumerate(writes) if method == "PATCH" and path.endswith(
         f"/services/{BIG}") and ((data or {}).get("spec") or {}).get("selector") == LEADERS]
     assert deleted and switched and switched[0] < deleted[0]
+    # exactly one workload serves, and no switch is left recorded
+    cluster.wait_for(lambda: "workloadSwitch" not in ((cluster.service(BIG) or {}).get("status") or {}) or None,
+                     TIMEOUT, "the switch's record cleared")
+    assert cluster.deployment(BIG) is None and _lws(cluster) is not None
 
 
 def _lws_and_recorded(cluster: Cluster) -> Any:

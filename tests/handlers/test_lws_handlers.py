@@ -16,6 +16,7 @@ import yaml
 from kit.inprocess import Cluster, condition, harness_fixture  # noqa: F401 (`harness`)
 from vllm_operator.handlers import lws
 from vllm_operator.render import multinode as render_multinode
+from vllm_operator.render.pods import serving_pods
 
 LWS_CRD = Path(__file__).resolve().parents[1] / "data" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 LLAMA_405B = "meta-llama/Llama-3.1-405B-Instruct"
@@ -147,6 +148,10 @@ def test_moving_between_a_deployment_and_a_leaderworkerset_deletes_the_old_child
     assert (h.service("big")["status"]["gpu"].get("nodes") or 1) == 1
 
 
+def deleted(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("deleted ")]
+
+
 def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
     from vllm_operator.handlers import effects
 
@@ -155,7 +160,6 @@ def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
     h.add_node("h100-1", "NVIDIA-H100-80GB-HBM3", count=8)
     h.create("solo", {"model": {"name": LLAMA_70B}})
     deployment = h.wait_for(lambda: h.deployment("solo"), message="the Deployment")
-    uid = h.service("solo")["metadata"]["uid"]
     labels = deployment["metadata"]["labels"]
     for name, meta in (("solo", {"labels": labels}),   # our labels, no ownerReference
                        ("solo", {"labels": {}, "ownerReferences": deployment["metadata"]["ownerReferences"]})):
@@ -164,7 +168,7 @@ def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
             "metadata": {"name": name, "namespace": "default", **meta},
             "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
                 {"name": "x", "image": "busybox"}]}}}}}, "default")
-        assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == []
+        assert deleted(effects.apply_children([deployment], "default")) == []
         assert _lws(h, name) is not None
         h.server.delete_object("leaderworkersets", name, "default")
     # ours (labels and ownerReference): deleted
@@ -175,9 +179,55 @@ def test_only_an_owned_old_child_is_deleted(harness: Cluster) -> None:
         "spec": {"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
             {"name": "x", "image": "busybox"}]}}}}}, "default")
     # ours, but the Deployment that replaces it is not Ready yet: it keeps serving
-    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) == []
+    assert deleted(effects.apply_children([deployment], "default")) == []
     assert _lws(h, "solo") is not None
     _ready_deployment(h, "solo")  # the Deployment's event finishes the switch (or this call, whichever is first)
-    assert effects.delete_replaced_workload("default", "solo", uid, [deployment]) in (
+    assert deleted(effects.apply_children([h.deployment("solo")], "default")) in (
         [], ["deleted LeaderWorkerSet solo: replaced by a Deployment"])
     h.wait_for(lambda: _lws(h, "solo") is None or None, message="the replaced LeaderWorkerSet deleted")
+
+
+def test_during_a_switch_the_rollout_and_the_groups_agree_on_ready(harness: Cluster) -> None:
+    """Both workloads exist while a Deployment → LeaderWorkerSet switch waits for the group: the Deployment's rollout
+    (a Ready Deployment: on its own it says Available) and the LeaderWorkerSet's groups (none ready) fold their
+    conditions through one decision (api.serving), in any order, as often as their events come, and the reconcile
+    says the same: Ready is False, the previous Deployment still serving, until the switch is done."""
+    from vllm_operator.handlers import rollouts
+
+    h = harness
+    _install_lws(h)
+    for i in (1, 2):
+        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
+    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
+    _ready_deployment(h, "big")
+    h.wait_condition("big", "Ready", "True", "Available")
+
+    h.patch_spec("big", {"model": {"name": LLAMA_405B}})
+    h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    h.wait_settled("big")
+    record = h.service("big")["status"]["workloadSwitch"]
+    assert record == {"previous": "Deployment", "target": "LeaderWorkerSet", "step": "WaitReady"}
+    said = [(str(c["status"]), str(c["reason"]), str(c["message"]))  # the reconcile's, before either refresh
+            for c in [condition(h.service("big"), "Ready") or {}]]
+    for refresh in (lambda: rollouts.refresh("default", "big"), lambda: lws.refresh("default", "big"),
+                    lambda: rollouts.refresh("default", "big"), lambda: lws.refresh("default", "big")):
+        refresh()
+        ready = condition(h.service("big"), "Ready")
+        assert ready is not None
+        said.append((ready["status"], ready["reason"], ready["message"]))
+    assert len({(s, r) for s, r, _ in said}) == 1 and len(set(said[2:])) == 1, said
+    status, reason, message = said[0]
+    assert (status, reason) == ("False", "ServingPreviousProfile")
+    assert message.startswith("the previous Deployment big still serves (1 pod ready) until the LeaderWorkerSet is "
+                              "Ready: "), message
+    assert h.deployment("big") is not None
+    # the scale subresource's selector (the HPA's pods) stays on the pods that serve
+    assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=False).label_selector()
+
+    _ready_lws(h, "big")
+    h.wait_for(lambda: h.deployment("big") is None or None, message="the Deployment deleted")
+    lws.refresh("default", "big")  # the group's own word again (this test plays a leader without its worker)
+    assert condition(h.service("big"), "Ready")["reason"] != "ServingPreviousProfile"  # type: ignore[index]
+    assert "workloadSwitch" not in h.service("big")["status"]
+    assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=True).label_selector()

@@ -144,14 +144,14 @@ def test_prometheus_scrapes_the_operator_and_every_dashboard_query_answers(
         operator: RunningOperator, prometheus_stack: PrometheusStack) -> None:
     stack = prometheus_stack
     stack.add_operator(operator.port, key="operator-under-test")
-    pod = stack.add_pod("default", "qwen-6d9c8b7f5-abcde", "qwen", kv_cache_usage=0.6, waiting=2, running=9,
+    pod = stack.add_pod("default", "qwen-6d9c8b7f5-x7k2q", "qwen", kv_cache_usage=0.6, waiting=2, running=9,
                         preemptions_per_second=0.5)
     try:
         planned = poll(lambda: _status(operator, "qwen").get("plan", {}).get("kvCacheTokens"), 30, "qwen planned")
         stack.wait_for_value('vllm_operator_planned_kv_cache_tokens{namespace="default",service="qwen"}',
                              lambda v: v == planned)
         stack.wait_for_value('count_over_time(vllm_operator_reconciles_total{outcome="ok"}[10s])', lambda v: v >= 2)
-        stack.wait_for_value('count_over_time(vllm:num_preemptions_total{pod="qwen-6d9c8b7f5-abcde"}[10s])',
+        stack.wait_for_value('count_over_time(vllm:num_preemptions_total{pod="qwen-6d9c8b7f5-x7k2q"}[10s])',
                              lambda v: v >= 2)
         dashboard = json.loads(DASHBOARD.read_text())
         empty = []

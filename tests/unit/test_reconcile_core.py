@@ -215,7 +215,8 @@ def test_fits_renders_children_status_and_one_event() -> None:
     assert desired.status.endpoint == "http://svc.ns.svc:8000/v1"
     assert desired.status.replicas == 1
     assert desired.status.selector == (
-        "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc,!leaderworkerset.sigs.k8s.io/name")
+        "app.kubernetes.io/instance=svc,vllm-operator.dev/service=svc,vllm-operator.dev/workload=deployment,"
+        "!leaderworkerset.sigs.k8s.io/name")
     assert [(e.type, e.reason) for e in desired.events] == [("Normal", "Planned")]
     assert " ".join(desired.status.plan.args) in desired.events[0].message  # type: ignore[union-attr]
 

@@ -351,5 +351,8 @@ def test_labels_selectors_and_owner() -> None:
                       "blockOwnerDeletion": True}]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    # the Service selects the Deployment's pods: its selector and the label only a Deployment's pods carry
+    assert service["spec"]["selector"] == {**deployment["spec"]["selector"]["matchLabels"],
+                                           "vllm-operator.dev/workload": "deployment"}
+    assert service["spec"]["selector"].items() <= pod_labels.items()
     assert build_children(_input())[0]["kind"] == "Deployment"

@@ -19,6 +19,7 @@ from vllm_operator.render.pods import (
     LWS_NAME_LABEL,
     LWS_WORKER_INDEX_LABEL,
     SAFE_ALPHABET,
+    WORKLOAD_LABEL,
     deployment_pod_regex,
     serving_pods,
 )
@@ -34,11 +35,12 @@ def _safe(rng: random.Random, n: int) -> str:
 
 def deployment_pods(deployment: str, service: str, namespace: str, rng: random.Random,
                     count: int = 2) -> list[dict[str, Any]]:
-    """Pods as the ReplicaSet controller and the API server name them: `<rs>-<5>`, the base cut to 58."""
+    """Pods as the ReplicaSet controller and the API server name them: `<rs>-<5>`, the base cut to 58; labelled as
+    the operator's Deployment template labels them (`test_the_objects_use_it` checks the template)."""
     template_hash = _safe(rng, rng.randint(1, 10))
     base = f"{deployment}-{template_hash}-"[:58]
     labels = {"app.kubernetes.io/instance": service, "vllm-operator.dev/service": service,
-              "pod-template-hash": template_hash}
+              WORKLOAD_LABEL: "deployment", "pod-template-hash": template_hash}
     return [{"metadata": {"name": base + _safe(rng, 5), "namespace": namespace, "labels": dict(labels)}}
             for _ in range(count)]
 
@@ -110,6 +112,32 @@ def test_the_objects_use_it() -> None:
     pod = {"metadata": {"name": "qwen-bcdfgh-jklmn", "namespace": "team",
                         "labels": deployment["spec"]["template"]["metadata"]["labels"]}}
     assert serving_pods("qwen", "team", multinode=False).matches(pod)
+    assert deployment["spec"]["template"]["metadata"]["labels"][WORKLOAD_LABEL] == "deployment"
+
+
+def test_during_a_switch_neither_shape_selects_the_other_workloads_pods() -> None:
+    """A Deployment → LeaderWorkerSet switch runs both workloads of one service: the Deployment-shaped Service and
+    InferencePool (equality labels only) must not select the group's leaders or headless workers, nor the
+    LeaderWorkerSet-shaped ones the Deployment's pods — with the labels the rendered templates give the pods."""
+    from vllm_operator.render.lws import build_leaderworkerset
+
+    inp = RenderInput(name="qwen", namespace="team", owner=OwnerRef(name="qwen", uid="u"), model=QWEN,
+                      image="vllm/vllm-openai:v0.26.0", vllm_version="0.26.0", flags={}, gpu_count=8,
+                      weights_gib_total=15.0)
+    template = build_deployment(inp)["spec"]["template"]["metadata"]["labels"]
+    group = build_leaderworkerset(inp, nodes=2)["spec"]["leaderWorkerTemplate"]
+    deployment_pod = {**template, "pod-template-hash": "bcd"}
+    lws_labels = {LWS_NAME_LABEL: "qwen", LWS_GROUP_INDEX_LABEL: "0"}
+    leader = {**group["leaderTemplate"]["metadata"]["labels"], **lws_labels, LWS_WORKER_INDEX_LABEL: "0"}
+    worker = {**group["workerTemplate"]["metadata"]["labels"], **lws_labels, LWS_WORKER_INDEX_LABEL: "1"}
+    by_deployment = serving_pods("qwen", "team", multinode=False).match_labels
+    by_group = serving_pods("qwen", "team", multinode=True).match_labels
+
+    def selects(selector: Any, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    assert [selects(by_deployment, p) for p in (deployment_pod, leader, worker)] == [True, False, False]
+    assert [selects(by_group, p) for p in (deployment_pod, leader, worker)] == [False, True, False]
 
 
 def _desired(spec: dict[str, Any]) -> reconcile.Desired:

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 
 from .flags import FlagMap
 from .schema import FreeForm, _StatusModel
+from .switch import WorkloadSwitch
 
 # --------------------------------------------------------------------------------------------------
 # status
@@ -399,6 +400,10 @@ class VLLMServiceStatus(_StatusModel):
     gpu: GPUStatus | None = Field(default=None, description="The GPUs the plan is for.")
     multi_node: MultiNodeStatus | None = Field(
         default=None, description="How one replica spans nodes, when the plan spans more than one."
+    )
+    workload_switch: WorkloadSwitch | None = Field(
+        default=None, description="A Deployment <-> LeaderWorkerSet switch under way: each step is recorded here "
+                                  "before it acts (docs/convergence.md)."
     )
     replicas: int | None = Field(
         default=None, ge=0, description="Pods that exist (the scale subresource reads it)."

@@ -32,6 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ..api import conditions as cond
+from ..api import switch
+from ..api.switch import WorkloadSwitch
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
 from ..render.lws import lws_name
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
@@ -82,9 +84,10 @@ def involved(service: Mapping[str, Any]) -> dict[str, Any]:
 
 #: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes switches it.
 WORKLOADS = ("Deployment", "LeaderWorkerSet")
-#: The children that address the serving pods by a selector: during a workload switch they keep addressing the old
-#: workload's pods until the new one is Ready, then all of them switch before the old workload is deleted.
-ADDRESSING = ("Service", "InferencePool")
+#: The children that address the serving pods (a selector, or KEDA's PromQL pod matcher): during a workload switch
+#: they keep addressing the old workload's pods until the new one is Ready, then all of them switch before the old
+#: workload is deleted.
+ADDRESSING = ("Service", "InferencePool", "ScaledObject")
 
 
 def owned(obj: Mapping[str, Any] | None, uid: str, label: str) -> bool:
@@ -248,53 +251,136 @@ def create_children(children: list[dict[str, Any]], namespace: str) -> list[str]
     return written + (apply_children(rest, namespace) if rest else [])
 
 
-def apply_children(children: list[dict[str, Any]], namespace: str) -> list[str]:
+#: What a workload switch records before each step: `record(WorkloadSwitch | None)`, a status write (the reconcile's,
+#: handlers/service.py); it raises when the record cannot be written, and nothing of the step is done.
+SwitchRecorder = Callable[[WorkloadSwitch | None], None]
+
+#: Services whose Service/InferencePool selector change waits for their workload's rollout (this process's memory:
+#: the next Ready event of the workload reconciles them at once; after a restart the resume and the watchdog do).
+HELD_SELECTORS: set[tuple[str, str]] = set()
+
+
+def _selector(obj: Mapping[str, Any] | None) -> Any:
+    return ((obj or {}).get("spec") or {}).get("selector")
+
+
+def apply_children(children: list[dict[str, Any]], namespace: str, record: SwitchRecorder | None = None) -> list[str]:
     """Make each child exactly its render: server-side apply (field manager `vllm-operator`, forced) of what is
     missing or whose spec hash changed; fields the render no longer sets go, fields other managers set stay.
 
     Only this service's own objects are touched: a child's name taken by an object without its ownerReference and
     labels is left alone (never patched, adopted or deleted), named in the `NameConflict` condition; the rest still
-    converge. A workload switch (Deployment ↔ LeaderWorkerSet) makes before it breaks: the new workload is applied,
-    the Service and InferencePool keep addressing the old one's pods until the new one is Ready, then they switch
-    and the old workload is deleted — each step decided from what the API shows, so a restart resumes it."""
+    converge. A Service/InferencePool whose selector changes while its workload rolls out keeps the selector the
+    running pods match until the workload is Ready as rendered (no pod unaddressed in between: an operator upgrade
+    that labels the pods anew is one rollout without an outage). A workload switch (Deployment ↔ LeaderWorkerSet,
+    `api.switch`) makes before it breaks, one step at a time, each recorded with `record` before it acts: create the
+    new workload, wait until it is Ready (the Service and InferencePool keep addressing the old one's pods), switch
+    them, delete the old workload — each step decided from what the API shows, so a restart resumes it."""
     if not children:
         return []
     service, uid, label = _owner(children)
-    kinds = [c["kind"] for c in children if c["kind"] in WORKLOADS]
-    old_kind = next((k for k in WORKLOADS if kinds and k != kinds[0]), None)
+    target = next((c for c in children if c["kind"] in WORKLOADS), None)
     old = None
-    if old_kind is not None:
+    if target is not None:
+        old_kind = switch.other(target["kind"])
         name = _workload_names(service)[old_kind]
         found = _retrying(f"read {old_kind} {name}", partial(kube.get, kube.KIND_RESOURCES[old_kind], namespace, name))
         old = found if owned(found, uid, label) else None
     written: list[str] = []
     conflicts: list[str] = []
-    switched = old is None
-    for child in children:
+    live: dict[int, Mapping[str, Any] | None] = {}
+    for index, child in enumerate(children):
         kind, name = child["kind"], child["metadata"]["name"]
-        resource = kube.KIND_RESOURCES[kind]
-        what = f"apply {kind} {name}"
-        existing = _retrying(what, partial(kube.get, resource, namespace, name))
+        existing = _retrying(f"apply {kind} {name}", partial(kube.get, kube.KIND_RESOURCES[kind], namespace, name))
         if existing is not None and not ours(existing, child):
             conflicts.append(f"{kind} {name}")
             continue
-        if kind in ADDRESSING and existing is not None and not switched:
-            continue  # the old workload still serves: its pods stay addressed until the new one is Ready
-        if existing is None:
-            _create(resource, namespace, child, what)
-            written.append(f"created {kind} {name}")
-        elif kind not in IMMUTABLE and _hash(child) != _hash(existing):
-            _apply(resource, namespace, child, existing, what)
-            written.append(f"updated {kind} {name}")
-        if kind in WORKLOADS and old is not None:
-            switched = existing is not None and _hash(child) == _hash(existing) and ready(existing)
-    if old is not None and switched:
-        written.extend(_delete_owned(namespace, str(old["kind"]), old, f"replaced by a {kinds[0]}"))
-    elif old is not None:
-        written.append(f"kept {old['kind']} {old['metadata']['name']} serving until the {kinds[0]} is Ready")
+        live[index] = existing
+    if old is not None and target is not None:
+        written += _switch(namespace, children, live, old, target, record)
+    else:
+        if record is not None and target is not None:
+            record(None)  # no workload of the other kind (left): no switch under way
+        rolled_out = target is None or _at_render(target, live.get(children.index(target)))
+        held = False
+        for index, existing in live.items():
+            child = children[index]
+            if child["kind"] in ADDRESSING and existing is not None and not rolled_out and \
+                    _selector(existing) != _selector(child):
+                held = True  # the pods the new selector picks are not all there yet: the old one addresses them
+                continue
+            written += _converge(namespace, child, existing)
+        if held:
+            HELD_SELECTORS.add((namespace, service))
+            written.append(f"kept the selectors of {service} on the running pods until the workload is rolled out")
+        else:
+            HELD_SELECTORS.discard((namespace, service))
     if service:
         say_conflicts(namespace, service, uid, conflicts)
     return written
+
+
+def _at_render(child: Mapping[str, Any], existing: Mapping[str, Any] | None) -> bool:
+    """Whether a workload exists as rendered (its spec hash) and serves with all its replicas."""
+    return existing is not None and _hash(child) == _hash(existing) and ready(existing)
+
+
+def _converge(namespace: str, child: dict[str, Any], existing: Mapping[str, Any] | None) -> list[str]:
+    """Create `child`, or apply it when its spec hash changed; the line saying what was written."""
+    kind, name = child["kind"], child["metadata"]["name"]
+    resource, what = kube.KIND_RESOURCES[kind], f"apply {kind} {name}"
+    if existing is None:
+        _create(resource, namespace, child, what)
+        return [f"created {kind} {name}"]
+    if kind not in IMMUTABLE and _hash(child) != _hash(existing):
+        _apply(resource, namespace, child, existing, what)
+        return [f"updated {kind} {name}"]
+    return []
+
+
+def _switch(namespace: str, children: list[dict[str, Any]], live: Mapping[int, Mapping[str, Any] | None],
+            old: Mapping[str, Any] | None, target: dict[str, Any], record: SwitchRecorder | None) -> list[str]:
+    """The steps of a workload switch that the API's state allows now, each recorded before it acts."""
+    assert old is not None
+    previous, kind = str(old["kind"]), str(target["kind"])
+    previous_name = str((old.get("metadata") or {}).get("name"))
+    index = children.index(target)
+    existing = live.get(index)
+    addressing = [i for i in live if children[i]["kind"] in ADDRESSING]
+    moved = all(live[i] is not None and _hash(live[i] or {}) == _hash(children[i]) for i in addressing)
+    applied = existing is not None and _hash(existing) == _hash(target)
+    written: list[str] = []
+    done: set[int] = set()
+
+    def converge(indices: list[int]) -> None:
+        for i in indices:
+            if i not in done:
+                done.add(i)
+                written.extend(_converge(namespace, children[i], live[i]))
+
+    others = [i for i in live if i != index and children[i]["kind"] not in ADDRESSING]
+    while True:
+        step = switch.next_step(previous_exists=old is not None, target_applied=applied,
+                                target_ready=applied and ready(existing), addressing_moved=moved)
+        if record is not None:
+            record(switch.record(previous, kind, step))
+        if step == switch.CREATE_TARGET:
+            # in apply order (a claim before its workload); a new InferencePool is created, an existing one kept
+            converge([i for i in live if children[i]["kind"] not in ADDRESSING or live[i] is None])
+            applied, existing = True, None  # just written: not Ready yet
+        elif step == switch.WAIT_READY:
+            converge(others)  # what else changed meanwhile (a claim, an autoscaler), never the addressing children
+            written.append(f"kept {previous} {previous_name} serving until the {kind} is Ready")
+            return written
+        elif step == switch.SWITCH_ADDRESSING:
+            converge(addressing)
+            moved = True
+        elif step == switch.DELETE_PREVIOUS and old is not None:
+            written.extend(_delete_owned(namespace, previous, old, f"replaced by a {kind}"))
+            old = None
+        else:
+            converge(others)  # complete: whatever else the render changed
+            return written
 
 
 def _hash(obj: Mapping[str, Any]) -> str | None:
@@ -388,16 +474,24 @@ def _delete_owned(namespace: str, kind: str, obj: Mapping[str, Any], why: str) -
 SWITCH_FINISHER: Callable[[str, str], Any] | None = None
 
 
-def finish_switch(namespace: str, workload: Mapping[str, Any]) -> bool:
+def finish_switch(namespace: str, workload: Mapping[str, Any], *, other_served: bool = True) -> bool:
     """Called on an event of a Ready workload (a Deployment, or a LeaderWorkerSet's pod): when its service still owns
-    a workload of the other kind, reconcile the service now rather than at the watchdog's next round."""
+    a workload of the other kind (looked up only where `other_served`: the API serves that kind), or holds a
+    Service/InferencePool selector until this rollout is done, reconcile the service now rather than at the
+    watchdog's next round."""
     finisher = SWITCH_FINISHER
-    if finisher is None or not switch_pending(namespace, workload):
+    ref = next((r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
+                if r.get("kind") == "VLLMService"), None)
+    if finisher is None or ref is None or not ready(workload):
         return False
-    ref = next(r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
-               if r.get("kind") == "VLLMService")
-    log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, ref.get("name"),
-             workload.get("kind"))
+    if (namespace, str(ref.get("name"))) in HELD_SELECTORS:
+        log.info("%s/%s: the %s is rolled out: moving the selectors to its pods", namespace, ref.get("name"),
+                 workload.get("kind"))
+    elif other_served and switch_pending(namespace, workload):
+        log.info("%s/%s: the new %s is Ready: switching the Service to it", namespace, ref.get("name"),
+                 workload.get("kind"))
+    else:
+        return False
     finisher(namespace, str(ref.get("name")))
     return True
 
@@ -414,31 +508,6 @@ def switch_pending(namespace: str, workload: Mapping[str, Any]) -> bool:
     name = _workload_names(str(ref.get("name")))[other]
     found = _retrying(f"read {other} {name}", partial(kube.get, kube.KIND_RESOURCES[other], namespace, name))
     return owned(found, str(ref.get("uid")), str((meta.get("labels") or {}).get(LABEL_SERVICE)))
-
-
-def delete_replaced_workload(namespace: str, name: str, uid: str, children: list[dict[str, Any]]) -> list[str]:
-    """Delete the workload of the other kind once the switch to the new one is complete (call it after the status
-    write that records the plan choosing it): a Deployment when the service now runs on a LeaderWorkerSet (its plan
-    spans nodes), a LeaderWorkerSet when it is back on one node. Complete means the new workload is Ready and every
-    addressing child (Service, InferencePool) is applied as rendered for it; until then the old one keeps serving.
-    Only a child this service owns — an ownerReference to its UID and the operator's labels — is deleted; one that
-    is gone or someone else's is left alone."""
-    now = [c for c in children if c.get("kind") in WORKLOADS]
-    if len(now) != 1:
-        return []
-    old = WORKLOADS[1] if now[0]["kind"] == WORKLOADS[0] else WORKLOADS[0]
-    old_name = _workload_names(name)[old]
-    label = str((now[0]["metadata"].get("labels") or {}).get(LABEL_SERVICE))
-    existing = _retrying(f"read {old} {old_name}", partial(kube.get, kube.KIND_RESOURCES[old], namespace, old_name))
-    if not owned(existing, uid, label):
-        return []
-    for child in [now[0], *(c for c in children if c.get("kind") in ADDRESSING)]:
-        live = _retrying(f"read {child['kind']} {child['metadata']['name']}",
-                         partial(kube.get, kube.KIND_RESOURCES[child["kind"]], namespace, child["metadata"]["name"]))
-        if live is None or _hash(live) != _hash(child) or (child is now[0] and not ready(live)):
-            return []  # the switch is not complete: the old workload still serves
-    assert existing is not None
-    return _delete_owned(namespace, old, existing, f"replaced by a {now[0]['kind']}")
 
 
 def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:

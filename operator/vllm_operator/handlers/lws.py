@@ -3,15 +3,16 @@ after the operator started is noticed), and the groups' readiness folded into th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ..api import conditions as cond
-from ..api import lws_status
+from ..api import lws_status, serving, switch
 from ..api.labels import ANNOTATION_PLAN
 from ..remediation import groups
-from ..render.lws import lws_name
-from ..render.manifests import selector_for
+from ..render.lws import LWS_NAME_LABEL, lws_name
+from ..render.manifests import child_names, selector_for
 from . import effects, kube, placement
 from .observe import LWS_RECHECK_SECONDS, lws_served
 
@@ -35,7 +36,8 @@ def refresh(namespace: str, service: str) -> bool:
         lws = kube.get(kube.LEADERWORKERSETS, namespace, lws_name(service))
     if lws is None:
         return False
-    selector = ",".join(f"{k}={v}" for k, v in selector_for(service).items())
+    # the groups' pods only: during a switch the Deployment's pods carry the same service labels
+    selector = ",".join(f"{k}={v}" for k, v in {**selector_for(service), LWS_NAME_LABEL: lws_name(service)}.items())
     with kube.api_errors(f"list the pods of {service}"):
         pods = kube.list_objects(kube.PODS, namespace, label_selector=selector)
     view = lws_status.assess_groups(lws, pods)
@@ -50,10 +52,17 @@ def refresh(namespace: str, service: str) -> bool:
         status = stored.get("status") or {}
         multi = status.get("multiNode")
         if (status.get("plan") or {}).get("fits") is False or not multi:
-            return None  # not (or no longer) a multi-node service
+            not_serving.append(True)
+            return None  # not (or no longer) a multi-node service: this LeaderWorkerSet is not the one that serves
         multi = _record_failures(groups.count_recreations(multi, leaders, view.not_failing_groups), pods, now)
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
-        updates = lws_status.group_conditions(view, status)
+        # during a switch the workload the recorded plan runs on speaks (api.serving, as handlers/rollouts.py)
+        previous = _previous_deployment(namespace, service, status)
+        updates = serving.serving("LeaderWorkerSet", lws_status.group_conditions(view, status), status,
+                                  previous_name=previous[0], previous_ready=previous[1])
+        if updates is None:
+            not_serving.append(True)
+            return None
         if placement.held(status):  # a held rollout (handlers/placement.py): the old groups serve, the hold stands
             updates = [u for u in updates if u.type != cond.PROGRESSING]
         recreations = int(multi.get("groupRecreations") or 0)
@@ -69,9 +78,22 @@ def refresh(namespace: str, service: str) -> bool:
         return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,
                                 now=now, ready_replicas=view.ready_groups)
 
+    not_serving: list[bool] = []  # set when the recorded plan does not run on this LeaderWorkerSet
     changed = effects.update_status(namespace, service, build)
-    effects.finish_switch(namespace, lws)
+    if not not_serving:  # a switch finishes when its new workload is Ready, never on the old one's events
+        effects.finish_switch(namespace, lws)
     return changed
+
+
+def _previous_deployment(namespace: str, service: str, status: Mapping[str, Any]) -> tuple[str, int]:
+    """(name, ready pods) of the Deployment a recorded switch to the LeaderWorkerSet replaces; ("", 0) if none."""
+    record = switch.recorded(status)
+    if record is None or record.previous != "Deployment":
+        return "", 0
+    name = child_names(service).deployment
+    with kube.api_errors(f"read Deployment {name}"):
+        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+    return name, int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
 def _record_failures(multi: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

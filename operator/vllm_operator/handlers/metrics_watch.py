@@ -62,7 +62,7 @@ from ..metrics.policy import (
     metrics_status,
 )
 from ..remediation.ladder import ProfileChange
-from ..render.pods import ServingPods, serving_pods
+from ..render.pods import ServingPods, serving_now
 from . import config, effects, kube
 from .remediation import change_profile
 
@@ -289,12 +289,10 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
 
 
 def serving_pods_of(service: Mapping[str, Any]) -> ServingPods:
-    """The pods that serve this VLLMService now: its LeaderWorkerSet's leaders when the recorded plan spans nodes
-    (status.gpu.nodes), else its Deployment's pods."""
+    """The pods that serve this VLLMService now (`render.pods.serving_now`: the recorded plan's shape, the previous
+    workload's pods while a switch waits for the new one)."""
     meta = service.get("metadata") or {}
-    nodes = ((service.get("status") or {}).get("gpu") or {}).get("nodes")
-    return serving_pods(str(meta.get("name") or ""), str(meta.get("namespace") or ""),
-                        multinode=isinstance(nodes, int) and nodes > 1)
+    return serving_now(str(meta.get("name") or ""), str(meta.get("namespace") or ""), service.get("status") or {})
 
 
 def _replicas(deployment: Mapping[str, Any] | None) -> int | None:

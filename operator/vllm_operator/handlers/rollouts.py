@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api import conditions as cond
-from ..api import rollout
+from ..api import rollout, serving, switch
+from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import selector_for
 from . import effects, kube
 
@@ -30,7 +31,8 @@ def _now() -> datetime:
 
 
 def list_pods(namespace: str, service: str) -> list[dict[str, Any]]:
-    selector = ",".join(f"{k}={v}" for k, v in selector_for(service).items())
+    # the Deployment's pods, of every profile (older ones may predate the workload label): not a group's
+    selector = ",".join([*(f"{k}={v}" for k, v in selector_for(service).items()), f"!{LWS_NAME_LABEL}"])
     with kube.api_errors(f"list the pods of {service}"):
         return kube.list_objects(kube.PODS, namespace, label_selector=selector)
 
@@ -62,15 +64,34 @@ def refresh(namespace: str, service: str, deployment: Mapping[str, Any] | None =
         updates = rollout.rollout_conditions(view, status)
         if no_surge:
             updates.append(cond.ConditionUpdate(cond.PROGRESSING, cond.TRUE, cond.ROLLING_WITHOUT_SURGE, no_surge))
+        # during a switch the workload the recorded plan runs on speaks (api.serving, as handlers/lws.py)
+        group = _previous_group(namespace, service, status)
+        said = serving.serving("Deployment", updates, status, previous_name=group[0], previous_ready=group[1])
+        if said is None:
+            not_serving.append(True)
+            return None  # the plan runs on a LeaderWorkerSet: its groups say whether the service serves
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
-        return cond.fold_status(status, conditions=updates, observed_generation=generation, now=_now(),
+        return cond.fold_status(status, conditions=said, observed_generation=generation, now=_now(),
                                 ready_replicas=ready)
 
+    not_serving: list[bool] = []  # set when the recorded plan runs on a LeaderWorkerSet: this Deployment is the old one
     changed = effects.update_status(namespace, service, build)
     # a LeaderWorkerSet can be the workload this Deployment replaces only where the API serves one
-    if effects.ready(deployment) and kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE):
-        effects.finish_switch(namespace, deployment)
+    if effects.ready(deployment) and not not_serving:
+        effects.finish_switch(namespace, deployment,
+                              other_served=kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE))
     return changed
+
+
+def _previous_group(namespace: str, service: str, status: Mapping[str, Any]) -> tuple[str, int]:
+    """(name, ready groups) of the LeaderWorkerSet a recorded switch to the Deployment replaces; ("", 0) if none."""
+    record = switch.recorded(status)
+    if record is None or record.previous != "LeaderWorkerSet":
+        return "", 0
+    name = lws_name(service)
+    with kube.api_errors(f"read LeaderWorkerSet {name}"):
+        group = kube.get(kube.LEADERWORKERSETS, namespace, name)
+    return name, int(((group or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
 def _nodes(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -23,11 +23,13 @@ import kopf
 
 from .. import metrics, reconcile
 from ..api import conditions as cond
-from ..api import rollout
+from ..api import rollout, serving, switch
+from ..api.switch import WorkloadSwitch
 from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.pods import serving_now
 from ..render.sharing import GROUP_LABEL
 from . import config, decode, downloads, effects, kube, lws, measured, placement, prewarm, rollouts
 from .effects import apply_children
@@ -119,14 +121,43 @@ def _involved(name: str, namespace: str, uid: str | None) -> dict[str, Any]:
             "uid": uid}
 
 
+def _bare(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A status without kopf's own bookkeeping (`status.kopf`: handler progress, a large diff base)."""
+    return {key: value for key, value in status.items() if key != "kopf"}
+
+
+class Superseded(Exception):  # noqa: N818 - an outcome, not an error
+    """The spec changed while it was reconciled: what this reconcile would record is for an older generation. Its
+    handler ends without a retry; kopf handles the newer spec at once (its diff is not handled yet)."""
+
+
+#: How often a status write whose precondition failed only on metadata or kopf's bookkeeping is sent again.
+REWRITES = 3
+
+
 def write_status(namespace: str, name: str, stored: Mapping[str, Any], new: Any) -> bool:
     """The reconcile's status, through the one status writer (`effects.patch_status`): with the resourceVersion of
-    `stored` (the VLLMService as read) as a precondition. Changed meanwhile (409), or a write whose answer was lost:
-    kopf runs the reconcile again in a second, on what is stored then."""
-    written = effects.patch_status(namespace, name, stored, new)
-    if written is None:
-        raise kopf.TemporaryError(f"the status of {name} changed while it was reconciled; again", delay=1)
-    return written
+    `stored` (the VLLMService as read) as a precondition. On a 409 (or a write whose answer was lost) the service is
+    read again: the write landed — done; the spec moved past the generation reconciled (an edit while the children
+    were applied: the usual 409 of several edits in a row) — `Superseded`, no retry delay; only metadata or kopf's
+    own bookkeeping moved (its diff base, its progress) — the same status is written again on the new version;
+    the status itself changed — kopf runs the reconcile again in a second, on what is stored then."""
+    for _ in range(REWRITES):
+        written = effects.patch_status(namespace, name, stored, new)
+        if written is not None:
+            return written
+        fresh = effects.read_service(namespace, name)
+        if fresh is None:
+            break
+        if int((fresh.get("metadata") or {}).get("generation") or 1) > int(new.observed_generation or 0):
+            raise Superseded(f"{namespace}/{name} changed while generation {new.observed_generation} was reconciled")
+        current = dict(fresh.get("status") or {})
+        if not cond.status_patch(current, new):
+            return True  # the write landed; its answer was lost
+        if _bare(current) != _bare(stored.get("status") or {}):
+            break  # another writer changed the status: build it again from what is stored now
+        stored = fresh
+    raise kopf.TemporaryError(f"the status of {name} changed while it was reconciled; again", delay=1)
 
 
 def reconcile_service(name: str, namespace: str, uid: str, generation: int, spec: Mapping[str, Any],
@@ -160,8 +191,11 @@ def reconcile_current(name: str, namespace: str, generation: int, logger: loggin
         meta = (fresh or {}).get("metadata") or {}
         if fresh is None or meta.get("deletionTimestamp") or int(meta.get("generation") or 1) != generation:
             return False
-        _reconcile_locked(name, namespace, str(meta.get("uid") or ""), generation, dict(fresh.get("spec") or {}),
-                          dict(fresh.get("status") or {}), logger, node_max_age=node_max_age, stored=fresh)
+        try:
+            _reconcile_locked(name, namespace, str(meta.get("uid") or ""), generation, dict(fresh.get("spec") or {}),
+                              dict(fresh.get("status") or {}), logger, node_max_age=node_max_age, stored=fresh)
+        except Superseded:
+            return False  # a newer spec arrived meanwhile: its update handler applies it
     return True
 
 
@@ -227,10 +261,14 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         stored = effects.read_service(namespace, name) or stored
         placement.post_announcement(namespace, _involved(name, namespace, uid), desired)
     written: list[str] = []
+
+    recorder = SwitchRecorder(namespace, name, generation, observed.now, desired,
+                              stored if stored is not None else {"status": dict(status)})
     if desired.children is not None:
         for line in effects.delete_stale(desired.stale, namespace):
             logger.info(line)
-        for line in (effects.create_children if new else apply_children)(desired.children, namespace):
+        apply = effects.create_children if new else functools.partial(apply_children, record=recorder)
+        for line in apply(desired.children, namespace):
             written.append(line)
             logger.info(line)
             if line.startswith("updated Deployment ") and _profile_changed(status, desired):
@@ -239,24 +277,62 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
                     desired.status, conditions=rollout.started_conditions(
                         desired.status.replicas or 0, int(status.get("readyReplicas") or 0)),
                     observed_generation=generation, now=observed.now)
-    write_status(namespace, name, stored if stored is not None else {"status": dict(status)}, desired.status)
+        recorder.fold_ready()
+    write_status(namespace, name, recorder.stored, desired.status)
     group = group_of(spec_dict)
     if group is not None and any(line.startswith(("created ConfigMap vllm-share-", "updated ConfigMap vllm-share-"))
                                  for line in written):
         poke_share_group(namespace, group, besides=name)  # the group's plan changed: the others' shares may have
-    nodes_before = (status.get("gpu") or {}).get("nodes") or 1
-    nodes_now = (desired.status.gpu.nodes if desired.status.gpu else None) or 1
-    gpu = spec.get("gpu")  # the spec as stored: `gpu: L4` reaches here too (it got InvalidSpec above)
-    spans = isinstance(gpu, Mapping) and isinstance(gpu.get("maxNodes"), int) and gpu["maxNodes"] > 1
-    if desired.children is not None and not new and (nodes_before != nodes_now or (node_max_age > 0 and spans)):
-        # recorded, then acted: the workload of the other kind goes only now; the watchdog looks again for services
-        # that may span nodes (a delete that failed after the status was written), no request for the others
-        for line in effects.delete_replaced_workload(namespace, name, uid, desired.children):
-            logger.info(line)
     involved = _involved(name, namespace, uid)
     for event in desired.events:
         effects.post_event_or_retry(namespace, involved, event.type, event.reason, event.message)
     return desired
+
+
+class SwitchRecorder:
+    """Record, then act: a Deployment ↔ LeaderWorkerSet switch's next step goes into the status (the reconcile's
+    `desired.status`, through the one status writer) before `effects.apply_children` takes it; the first step,
+    `CreateTarget`, together with the plan choosing the new kind. A step the stored status says already is not
+    written again. `stored`: the service as last read, the precondition of the next status write."""
+
+    def __init__(self, namespace: str, name: str, generation: int, now: datetime, desired: reconcile.Desired,
+                 stored: Mapping[str, Any]) -> None:
+        self.namespace, self.name, self.generation, self.now = namespace, name, generation, now
+        self.desired, self.stored = desired, stored
+
+    def __call__(self, step: WorkloadSwitch | None) -> None:
+        self.desired.status = cond.fold_status(self.desired.status, observed_generation=self.generation,
+                                               now=self.now, workload_switch=step)
+        said = switch.recorded(self.stored.get("status") or {})
+        if step == said and (step is None or step.step != switch.CREATE_TARGET):
+            return  # recorded already: the reconcile's own status write carries it on
+        if write_status(self.namespace, self.name, self.stored, self.desired.status):
+            self.stored = effects.read_service(self.namespace, self.name) or self.stored
+
+    def fold_ready(self) -> None:
+        """While the new workload is not Ready the reconcile says what the Deployment's rollout and the groups say
+        (`api.serving`): Ready False, the previous workload still serving; what they wrote for this switch stands."""
+        record = self.desired.status.workload_switch
+        if record is None or record.step not in (switch.CREATE_TARGET, switch.WAIT_READY):
+            return
+        said: Mapping[str, Any] = next((c for c in (self.stored.get("status") or {}).get("conditions") or []
+                                        if c.get("type") == cond.READY), {})
+        if said.get("reason") == cond.SERVING_PREVIOUS_PROFILE and str(said.get("message") or "").startswith(
+                f"the previous {record.previous} "):
+            update: cond.ConditionUpdate | None = cond.ConditionUpdate(
+                cond.READY, cond.FALSE, cond.SERVING_PREVIOUS_PROFILE, str(said["message"]))
+        else:
+            name = lws_name(self.name) if record.previous == "LeaderWorkerSet" else child_names(self.name).deployment
+            with kube.api_errors(f"read {record.previous} {name}"):
+                previous = kube.get(kube.KIND_RESOURCES[record.previous], self.namespace, name)
+            update = serving.switching(record, previous_name=name, previous_ready=int(
+                ((previous or {}).get("status") or {}).get("readyReplicas") or 0),
+                target_said=f"the {record.target} is not Ready yet")
+        # the scale subresource's selector (the HPA's pods) stays on the pods that serve until the Service moves
+        selector = serving_now(self.name, self.namespace,
+                               self.desired.status.model_dump(by_alias=True, exclude_none=True)).label_selector()
+        self.desired.status = cond.fold_status(self.desired.status, conditions=[update] if update else [],
+                                               observed_generation=self.generation, now=self.now, selector=selector)
 
 
 def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:
@@ -349,6 +425,9 @@ async def vllmservice_reconcile(*, name: str, namespace: str | None, uid: str, m
     timeout = config.CONFIG.reconcile_timeout_seconds
     try:
         desired = await asyncio.wait_for(loop.run_in_executor(RECONCILE_POOL, call), timeout=timeout)
+    except Superseded as exc:  # the newer spec is kopf's next update, at once: no retry delay
+        logger.info("%s; the newer spec is reconciled next", exc)
+        return
     except kube.Rejected as exc:
         await _answer(namespace, name, uid, generation, cond.CHILD_REJECTED,
                       f"{exc}; change the spec so that what the operator renders from it is valid", logger)

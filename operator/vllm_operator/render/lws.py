@@ -38,8 +38,8 @@ from .pods import (
 )
 from .pods import LWS_NAME_LABEL as LWS_NAME_LABEL
 from .pods import LWS_WORKER_INDEX_LABEL as LWS_WORKER_INDEX_LABEL
+from .pods import WORKLOAD_LABEL, serving_pods
 from .pods import lws_name as lws_name  # the LWS name (a DNS-1035 label, as the LWS webhook requires)
-from .pods import serving_pods
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"
@@ -113,6 +113,7 @@ def _with_network(container: dict[str, Any], group: GroupOptions) -> None:
 
 def _template(inp: RenderInput, *, leader: bool, group: GroupOptions) -> dict[str, Any]:
     template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
+    template["metadata"]["labels"].pop(WORKLOAD_LABEL)  # only a Deployment's pods carry it (render/pods.py)
     container = template["spec"]["containers"][0]
     container["args"] = [*container["args"], *rank_args(leader=leader)]
     _with_partition(template, container, group.layer_partition)

@@ -27,7 +27,7 @@ from .cache import build_download_container
 from .coldstart import compile_cache_root
 from .flags import flag_table
 from .names import dns1035_label, dns1123_subdomain, label_value
-from .pods import deployment_name, instance_selector, serving_pods
+from .pods import deployment_name, deployment_pod_labels, instance_selector, serving_pods
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
@@ -365,7 +365,9 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": (
                 {"maxSurge": 0, "maxUnavailable": 1} if inp.roll_without_surge else
                 {"maxSurge": 1, "maxUnavailable": 0})},
-            "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
+            # the template's labels: the service's, and the one only a Deployment's pods carry (render/pods.py)
+            "template": {"metadata": {"labels": {**labels, **deployment_pod_labels(inp.name)},
+                                      "annotations": pod_annotations}, "spec": pod_spec},
         },
     }
     deployment["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(deployment["spec"])

@@ -1,12 +1,15 @@
 """The pods that serve a VLLMService, defined once (pure): everything that addresses them derives from here.
 
 A single-node service serves from its Deployment's pods; a multi-node service from its LeaderWorkerSet's leaders
-(worker index 0) only — workers run `vllm serve --headless`: no port, no HTTP, no request metrics.
+(worker index 0) only — workers run `vllm serve --headless`: no port, no HTTP, no request metrics. A Deployment's pods
+carry `vllm-operator.dev/workload: deployment` (`WORKLOAD_LABEL`), a label no pod of a LeaderWorkerSet carries: the
+service labels alone also select the groups' pods, leaders and headless workers, which a Deployment-shaped Service or
+InferencePool then routed to while a Deployment → LeaderWorkerSet switch ran (equality selectors cannot exclude).
 
 `serving_pods` gives, for one service and shape:
 
 * `match_labels` — equality labels, for objects that take nothing else (Service `spec.selector`, InferencePool
-  `spec.selector.matchLabels`);
+  `spec.selector.matchLabels`): a Deployment's shape includes `WORKLOAD_LABEL`;
 * `match_expressions` / `label_selector()` — the exact set-based selector (`status.selector`, which the HPA and
   `kubectl scale` read through the `/scale` subresource): a Deployment's shape also excludes pods of a
   LeaderWorkerSet (`!leaderworkerset.sigs.k8s.io/name`), which carry the same service labels;
@@ -31,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..api import switch
 from ..api.labels import LABEL_SERVICE
 from .names import DNS1123_LABEL, dns1035_label, label_value
 
@@ -39,6 +43,9 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
+#: The label only a Deployment's pods carry (on its pod template, not in its immutable `spec.selector`), and its value.
+WORKLOAD_LABEL = "vllm-operator.dev/workload"
+DEPLOYMENT_WORKLOAD = "deployment"
 #: The characters of generated name parts (pod-template-hash, generateName suffix): no vowels, no 0/1/3.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SAFE = f"[{SAFE_ALPHABET}]"
@@ -55,6 +62,11 @@ def instance_selector(name: str) -> dict[str, str]:
     return {INSTANCE_LABEL: value, LABEL_SERVICE: value}
 
 
+def deployment_pod_labels(name: str) -> dict[str, str]:
+    """The labels that make a pod one of the Deployment's serving pods (its template carries them)."""
+    return {**instance_selector(name), WORKLOAD_LABEL: DEPLOYMENT_WORKLOAD}
+
+
 def deployment_name(name: str) -> str:
     """The Deployment's name: the service's own name when it is a DNS-1123 label, else a DNS-1035 form."""
     return name if len(name) <= 63 and DNS1123_LABEL.fullmatch(name) else dns1035_label(name)
@@ -69,10 +81,15 @@ def _literal(text: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
+#: What follows `<deployment>-` in its pods' names (uncut), and `<lws>-` in its leaders' names.
+_DEPLOYMENT_POD_SUFFIX = f"{_SAFE}{{1,10}}-{_SAFE}{{5}}"
+_LEADER_SUFFIX = "(?:0|[1-9][0-9]*)"
+
+
 def deployment_pod_regex(deployment: str) -> str:
     """An anchored (RE2/PromQL) regex of exactly the names a Deployment's pods get."""
     if len(deployment) + 12 <= _GENERATED_BASE_LIMIT:  # no hash length gets the base cut: one pattern says it
-        return f"{_literal(deployment)}-{_SAFE}{{1,10}}-{_SAFE}{{5}}"
+        return f"{_literal(deployment)}-{_DEPLOYMENT_POD_SUFFIX}"
     alternatives: list[str] = []
     for length in _TEMPLATE_HASH_LENGTHS:  # the base `<deployment>-<hash>-`, as the API server cuts it
         tokens = [_literal(c) for c in deployment] + ["-"] + [_SAFE] * length + ["-"]
@@ -99,7 +116,17 @@ def _compact(tokens: list[str]) -> str:
 
 def leader_pod_regex(lws: str) -> str:
     """An anchored regex of exactly the names of a LeaderWorkerSet's leaders (`<lws>-<group index>`)."""
-    return f"{_literal(lws)}-(?:0|[1-9][0-9]*)"
+    return f"{_literal(lws)}-{_LEADER_SUFFIX}"
+
+
+def dashboard_pod_regex(services: str) -> str:
+    """The serving pods of the services whose names match the regex `services` (a Grafana variable such as
+    `${service:regex}`), for dashboards that address several services in one query: a Deployment's pods or a
+    LeaderWorkerSet's leaders, named as `serving_pods` names them — never a group's headless workers
+    (`<lws>-<g>-<w>`). The first group captures the service's name (`label_replace`). Exact for names whose
+    Deployment and LeaderWorkerSet are named after the service and short enough (46 characters) that the API server
+    does not cut their pods' names."""
+    return f"({services})-(?:{_DEPLOYMENT_POD_SUFFIX}|{_LEADER_SUFFIX})"
 
 
 def _promql_string(value: str) -> str:
@@ -155,6 +182,18 @@ def serving_pods(name: str, namespace: str, *, multinode: bool) -> ServingPods:
         return ServingPods(shape="LeaderWorkerSet", namespace=namespace,
                            match_labels={LWS_NAME_LABEL: lws, LWS_WORKER_INDEX_LABEL: "0"},
                            match_expressions=(), pod_name_regex=leader_pod_regex(lws))
-    return ServingPods(shape="Deployment", namespace=namespace, match_labels=instance_selector(name),
+    return ServingPods(shape="Deployment", namespace=namespace, match_labels=deployment_pod_labels(name),
                        match_expressions=((LWS_NAME_LABEL, "DoesNotExist"),),
                        pod_name_regex=deployment_pod_regex(deployment_name(name)))
+
+
+def serving_now(name: str, namespace: str, status: Mapping[str, Any]) -> ServingPods:
+    """The pods that serve VLLMService `name` as its status records it: the recorded plan's shape (`multiNode`: a
+    LeaderWorkerSet), except while a Deployment ↔ LeaderWorkerSet switch waits for its new workload (`api.switch`:
+    created, not yet Ready) — the previous workload's pods serve until the Service moves to the new one."""
+    record = switch.recorded(status)
+    if record is not None and record.step in (switch.CREATE_TARGET, switch.WAIT_READY):
+        kind: str = record.previous
+    else:
+        kind = switch.target_kind(status)
+    return serving_pods(name, namespace, multinode=kind == "LeaderWorkerSet")
