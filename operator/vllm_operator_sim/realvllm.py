@@ -193,7 +193,8 @@ class RealRun:
 
 
 #: Lines of a real process's output echoed to the test output, so a reader sees that real vLLM ran.
-ECHO_MARKERS = ("vLLM API server version", "version 0.", "KV cache size", "Maximum concurrency")
+ECHO_MARKERS = ("vLLM API server version", "vLLM server version", "  version 0.", "KV cache size",
+                "Maximum concurrency", "headless multiproc executor")
 
 
 class RealVLLM:
