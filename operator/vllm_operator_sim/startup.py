@@ -67,6 +67,7 @@ from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
     VersionError,
     batch_defaults,
+    parse_version,
     profile_for,
     version_from_image,
 )
@@ -95,6 +96,11 @@ _ENGINE_PID = 281
 _PREFIX_API = "(APIServer pid=1) "
 _PREFIX_ENGINE = f"(EngineCore_DP0 pid={_ENGINE_PID}) "
 _PREFIX_MAIN = "(MainProcess pid=1) "  # a headless node's `vllm serve` (no API server)
+#: From 0.18.0 the engine core process of an engine without data parallelism is "EngineCore", not "EngineCore_DP0"
+#: (v1/engine/utils.py: ``name=f"EngineCore_DP{global_index}" if is_dp else "EngineCore"``).
+_PREFIX_CORE = f"(EngineCore pid={_ENGINE_PID}) "
+ENGINE_CORE_SINCE = (0, 18, 0)
+BARE_OUTPUT_SINCE = (0, 31, 0)
 _SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
 
 
@@ -149,10 +155,11 @@ class LogLine(BaseModel):
     text: str
     level: str | None = Field(None, description="INFO/WARNING/ERROR: rendered as a vLLM log record with a header")
     source: str = "core.py:708"
-    process: str = "api"  # api | engine | main | raw
+    process: str = "api"  # api | engine (EngineCore_DP0) | core (EngineCore, 0.18+) | main | raw
 
     def render(self, start: datetime) -> str:
-        prefix = {"api": _PREFIX_API, "engine": _PREFIX_ENGINE, "main": _PREFIX_MAIN}.get(self.process, "")
+        prefix = {"api": _PREFIX_API, "engine": _PREFIX_ENGINE, "core": _PREFIX_CORE,
+                  "main": _PREFIX_MAIN}.get(self.process, "")
         if self.level is None:
             return prefix + self.text
         stamp = (start + timedelta(seconds=self.offset_s)).strftime("%m-%d %H:%M:%S")
@@ -426,15 +433,25 @@ class _Run:
         self.seed = seed
         self.t = 0.0
         self.lines: list[LogLine] = []
+        try:
+            release = parse_version(version)
+        except VersionError:
+            release = parse_version(NEWEST_KNOWN_VERSION)
+        self.engine = "core" if release >= ENGINE_CORE_SINCE else "engine"
+        #: up to 0.30 vLLM prefixed everything a process wrote to stdout/stderr (decorate_logs wrapped both); from
+        #: 0.31.0 only its log records carry "(Process pid=N) ": tracebacks and uvicorn's lines come out bare
+        self.bare_output = release >= BARE_OUTPUT_SINCE
 
     def at(self, dt: float) -> float:
         self.t += dt
         return self.t
 
     def info(self, text: str, source: str, process: str = "engine", level: str = "INFO") -> None:
+        process = self.engine if process == "engine" else process
         self.lines.append(LogLine(offset_s=round(self.t, 3), text=text, level=level, source=source, process=process))
 
     def raw(self, text: str, process: str = "engine") -> None:
+        process = "raw" if self.bare_output else self.engine if process == "engine" else process
         for part in text.splitlines():
             self.lines.append(LogLine(offset_s=round(self.t, 3), text=part, level=None, process=process))
 
