@@ -573,8 +573,8 @@ def container_probes(container: Mapping[str, Any]) -> tuple[float | None, bool]:
     def number(key: str, default: int) -> int:
         value = probe.get(key)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
-    return float(number("initialDelaySeconds", 0) + number("failureThreshold", 3) * max(number("periodSeconds", 10), 1)), \
-        probed
+    period = max(number("periodSeconds", 10), 1)
+    return float(number("initialDelaySeconds", 0) + number("failureThreshold", 3) * period), probed
 
 
 def start_real_run(kubelet: Kubelet, pod: _Pod, t: float) -> None:
