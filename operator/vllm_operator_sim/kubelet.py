@@ -65,7 +65,7 @@ from . import shared_gpu
 from .clock import SimClock
 from .daemonsets import DaemonSetController
 from .lws import WORKER_INDEX, LWSController
-from .realvllm import RealVLLM, advance_real_pod, start_real_run
+from .realvllm import RealVLLM, advance_real_pod, container_probes, start_real_run
 from .startup import (
     HiddenFacts,
     LogLine,
@@ -198,6 +198,9 @@ class _Pod:
     init_token: bool = False                 # its env has a Hugging Face token
     claim: str | None = None  # "<namespace>/<ResourceClaim>": the DRA-shared GPU it runs on (issue 26)
     real: bool = False                       # its vLLM container runs as a real process (realvllm.py)
+    startup_probe_s: float | None = None     # the vllm container's startup probe budget (realvllm.container_probes)
+    probed: bool = True                      # it has a readiness or startup probe (without: Ready once it runs)
+    grace_s: float = 30.0                    # terminationGracePeriodSeconds
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -504,6 +507,9 @@ class Kubelet:
         pod.cache_volume = _cache_volume(spec, pod.uid)
         pod.images = tuple(dict.fromkeys(str(c.get("image", "")) for c in [
             *(spec.get("initContainers") or []), *containers] if c.get("image")))
+        pod.startup_probe_s, pod.probed = container_probes(main)
+        grace = spec.get("terminationGracePeriodSeconds")
+        pod.grace_s = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else 30.0
         pod.claim = shared_gpu.pod_claim(pod.namespace, spec)
         pod.env = {str(e.get("name")): str(e["value"]) for e in main.get("env") or [] if "value" in e}
         pod.compile_cache = _compile_cache(spec, pod.cache_volume, pod.env)

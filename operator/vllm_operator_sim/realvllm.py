@@ -12,6 +12,13 @@ the pod's log (:meth:`RealVLLM.log`, the last :data:`LOG_TAIL_BYTES`). At most `
 is ~3 GiB resident: API server, engine core, worker); a pod beyond that waits in ContainerCreating. A run is stopped
 by its PID and then its descendants (``VLLM::EngineCore``, ``VLLM::Worker``) by theirs.
 
+The pod's probes are the kubelet's, on the simulated clock (:func:`advance_real_pod`): a container with a
+``startupProbe`` that is not Ready ``initialDelaySeconds + failureThreshold × periodSeconds`` simulated seconds after it
+started is killed as the kubelet kills it (an ``Unhealthy`` and a ``Killing`` Event, SIGTERM, SIGKILL after the pod's
+``terminationGracePeriodSeconds`` — real seconds, at most :data:`GRACE_CAP_S`), and restarted with the kubelet's
+back-off; a container without a readiness or startup probe (a LeaderWorkerSet's headless worker) is Ready once its
+process runs, as Kubernetes counts it.
+
 :class:`ServiceProxy` is the Service's port on loopback: each connection goes to a Ready pod the Service's selector
 matches, as kube-proxy would route it.
 """
@@ -38,8 +45,9 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from .kubelet import Kubelet, _Pod
 
-__all__ = ["LOG_TAIL_BYTES", "MAPPED", "SERVE_SHIM", "RealRun", "RealVLLM", "ServiceProxy", "advance_real_pod", "real_argv",
-           "start_real_run", "tiny_llama_config", "write_model_dir"]
+__all__ = ["GRACE_CAP_S", "LOG_TAIL_BYTES", "MAPPED", "SERVE_SHIM", "RealRun", "RealVLLM", "ServiceProxy",
+           "advance_real_pod", "container_probes", "real_argv", "start_real_run", "tiny_llama_config",
+           "write_model_dir"]
 
 HOST = "127.0.0.1"
 #: How much of a real process's output the pod's log shows (its end; vLLM's error is always last).
@@ -47,6 +55,9 @@ LOG_TAIL_BYTES = 512 * 1024
 #: How often a starting process's /health is asked (the rendered readiness probe asks every 5 s; sooner is kinder
 #: to a test's wall clock and changes nothing the operator sees but the time).
 HEALTH_EVERY_S = 0.5
+#: The most real seconds a killed run gets between SIGTERM and SIGKILL (the pod's terminationGracePeriodSeconds is
+#: usually 60: a test need not wait that long for a process that ignores SIGTERM).
+GRACE_CAP_S = 20.0
 
 #: Every rewrite of the rendered command line, and why (printed by the tests; docs/real-vllm.md lists them).
 MAPPED: tuple[tuple[str, str], ...] = (
@@ -60,6 +71,8 @@ MAPPED: tuple[tuple[str, str], ...] = (
     ("--host 0.0.0.0", "127.0.0.1: tests talk to loopback only"),
     ("--port 8000", "a free loopback port: every pod shares this machine's network namespace"),
     ("--master-addr LEADER", "127.0.0.1: the ranks of a multi-node group all run on this machine"),
+    ("--master-port 29501", "a free loopback port per group (the same for its leader and its workers): the rendered "
+     "port is each leader pod's own in a cluster, but every group here shares one network namespace"),
     ("+ --load-format dummy", "random weights: the tiny model has no checkpoint"),
     ("+ --skip-tokenizer-init", "no tokenizer: prompts and completions are token ids"),
     ("env VLLM_CPU_KVCACHE_SPACE", "the CPU build's KV cache in whole GiB (vLLM 0.32 platforms/cpu.py: it becomes "
@@ -119,7 +132,7 @@ SERVE_SHIM = (
 
 
 def real_argv(command_and_args: Sequence[str], *, model_dir: Path | str, port: int,
-              python: str = sys.executable) -> list[str]:
+              python: str = sys.executable, master_port: int | None = None) -> list[str]:
     """The real process's argv for a rendered vLLM container (``command + args``), rewritten as :data:`MAPPED` says.
 
     Raises ``ValueError`` for a command line that is not ``vllm serve MODEL …``."""
@@ -134,6 +147,8 @@ def real_argv(command_and_args: Sequence[str], *, model_dir: Path | str, port: i
             else [*rest, "--port", str(port)])
     if _flag_value(rest, "--master-addr") is not None:  # every rank of a group runs on this machine
         rest = _replace_flag(rest, "--master-addr", HOST)
+    if master_port is not None and _flag_value(rest, "--master-port") is not None:
+        rest = _replace_flag(rest, "--master-port", str(master_port))
     for flag in ("--load-format", "--skip-tokenizer-init"):
         if flag in rest or _flag_value(rest, flag) is not None:
             raise ValueError(f"the rendered args already carry {flag}; the real tier sets it itself")
@@ -185,6 +200,8 @@ class RealRun:
     children: list[int] = field(default_factory=list)  # descendants seen while it ran (stopped by PID)
     echoed: int = 0          # bytes of the log already searched for the lines echoed to the test output
     checked: float = 0.0     # when /health was last asked
+    terminating: float | None = None  # when the kubelet sent SIGTERM (monotonic), if it is killing the run
+    grace_s: float = GRACE_CAP_S      # real seconds from SIGTERM to SIGKILL
     _log: IO[bytes] | None = None
 
     @property
@@ -193,7 +210,8 @@ class RealRun:
 
 
 #: Lines of a real process's output echoed to the test output, so a reader sees that real vLLM ran.
-ECHO_MARKERS = ("vLLM API server version", "version 0.", "KV cache size", "Maximum concurrency")
+ECHO_MARKERS = ("vLLM API server version", "vLLM server version", "  version 0.", "KV cache size",
+                "Maximum concurrency", "headless multiproc executor")
 
 
 class RealVLLM:
@@ -217,6 +235,7 @@ class RealVLLM:
         self._lock = threading.RLock()
         self._counter = itertools.count(1)
         self._closed = False   # after stop_all nothing starts (a kubelet tick may still be running)
+        self._master_ports: dict[tuple[str, str], int] = {}  # (namespace, rendered leader address) → loopback port
 
     # --- what the kubelet calls ------------------------------------------------------------------------------
 
@@ -234,7 +253,12 @@ class RealVLLM:
                 return None
             n = next(self._counter)
             port = _free_port()
-            argv = real_argv(args, model_dir=self.models[list(args)[2]], port=port, python=self.python)
+            leader = _flag_value(args, "--master-addr")
+            master = None
+            if leader is not None and _flag_value(args, "--master-port") is not None:
+                master = self._master_ports.setdefault((namespace, leader), _free_port())
+            argv = real_argv(args, model_dir=self.models[list(args)[2]], port=port, python=self.python,
+                             master_port=master)
             home = self.workdir / f"{pod}-hf"
             home.mkdir(parents=True, exist_ok=True)
             log_path = self.workdir / f"{pod}.{n}.log"
@@ -263,6 +287,10 @@ class RealVLLM:
         if code is not None:
             self._finish(run)
             return "exited", code
+        if run.terminating is not None:  # being killed: SIGKILL once its grace is over
+            if time.monotonic() - run.terminating >= run.grace_s:
+                _kill_tree(run)
+            return "starting", None
         if not run.ready and time.monotonic() - run.checked >= HEALTH_EVERY_S:
             run.checked = time.monotonic()
             run.children = sorted(set(run.children) | set(_descendants(run.pid)))
@@ -283,6 +311,25 @@ class RealVLLM:
             return run.log_path.stat().st_size if run is not None else 0
         except OSError:
             return 0
+
+    def terminate(self, uid: str, grace_s: float) -> RealRun | None:
+        """Kill the pod's run as the kubelet kills a container: SIGTERM now, SIGKILL to it and its descendants once
+        ``grace_s`` real seconds (at most :data:`GRACE_CAP_S`) have passed without it exiting (:meth:`poll`
+        does that, and reports the exit)."""
+        with self._lock:
+            run = self.runs.get(uid)
+        if run is None or run.terminating is not None:
+            return run
+        run.children = sorted(set(run.children) | set(_descendants(run.pid)))
+        run.terminating, run.grace_s = time.monotonic(), max(0.0, min(grace_s, GRACE_CAP_S))
+        with contextlib.suppress(ProcessLookupError):
+            run.process.send_signal(signal.SIGTERM)
+        return run
+
+    def health(self, uid: str) -> tuple[bool, str]:
+        """Ask the run's ``GET /health`` now, as a probe does: (healthy, what a failed probe says)."""
+        run = self.runs.get(uid)
+        return _probe(run.port) if run is not None else (False, "no container")
 
     def port(self, uid: str) -> int | None:
         run = self.runs.get(uid)
@@ -320,6 +367,8 @@ class RealVLLM:
 
     def _finish(self, run: RealRun) -> None:
         self._echo_new_lines(run)
+        if run.terminating is not None:  # a killed container: nothing of it outlives it (its cgroup is killed)
+            _kill_tree(run)
         with self._lock:
             if self.runs.get(run.uid) is run:
                 del self.runs[run.uid]
@@ -348,11 +397,31 @@ def _free_port() -> int:
 
 
 def _healthy(port: int) -> bool:
+    return _probe(port)[0]
+
+
+def _probe(port: int) -> tuple[bool, str]:
+    """An HTTP probe of ``GET /health``, as the kubelet words its failure."""
+    url = f"http://{HOST}:{port}/health"
     try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=2) as response:  # noqa: S310 (loopback)
-            return bool(response.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (loopback)
+            ok = 200 <= response.status < 400
+            return ok, "" if ok else f"HTTP probe failed with statuscode: {response.status}"
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP probe failed with statuscode: {exc.code}"
+    except (OSError, urllib.error.URLError) as exc:
+        refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
+        why = "connect: connection refused" if refused else f"{getattr(exc, 'reason', exc)}"
+        return False, f'Get "{url}": dial tcp {HOST}:{port}: {why}'
+
+
+def _kill_tree(run: RealRun) -> None:
+    """SIGKILL to the run's process and every descendant it had, each by its PID (no waiting)."""
+    run.children = sorted(set(run.children) | set(_descendants(run.pid)))
+    for pid in (run.pid, *run.children):
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -490,12 +559,27 @@ def write_model_dir(directory: Path, config: Mapping[str, Any]) -> Path:
     return directory
 
 
-# --- the kubelet's side (kubelet.py calls these two for a pod whose container runs for real) ----------------------
+# --- the kubelet's side (kubelet.py calls these for a pod whose container runs for real) -------------------------
+
+
+def container_probes(container: Mapping[str, Any]) -> tuple[float | None, bool]:
+    """(the startup probe's budget in seconds — ``initialDelaySeconds + failureThreshold × periodSeconds``, Kubernetes'
+    defaults 0, 3 and 10 where unset —, whether the container has a readiness or startup probe at all)."""
+    probe = container.get("startupProbe")
+    probed = bool(probe or container.get("readinessProbe"))
+    if not isinstance(probe, Mapping):
+        return None, probed
+
+    def number(key: str, default: int) -> int:
+        value = probe.get(key)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
+    period = max(number("periodSeconds", 10), 1)
+    return float(number("initialDelaySeconds", 0) + number("failureThreshold", 3) * period), probed
 
 
 def start_real_run(kubelet: Kubelet, pod: _Pod, t: float) -> None:
     """``Kubelet._start_run`` for a real process: start it (or wait, as ContainerCreating, while
-    ``max_processes`` run); its readiness and its death come from :func:`advance_real_pod`."""
+    ``max_processes`` run); its readiness, its startup deadline and its death come from :func:`advance_real_pod`."""
     runner = kubelet.real
     assert runner is not None
     if pod.real and pod.run_started is not None:  # a restart: the finished run's output is `logs --previous`
@@ -505,7 +589,9 @@ def start_real_run(kubelet: Kubelet, pod: _Pod, t: float) -> None:
         pod.state, pod.due = "Creating", t + 1.0
         return
     pod.real = True
-    pod.state, pod.run_started, pod.run_finished, pod.due = "Running", t, None, float("inf")
+    pod.state, pod.run_started, pod.run_finished = "Running", t, None
+    # no probe: Ready as soon as it runs (Kubernetes' rule); with a startup probe: its deadline, on the simulated clock
+    pod.due = t if not pod.probed else t + pod.startup_probe_s if pod.startup_probe_s is not None else float("inf")
     pod.outcome, pod.serving, pod.death, pod.death_kind, pod.traffic_checked = None, [], None, None, None
     pod.log_lines_shown = -1
     what = f"restart {pod.restart_count}" if pod.restart_count else "first start"
@@ -516,7 +602,7 @@ def start_real_run(kubelet: Kubelet, pod: _Pod, t: float) -> None:
 def advance_real_pod(kubelet: Kubelet, pod: _Pod, now: float) -> None:
     """Before the kubelet's state machine looks at a real pod: its log is the process's output; ``/health`` 200
     makes it due to become Ready, an exit due to die (exit code, and with FallbackToLogsOnError the log's end as
-    the termination message)."""
+    the termination message); past its startup probe's deadline, not Ready, it is killed (then dies as above)."""
     runner = kubelet.real
     if runner is None or pod.state not in ("Running", "Ready"):
         return
@@ -533,3 +619,16 @@ def advance_real_pod(kubelet: Kubelet, pod: _Pod, now: float) -> None:
         last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), f"exit code {exit_code}")
         pod.death = ("Completed" if exit_code == 0 else "Error", exit_code, kubelet._message(pod, text), last[:300])
         pod.due = now
+    elif (state == "starting" and pod.state == "Running" and pod.probed and pod.startup_probe_s is not None
+          and pod.run_started is not None and now >= pod.run_started + pod.startup_probe_s and pod.due <= now):
+        healthy, why = runner.health(pod.uid)  # the probe's last try
+        if healthy:
+            pod.due = now
+            return
+        deadline = pod.run_started + pod.startup_probe_s
+        kubelet._event(pod, deadline, "probe-failed", f"Startup probe failed: {why}", "Unhealthy", warning=True,
+                       budget_s=pod.startup_probe_s)
+        kubelet._event(pod, deadline, "killing", "Container vllm failed startup probe, will be restarted", "Killing",
+                       grace_s=pod.grace_s)
+        runner.terminate(pod.uid, pod.grace_s)
+        pod.due = float("inf")  # its exit (poll above, on a later tick) is its death

@@ -67,6 +67,7 @@ from vllm_operator.planner.versions import (
     NEWEST_KNOWN_VERSION,
     VersionError,
     batch_defaults,
+    parse_version,
     profile_for,
     version_from_image,
 )
@@ -82,9 +83,11 @@ __all__ = [
     "VLLMArgs",
     "parse_vllm_args",
     "perturbations",
+    "serving_line",
     "serving_oom",
     "simulate_startup",
     "termination_message",
+    "version_banner",
     "worker_network_exit",
 ]
 
@@ -92,6 +95,12 @@ GiB = 2**30
 _ENGINE_PID = 281
 _PREFIX_API = "(APIServer pid=1) "
 _PREFIX_ENGINE = f"(EngineCore_DP0 pid={_ENGINE_PID}) "
+_PREFIX_MAIN = "(MainProcess pid=1) "  # a headless node's `vllm serve` (no API server)
+#: From 0.18.0 the engine core process of an engine without data parallelism is "EngineCore", not "EngineCore_DP0"
+#: (v1/engine/utils.py: ``name=f"EngineCore_DP{global_index}" if is_dp else "EngineCore"``).
+_PREFIX_CORE = f"(EngineCore pid={_ENGINE_PID}) "
+ENGINE_CORE_SINCE = (0, 18, 0)
+BARE_OUTPUT_SINCE = (0, 31, 0)
 _SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
 
 
@@ -146,10 +155,11 @@ class LogLine(BaseModel):
     text: str
     level: str | None = Field(None, description="INFO/WARNING/ERROR: rendered as a vLLM log record with a header")
     source: str = "core.py:708"
-    process: str = "api"  # api | engine | raw
+    process: str = "api"  # api | engine (EngineCore_DP0) | core (EngineCore, 0.18+) | main | raw
 
     def render(self, start: datetime) -> str:
-        prefix = {"api": _PREFIX_API, "engine": _PREFIX_ENGINE}.get(self.process, "")
+        prefix = {"api": _PREFIX_API, "engine": _PREFIX_ENGINE, "core": _PREFIX_CORE,
+                  "main": _PREFIX_MAIN}.get(self.process, "")
         if self.level is None:
             return prefix + self.text
         stamp = (start + timedelta(seconds=self.offset_s)).strftime("%m-%d %H:%M:%S")
@@ -378,6 +388,43 @@ def perturbations(model_id: str) -> dict[str, float]:
 # The run
 
 
+#: The monochrome logo vLLM logs from 0.15.0 instead of "vLLM API server version X" (``log_version_and_model`` in
+#: entrypoints/utils.py, later serve/utils/api_utils.py and common/startup.py): without a TTY the formatter is vLLM's
+#: NewLineFormatter, which gives each line of the message the record's header and ends all but the last with "\r".
+_LOGO = ("", "       █     █     █▄   ▄█", " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+         "  █▄█▀ █     █     █     █  model   {model}", "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀", "")
+#: Where each release range logs it: (first release, source of the record), newest first (read from the wheels).
+_BANNER_SOURCES: tuple[tuple[tuple[int, ...], str], ...] = (
+    ((0, 33, 0), "startup.py:38"), ((0, 29, 0), "api_utils.py:347"), ((0, 28, 0), "api_utils.py:333"),
+    ((0, 26, 0), "api_utils.py:345"), ((0, 23, 0), "api_utils.py:339"), ((0, 22, 0), "utils.py:344"),
+    ((0, 21, 0), "utils.py:306"), ((0, 19, 0), "utils.py:299"), ((0, 18, 0), "utils.py:297"),
+    ((0, 17, 0), "utils.py:302"), ((0, 16, 0), "utils.py:287"), ((0, 15, 0), "utils.py:325"))
+
+
+def version_banner(release: Sequence[int], version: str, model: str, *,
+                   disable_logo: bool = False) -> list[tuple[str, str]]:
+    """(text, source) of the record(s) in which the API server states its release, as ``release`` logs it without a
+    TTY: "vLLM API server version X" up to 0.14; from 0.15.0 the logo above with "version X" and "model M"
+    (one record over six lines), or with ``VLLM_DISABLE_LOG_LOGO=1`` "vLLM server version X, serving model M"."""
+    source = next((where for first, where in _BANNER_SOURCES if tuple(release) >= first), None)
+    if source is None:
+        return [(f"vLLM API server version {version}", "api_server.py:1839")]
+    if disable_logo:
+        return [(f"vLLM server version {version}, serving model {model}", source)]
+    lines = [line.format(version=version, model=model) for line in _LOGO]
+    return [(line + ("\r" if i < len(lines) - 1 else ""), source) for i, line in enumerate(lines)]
+
+
+def serving_line(release: Sequence[int], address: str) -> tuple[str, str]:
+    """(text, source) of the API server's "listening" record: "Starting vLLM API server 0 on ADDRESS" up to 0.17,
+    "Starting vLLM server on ADDRESS" from 0.18.0 (launchers/api_server/entry.py from 0.30.0)."""
+    if tuple(release) >= (0, 30, 0):
+        return f"Starting vLLM server on {address}", "entry.py:140"
+    if tuple(release) >= (0, 18, 0):
+        return f"Starting vLLM server on {address}", "api_server.py:625"
+    return f"Starting vLLM API server 0 on {address}", "launcher.py:44"
+
+
 class _Run:
     """Accumulates log lines on a simulated timeline."""
 
@@ -386,15 +433,25 @@ class _Run:
         self.seed = seed
         self.t = 0.0
         self.lines: list[LogLine] = []
+        try:
+            release = parse_version(version)
+        except VersionError:
+            release = parse_version(NEWEST_KNOWN_VERSION)
+        self.engine = "core" if release >= ENGINE_CORE_SINCE else "engine"
+        #: up to 0.30 vLLM prefixed everything a process wrote to stdout/stderr (decorate_logs wrapped both); from
+        #: 0.31.0 only its log records carry "(Process pid=N) ": tracebacks and uvicorn's lines come out bare
+        self.bare_output = release >= BARE_OUTPUT_SINCE
 
     def at(self, dt: float) -> float:
         self.t += dt
         return self.t
 
     def info(self, text: str, source: str, process: str = "engine", level: str = "INFO") -> None:
+        process = self.engine if process == "engine" else process
         self.lines.append(LogLine(offset_s=round(self.t, 3), text=text, level=level, source=source, process=process))
 
     def raw(self, text: str, process: str = "engine") -> None:
+        process = "raw" if self.bare_output else self.engine if process == "engine" else process
         for part in text.splitlines():
             self.lines.append(LogLine(offset_s=round(self.t, 3), text=part, level=None, process=process))
 
@@ -628,11 +685,21 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
         return _outcome(run, starts=False, phase=Phase.CONFIG, exit_code=1, reason="Error",
                         failure_kind=FailureKind.UNKNOWN, message=message, **common)
     run.at(2.0)
-    run.info(f"vLLM API server version {profile.version}", "api_server.py:1839", process="api")
-    non_default = {k: v for k, v in parsed.given.items() if k not in ("model", "model_tag")}
-    run.info(f"non-default args: {{'model_tag': '{model_id}', "
-             + ", ".join(f"'{k}': {v!r}" for k, v in sorted(non_default.items())) + "}",
-             "utils.py:233", process="api")
+    if parsed.headless and profile.version_tuple >= (0, 13, 0):
+        # `vllm serve --headless` (entrypoints/cli/serve.py run_headless): no API server, so no banner and no
+        # non-default args; its main process says where the leader is (0.13+)
+        head = f"{parsed.given.get('master_addr', '127.0.0.1')}:{parsed.given.get('master_port', 29501)}"
+        run.info(f"Launching vLLM (v{profile.version}) headless multiproc executor, with head node address {head} "
+                 "for torch.distributed process group.", "serve.py:224", process="main")
+    else:
+        no_logo = (env or {}).get("VLLM_DISABLE_LOG_LOGO", "0").strip()
+        for text, source in version_banner(profile.version_tuple, profile.version, model_id,
+                                           disable_logo=no_logo.isdigit() and int(no_logo) != 0):
+            run.info(text, source, process="api")
+        non_default = {k: v for k, v in parsed.given.items() if k not in ("model", "model_tag")}
+        run.info(f"non-default args: {{'model_tag': '{model_id}', "
+                 + ", ".join(f"'{k}': {v!r}" for k, v in sorted(non_default.items())) + "}",
+                 "utils.py:233", process="api")
     arch = _model_arch(model, model_id)
     if arch is None:
         run.at(1.0)
@@ -887,7 +954,7 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
                  f"{parsed.given.get('master_addr', '?')}", "multiproc_executor.py:160")
         run.at(1.0)
         return _outcome(run, starts=True, phase=Phase.READY, **common)
-    run.info("Starting vLLM API server 0 on http://0.0.0.0:8000", "launcher.py:44", process="api")
+    run.info(*serving_line(profile.version_tuple, "http://0.0.0.0:8000"), process="api")
     run.info("Available routes are: /health, /v1/models, /v1/chat/completions, /v1/completions, /metrics",
              "launcher.py:37", process="api")
     run.raw("INFO:     Started server process [1]", process="api")

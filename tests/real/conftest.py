@@ -34,7 +34,7 @@ import pytest
 if importlib.util.find_spec("vllm") is None:  # the ordinary suite's venv: nothing here is collected
     collect_ignore_glob = ["test_*.py"]
 
-from realkit import ECHOED, MODELS, RealCluster, echo  # noqa: E402
+from realkit import ECHOED, LOADS, MODELS, RealCluster, echo  # noqa: E402
 
 from vllm_operator_sim.cluster import NodePool, SimulatedCluster  # noqa: E402
 from vllm_operator_sim.realvllm import MAPPED, RealVLLM, write_model_dir  # noqa: E402
@@ -50,7 +50,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {name: write_model_dir(root / name.replace("/", "--"), config) for name, config in MODELS.items()}
+    return {name: write_model_dir(root / name.replace("/", "--"), LOADS.get(name, config))
+            for name, config in MODELS.items()}
 
 
 @pytest.fixture(scope="session")

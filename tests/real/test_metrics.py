@@ -8,9 +8,10 @@ What is real: the vLLM processes and their /metrics, Prometheus, its relabelling
 kubernetes-pods job, tests/prometheus), the operator process and every query it sends (read back from Prometheus'
 own query log). What stands in for the cluster: file_sd target groups carrying the `__meta_kubernetes_pod_*` labels
 kubernetes_sd would give each pod of the simulated cluster, with the pod's address mapped to its process's loopback
-port. The LeaderWorkerSet's pods are simulated (the CPU build cannot run vLLM's multi-node mode here, see
-docs/real-vllm.md), so the leader's target is the Deployment pod's real process under the leader's name and labels,
-and the worker's target is a port nothing listens on, as a headless worker's 8000 is.
+port. The LeaderWorkerSet's pods are simulated (with the Deployment's process, the group's two real ranks would make
+three processes; the tier runs at most two — test_multinode.py runs a group for real), so the leader's target is the
+Deployment pod's real process under the leader's name and labels, and the worker's target is a port nothing listens
+on, as a headless worker's 8000 is.
 """
 
 from __future__ import annotations

@@ -1,15 +1,34 @@
 """Scenario 1: a VLLMService becomes Ready on a real vLLM process, and a real completion is served through the
-Service's port."""
+Service's port; the simulator, run on the same pod's rendered container, prints the lines the operator and its
+users read (the version banner, the KV cache line, the listening line, uvicorn's startup line) as the real
+process does, so a change of vLLM's wording or of the simulator's transcription fails here."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 import requests
-from realkit import IMAGE, TINY, VLLM_VERSION, RealCluster, tiny_spec, until
+from realkit import (
+    IMAGE,
+    MODELS,
+    TINY,
+    VLLM_VERSION,
+    RealCluster,
+    operator_lines,
+    simulated_run,
+    tiny_spec,
+    until,
+)
 
 from kit.specs import vllmservice
+from vllm_operator.remediation.kvcache import measured_tokens
 
 pytestmark = pytest.mark.timeout(900)
+
+
+def simulated_start() -> datetime:
+    return datetime(2026, 11, 27, tzinfo=UTC)
 
 
 def test_a_vllmservice_is_ready_on_a_real_process_and_serves_a_completion_through_its_service(
@@ -29,7 +48,13 @@ def test_a_vllmservice_is_ready_on_a_real_process_and_serves_a_completion_throug
         # the pod's log, read through the emulated API as the operator reads it, is the real process's output
         log = real.pod_log(pod["metadata"]["name"])
         assert f"version {VLLM_VERSION}" in log
-        assert "KV cache size" in log
+        assert measured_tokens(log) == 1_048_576  # the operator's reader of the KV line: 1 GiB of 1 KiB tokens
+        # the simulator on this pod's rendered container says what the real process said, line for line
+        simulated = simulated_run(pod, MODELS[TINY])
+        assert simulated.starts and simulated.vllm_version == VLLM_VERSION, simulated.message
+        real_lines = operator_lines(log, str(real.runner.models[TINY]))
+        assert all(real_lines.values()), real_lines  # each kind of line is there to compare
+        assert operator_lines(simulated.log_text(simulated_start()), TINY) == real_lines
         # a completion through the Service's port (the Service's selector → the Ready pod → its real process)
         proxy = real.proxy("serve")
         try:

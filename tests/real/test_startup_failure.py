@@ -2,14 +2,19 @@
 planner gives it all of it (one token of KV cache is 1 KiB), but the real process has 1 GiB of CPU KV cache
 (VLLM_CPU_KVCACHE_SPACE=1: 1,048,576 tokens). vLLM refuses with its own text and exits; the operator classifies that
 text (KVCacheTooSmall), takes one step down the ladder (max-model-len to what vLLM said fits), and the next real
-process starts and is Ready."""
+process starts and is Ready. The simulator's wording of that refusal for the release (planner/messages.py), given
+the real figures, is the real line, character for character."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from realkit import LONG_CONTEXT, TINY_LONG, RealCluster, tiny_spec, until
+from realkit import LONG_CONTEXT, TINY_LONG, VLLM_VERSION, RealCluster, tiny_spec, until
 
 from kit.specs import condition, vllmservice
+from vllm_operator.planner.messages import kv_too_small_message
+from vllm_operator.planner.versions import profile_for
 from vllm_operator.remediation.classifier import FailureKind, classify_text
 
 pytestmark = pytest.mark.timeout(900)
@@ -36,6 +41,14 @@ def test_a_real_kv_cache_refusal_is_classified_and_one_ladder_step_makes_the_ser
         failed = first_runs[0].log_path.read_text(errors="replace")
         assert KV_TEXT in failed and f"max seq len ({LONG_CONTEXT})" in failed, failed[-3000:]
         assert first_runs[0].process.returncode not in (None, 0)
+        # the simulator words it as the real process did (the figures are the real ones: GiB and tokens)
+        [line] = {ln.strip() for ln in failed.splitlines() if ln.startswith("ValueError: To serve at least one")}
+        figures = re.search(r"max seq len \((\d+)\), \(([\d.]+) GiB .*memory \(([\d.]+) GiB\)\..* length is "
+                            r"(\d+)\.", line)
+        assert figures is not None, line
+        assert kv_too_small_message(profile_for(VLLM_VERSION), max_model_len=int(figures[1]),
+                                    needed_gib=float(figures[2]), available_gib=float(figures[3]),
+                                    estimated_max_len=int(figures[4]), kv_tokens=0) == line
         # the classifier reads that real text as the operator got it: a KV cache too small, with vLLM's estimate
         failure = classify_text(failed[-65536:], terminated_reason="Error",
                                 exit_code=first_runs[0].process.returncode)

@@ -24,6 +24,10 @@ def test_multi_node_ranks_meet_on_loopback() -> None:
     argv = real_argv(rendered, model_dir="/d", port=5, python="py")
     assert argv[argv.index("--master-addr") + 1] == "127.0.0.1"
     assert argv[argv.index("--node-rank") + 1] == "1" and "--headless" in argv
+    assert argv[argv.index("--master-port") + 1] == "29501"  # kept unless the runner maps it
+    mapped = real_argv(rendered, model_dir="/d", port=5, python="py", master_port=40123)
+    assert mapped[mapped.index("--master-port") + 1] == "40123"
+    assert [a for a in mapped if a != "40123"] == [a for a in argv if a != "29501"]  # nothing else changed
 
 
 def test_the_served_name_stays_the_rendered_model_and_host_and_port_are_added_when_absent() -> None:

@@ -147,12 +147,47 @@ def test_a_0_33_image_logs_as_0_33_does() -> None:
     outcome = run(image=IMAGE_033, **PLANNED_8B_L4)
     assert outcome.starts, outcome.message
     text = outcome.log_text(START)
-    assert "vLLM API server version 0.33.0" in text and "Using V2 Model Runner" in text
+    assert re.search(r"\[startup\.py:38\]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0\.33\.0\r$", text, re.M), text[:2000]
+    assert "Using V2 Model Runner" in text and "vLLM API server version" not in text
     assert re.search(r"Model loading took 14\.98\d* GiB memory and", text)  # the V1 wording again from 0.28
     assert "Estimated CUDA graph memory" not in text and "Graph capturing finished" in text
     # 0.28+: one line for the token count and the concurrency
     assert (f"GPU KV cache size: {outcome.kv_cache_tokens:,} tokens, Maximum concurrency for 8,192 tokens per "
             f"request: {outcome.max_concurrency:.2f}x") in text
+
+
+@pytest.mark.parametrize(("version", "banner", "listening"), [
+    # up to 0.14: one line (entrypoints/openai/api_server.py); "Starting vLLM API server 0 on" up to 0.17
+    ("0.14.1", ["[api_server.py:1839] vLLM API server version 0.14.1"],
+     "[launcher.py:44] Starting vLLM API server 0 on http://0.0.0.0:8000"),
+    # 0.15.0 introduced log_version_and_model: a six-line logo record, monochrome without a TTY
+    ("0.15.0", ["[utils.py:325] \r", "[utils.py:325]        █     █     █▄   ▄█\r",
+                "[utils.py:325]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.15.0\r",
+                f"[utils.py:325]   █▄█▀ █     █     █     █  model   {LLAMA3_8B}\r",
+                "[utils.py:325]    ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀\r", "[utils.py:325] "],
+     "[launcher.py:44] Starting vLLM API server 0 on http://0.0.0.0:8000"),
+    ("0.32.0", ["[api_utils.py:347]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0\r",
+                f"[api_utils.py:347]   █▄█▀ █     █     █     █  model   {LLAMA3_8B}\r"],
+     "[entry.py:140] Starting vLLM server on http://0.0.0.0:8000"),
+])
+def test_the_version_banner_and_the_listening_line_are_the_release_s_own(version: str, banner: list[str],
+                                                                         listening: str) -> None:
+    outcome = run(image=f"vllm/vllm-openai:v{version}", **PLANNED_8B_L4)
+    assert outcome.starts, outcome.message
+    text = outcome.log_text(START)
+    found = [line[line.index("["):] for line in text.split("\n") if line.startswith("(APIServer pid=1) INFO ")]
+    at = found.index(banner[0])
+    assert found[at:at + len(banner)] == banner, found[:12]
+    assert listening in found
+    assert ("vLLM API server version" in text) is (version == "0.14.1")
+
+
+def test_without_the_logo_0_32_says_its_version_and_model_on_one_line() -> None:
+    outcome = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), "vllm/vllm-openai:v0.32.0", gpu("L4"),
+                               HiddenFacts(), model(LLAMA3_8B), env={"VLLM_DISABLE_LOG_LOGO": "1"})
+    text = outcome.log_text(START)
+    assert f"[api_utils.py:347] vLLM server version 0.32.0, serving model {LLAMA3_8B}\n" in text
+    assert "▀▄▀" not in text
 
 
 def test_the_simulator_and_the_planner_agree_on_0_33_bookkeeping() -> None:
@@ -310,7 +345,7 @@ def test_the_declared_version_decides_for_a_digest_and_the_tag_wins_over_it() ->
         outcome = simulate_startup(serve_args(LLAMA3_8B, **PLANNED_8B_L4), image, gpu("L4"), HiddenFacts(),
                                    model(LLAMA3_8B), declared_version=declared)
         assert outcome.starts, outcome.message
-        found = re.search(r"vLLM API server version (\S+)", outcome.log_text(START))
+        found = re.search(r"(?:vLLM API server version| ▀▄▀ █  version) (\S+)", outcome.log_text(START))
         assert found is not None
         return found.group(1)
 
