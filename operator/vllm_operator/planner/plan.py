@@ -1332,11 +1332,18 @@ def _quantized_variant(request: PlanRequest, attempt: _Attempt) -> Option | None
     return option
 
 
+def offered_as_larger(gpu: GPUSpec) -> bool:
+    """Whether "a GPU the cluster lacks" may name this catalog row: a whole datacenter GPU a Linux node runs. A WSL2
+    row (a Windows desktop), a laptop or desktop card (tier consumer/workstation), a UMA part (GB10, GH200: host
+    memory counts) or a MIG slice is a way the user's own machine is described, not a GPU a cluster adds."""
+    return gpu.tier == "datacenter" and gpu.host == "linux" and not gpu.uma and not gpu.is_mig
+
+
 def _larger_gpu(request: PlanRequest, attempt: _Attempt) -> Option | None:
     from .gpus import load_gpu_catalog
 
     catalog = load_gpu_catalog()
-    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma and not g.is_mig),
+    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and offered_as_larger(g)),
                     key=lambda g: g.reported_gib)
     weights_gib = checkpoint_bytes(request.arch) / 2**30 / max(request.gpu_count, 1)
     tried: list[float] = []
