@@ -514,6 +514,7 @@ def plan_document(result: Plan) -> dict[str, Any]:
         "fits": result.fits,
         "failure": {"kind": str(result.failure.kind), "message": result.failure.message} if result.failure else None,
         "flags": result.flags,
+        "max_model_len_auto": result.max_model_len_auto,  # rendered as `auto`; flags.max_model_len: what vLLM picks
         "args": result.args(),
         "pinned": result.pinned,
         "memory": result.memory.model_dump(),

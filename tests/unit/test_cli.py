@@ -400,7 +400,9 @@ def test_manifest_is_a_valid_vllmservice_with_the_plan_pinned(capsys: pytest.Cap
     assert validate_spec(manifest["spec"]) == []
     spec = parse_spec(manifest["spec"])
     _, planned = plan_json(capsys, "--model", "qwen2.5-72b-instruct-awq", "--gpu", "l40s", "--gpu-count", "2")
-    assert spec.flags.to_vllm() == planned["flags"]
+    # the planner renders `auto` where the model's full context fits (what vLLM's auto-fit keeps, re-fitted at start)
+    rendered = {**planned["flags"], "max_model_len": "auto"} if planned["max_model_len_auto"] else planned["flags"]
+    assert spec.flags.to_vllm() == rendered
     assert spec.gpu.count == planned["gpu_count"] == 2
     assert spec.image == f"vllm/vllm-openai:v{planned['vllm_version']}"
 
