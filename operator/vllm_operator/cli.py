@@ -54,7 +54,7 @@ from .planner.speculative import (
     parse_speculative_config,
     with_draft_arch,
 )
-from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
+from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version, parse_version
 from .render.cache import CacheSettings
 from .render.flags import cli_flag_table
 
@@ -838,7 +838,34 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
             out.no_effect.append(flag)
         else:
             out.not_modelled.append(flag)
-    return out
+    return _host_memory_flags(out, release)
+
+
+#: The release from which `--kv-offloading-size`'s native backend (OffloadingConnector) supports the hybrid KV-cache
+#: manager (`class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)`, 0.22.0+): before it, the connector the flag
+#: creates turned the hybrid manager off (config/vllm.py), which changes the KV cache of sliding-window/hybrid models.
+_OFFLOAD_KEEPS_HMA = (0, 22, 0)
+
+
+def _host_memory_flags(read: CheckedFlags, release: str) -> CheckedFlags:
+    """Accepted flags whose memory the code puts in host RAM, never on the GPU at startup (issue 23), moved from "effect
+    not modelled" to "no effect on GPU memory at startup", each with the code that says so:
+    `--mm-processor-cache-gb` (config/multimodal.py: the processor-output cache of each API and engine-core process);
+    `--kv-offloading-size` with the native backend from 0.22.0 (config/vllm.py::_post_init_kv_transfer_config: an
+    OffloadingConnector given `cpu_bytes_to_use` = size GiB of host memory; it supports the hybrid KV-cache manager, so
+    the GPU KV cache is sized as without it). With `--kv-offloading-backend lmcache` (an LMCache server's memory, and a
+    connector that may turn the hybrid manager off) or before 0.22.0 it stays "effect not modelled"."""
+    moved: list[str] = []
+    if "--mm-processor-cache-gb" in read.not_modelled:
+        moved.append("--mm-processor-cache-gb")
+    backend = read.values.get("--kv-offloading-backend", ["native"])
+    if ("--kv-offloading-size" in read.not_modelled and backend[:1] in (["native"], [])
+            and parse_version(release) >= _OFFLOAD_KEEPS_HMA):
+        moved.append("--kv-offloading-size")
+    if not moved:
+        return read
+    return read._replace(not_modelled=[f for f in read.not_modelled if f not in moved],
+                         no_effect=[*read.no_effect, *moved])
 
 
 def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
