@@ -881,6 +881,20 @@ def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
     return read._replace(modelled=modelled, not_modelled=not_modelled, planned_as=[*read.planned_as, why])
 
 
+def _planned_as_default_level(read: CheckedFlags) -> CheckedFlags:
+    """`-O2` / `-O3` (`--optimization-level`, 0.12.0+): level 2 is vLLM's default, and OPTIMIZATION_LEVEL_03 equals
+    OPTIMIZATION_LEVEL_02 in config/vllm.py of every release from 0.12.0 to 0.33.0 (same CUDA-graph mode,
+    FULL_AND_PIECEWISE, and fusion passes; nothing else reads the level but `> O0`): planned as vLLM's defaults. `-O1`
+    (PIECEWISE graphs only) stays "effect not modelled"."""
+    level = read.values.get("--optimization-level")
+    if level not in (["2"], ["3"]) or "--compilation-config" in read.values:
+        return read
+    not_modelled = [f for f in read.not_modelled if f != "--optimization-level"]
+    why = (f"--optimization-level {level[0]} planned as vLLM's default (level 2; level 3 applies the same "
+           "configuration: FULL_AND_PIECEWISE CUDA graphs, the same compilation passes)")
+    return read._replace(not_modelled=not_modelled, planned_as=[*read.planned_as, why])
+
+
 def _takes_no_value(flag: str) -> bool:
     for action in _check_parser()._actions:
         if flag in action.option_strings:
@@ -901,7 +915,7 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     model, words = parse_command_line(command_line)
     declared = image_version(image, vllm_version, field="--vllm-version") if (vllm_version or image) else None
     release = declared.version if declared else NEWEST_KNOWN_VERSION
-    read = _planned_as_eager(read_flags(words, release))
+    read = _planned_as_default_level(_planned_as_eager(read_flags(words, release)))
     parsed = _check_parser().parse_args(read.modelled)
     if parsed.max_model_len == AUTO and not cli_flag_table().accepts_value("--max-model-len auto", release):
         since = cli_flag_table().value_since("--max-model-len auto")

@@ -621,8 +621,10 @@ _COMMAND_LINES = [
     ("0.32.0", "h100", "--async-scheduling", 0, "--async-scheduling"),
     ("0.9.0", "h100", "--async-scheduling", 2, "--async-scheduling was added in vLLM 0.10.0"),
     ("0.32.0", "h100", "--limit-mm-per-prompt '{\"image\":2}'", 0, "--limit-mm-per-prompt"),
-    ("0.32.0", "h100", "-O3", 0, "--optimization-level"),
-    ("0.32.0", "h100", "-O 3", 0, "--optimization-level"),
+    ("0.32.0", "h100", "-O3", 0, "--optimization-level 3 planned as vLLM's default (level 2"),
+    ("0.32.0", "h100", "-O 3", 0, "--optimization-level 3 planned as vLLM's default (level 2"),
+    ("0.12.0", "h100", "-O2", 0, "--optimization-level 2 planned as vLLM's default"),
+    ("0.32.0", "h100", "-O1", 0, "left out of the prediction): --optimization-level"),
     ("0.8.0", "h100", "-O3", 0, "--compilation-config"),
     ("0.32.0", "h100", "--enable-sleep-mode", 0, "--enable-sleep-mode"),
     ("0.32.0", "h100", "--kv-offloading-size 16", 0, "Not modelled (no effect on GPU memory at startup): --kv-offloading-size"),
@@ -695,10 +697,11 @@ def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) 
     code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
                        "serve", "Qwen/Qwen3-8B", "--port", "8000", "--async-scheduling", "-O3")
     assert code == 0
-    assert json.loads(out)["flags_accepted"] == {"no_memory_effect": ["--port"],
-                                                 "effect_not_modelled": ["--async-scheduling",
-                                                                         "--optimization-level"],
-                                                 "planned_as": []}
+    accepted = json.loads(out)["flags_accepted"]
+    assert accepted["no_memory_effect"] == ["--port"]
+    assert accepted["effect_not_modelled"] == ["--async-scheduling"]
+    assert [s.split(" (")[0] for s in accepted["planned_as"]] == [
+        "--optimization-level 3 planned as vLLM's default"]  # O3 is O2's configuration in 0.12-0.33
 
 
 @pytest.mark.parametrize("flags", [["-O0"], ["-O", "0"], ["--optimization-level=0"]])
