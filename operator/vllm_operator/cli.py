@@ -54,7 +54,7 @@ from .planner.speculative import (
     parse_speculative_config,
     with_draft_arch,
 )
-from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version
+from .planner.versions import NEWEST_KNOWN_VERSION, ImageVersion, image_version, parse_version
 from .render.cache import CacheSettings
 from .render.flags import cli_flag_table
 
@@ -514,6 +514,7 @@ def plan_document(result: Plan) -> dict[str, Any]:
         "fits": result.fits,
         "failure": {"kind": str(result.failure.kind), "message": result.failure.message} if result.failure else None,
         "flags": result.flags,
+        "max_model_len_auto": result.max_model_len_auto,  # rendered as `auto`; flags.max_model_len: what vLLM picks
         "args": result.args(),
         "pinned": result.pinned,
         "memory": result.memory.model_dump(),
@@ -836,7 +837,34 @@ def read_flags(words: Sequence[str], release: str) -> CheckedFlags:
             out.no_effect.append(flag)
         else:
             out.not_modelled.append(flag)
-    return out
+    return _host_memory_flags(out, release)
+
+
+#: The release from which `--kv-offloading-size`'s native backend (OffloadingConnector) supports the hybrid KV-cache
+#: manager (`class OffloadingConnector(KVConnectorBase_V1, SupportsHMA)`, 0.22.0+): before it, the connector the flag
+#: creates turned the hybrid manager off (config/vllm.py), which changes the KV cache of sliding-window/hybrid models.
+_OFFLOAD_KEEPS_HMA = (0, 22, 0)
+
+
+def _host_memory_flags(read: CheckedFlags, release: str) -> CheckedFlags:
+    """Accepted flags whose memory the code puts in host RAM, never on the GPU at startup (issue 23), moved from "effect
+    not modelled" to "no effect on GPU memory at startup", each with the code that says so:
+    `--mm-processor-cache-gb` (config/multimodal.py: the processor-output cache of each API and engine-core process);
+    `--kv-offloading-size` with the native backend from 0.22.0 (config/vllm.py::_post_init_kv_transfer_config: an
+    OffloadingConnector given `cpu_bytes_to_use` = size GiB of host memory; it supports the hybrid KV-cache manager, so
+    the GPU KV cache is sized as without it). With `--kv-offloading-backend lmcache` (an LMCache server's memory, and a
+    connector that may turn the hybrid manager off) or before 0.22.0 it stays "effect not modelled"."""
+    moved: list[str] = []
+    if "--mm-processor-cache-gb" in read.not_modelled:
+        moved.append("--mm-processor-cache-gb")
+    backend = read.values.get("--kv-offloading-backend", ["native"])
+    if ("--kv-offloading-size" in read.not_modelled and backend[:1] in (["native"], [])
+            and parse_version(release) >= _OFFLOAD_KEEPS_HMA):
+        moved.append("--kv-offloading-size")
+    if not moved:
+        return read
+    return read._replace(not_modelled=[f for f in read.not_modelled if f not in moved],
+                         no_effect=[*read.no_effect, *moved])
 
 
 def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
@@ -850,6 +878,20 @@ def _planned_as_eager(read: CheckedFlags) -> CheckedFlags:
     why = ("--optimization-level 0 planned as --enforce-eager (vLLM's optimization level 0 captures no CUDA graphs "
            "and compiles nothing, as --enforce-eager)")
     return read._replace(modelled=modelled, not_modelled=not_modelled, planned_as=[*read.planned_as, why])
+
+
+def _planned_as_default_level(read: CheckedFlags) -> CheckedFlags:
+    """`-O2` / `-O3` (`--optimization-level`, 0.12.0+): level 2 is vLLM's default, and OPTIMIZATION_LEVEL_03 equals
+    OPTIMIZATION_LEVEL_02 in config/vllm.py of every release from 0.12.0 to 0.33.0 (same CUDA-graph mode,
+    FULL_AND_PIECEWISE, and fusion passes; nothing else reads the level but `> O0`): planned as vLLM's defaults. `-O1`
+    (PIECEWISE graphs only) stays "effect not modelled"."""
+    level = read.values.get("--optimization-level")
+    if level not in (["2"], ["3"]) or "--compilation-config" in read.values:
+        return read
+    not_modelled = [f for f in read.not_modelled if f != "--optimization-level"]
+    why = (f"--optimization-level {level[0]} planned as vLLM's default (level 2; level 3 applies the same "
+           "configuration: FULL_AND_PIECEWISE CUDA graphs, the same compilation passes)")
+    return read._replace(not_modelled=not_modelled, planned_as=[*read.planned_as, why])
 
 
 def _takes_no_value(flag: str) -> bool:
@@ -872,7 +914,7 @@ def check_request(command_line: Sequence[str], *, gpu: str, gpu_count: int | Non
     model, words = parse_command_line(command_line)
     declared = image_version(image, vllm_version, field="--vllm-version") if (vllm_version or image) else None
     release = declared.version if declared else NEWEST_KNOWN_VERSION
-    read = _planned_as_eager(read_flags(words, release))
+    read = _planned_as_default_level(_planned_as_eager(read_flags(words, release)))
     parsed = _check_parser().parse_args(read.modelled)
     if parsed.max_model_len == AUTO and not cli_flag_table().accepts_value("--max-model-len auto", release):
         since = cli_flag_table().value_since("--max-model-len auto")

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from scenario_kit import Case, Observed, Run, arg, replay, run_cases
 
+from kit.catalog import catalog_arch
 from vllm_operator.handlers import remediation as remediation_handlers
 from vllm_operator.handlers.remediation import death_index
 from vllm_operator.planner import messages
@@ -160,9 +161,12 @@ def _expect_remediated(o: Observed, classes: list[str], *, serving: bool = False
         assert stats.failed_starts == 0 and 1 <= stats.serving_failures <= bound, why
     else:
         assert 1 <= stats.failed_starts <= bound, why
-    # the Deployment runs the final plan
+    # the Deployment runs the final plan (`auto` where it keeps the model's full context: planner/plan.py renders
+    # vLLM's auto-fit there, _operator_auto)
     args = o.args()
-    assert arg(args, "--max-model-len") == str(o.flags["maxModelLen"]), args
+    full = catalog_arch(o.case.spec["model"]["name"]).derived_max_model_len
+    assert arg(args, "--max-model-len") == str(o.flags["maxModelLen"]) or (
+        arg(args, "--max-model-len") == "auto" and o.flags["maxModelLen"] == full), args
     assert arg(args, "--gpu-memory-utilization") == str(o.flags["gpuMemoryUtilization"]), args
     assert arg(args, "--tensor-parallel-size") == str(o.flags["tensorParallelSize"]), args
     assert arg(args, "--max-num-seqs") == str(o.flags["maxNumSeqs"]), args

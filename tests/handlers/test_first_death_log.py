@@ -38,7 +38,8 @@ def test_a_first_death_is_read_from_the_current_log_when_there_is_no_previous_ru
     cluster.create_service(NAME, {"model": MODEL, "gpu": {"product": "NVIDIA-L4"}, "image": "vllm/vllm-openai:v0.32.0",
                                   "remediation": {"minIntervalSeconds": 0}})
     deployment = cluster.wait_deployment(NAME)
-    assert flag(args_of(deployment), "--max-model-len") == "2097152"
+    # the full context fits as planned (2097152): rendered as vLLM's auto-fit (planner/plan.py::_operator_auto)
+    assert flag(args_of(deployment), "--max-model-len") == "auto"
     cluster.server.set_pod_log(cluster.namespace, "long-7d9f-first", log, container="vllm")
     status = cluster.crashed_status(vllm_container(deployment)["image"], restart_count=0, message=message,
                                     reason="Error", exit_code=1, ready_before=False)

@@ -400,7 +400,9 @@ def test_manifest_is_a_valid_vllmservice_with_the_plan_pinned(capsys: pytest.Cap
     assert validate_spec(manifest["spec"]) == []
     spec = parse_spec(manifest["spec"])
     _, planned = plan_json(capsys, "--model", "qwen2.5-72b-instruct-awq", "--gpu", "l40s", "--gpu-count", "2")
-    assert spec.flags.to_vllm() == planned["flags"]
+    # the planner renders `auto` where the model's full context fits (what vLLM's auto-fit keeps, re-fitted at start)
+    rendered = {**planned["flags"], "max_model_len": "auto"} if planned["max_model_len_auto"] else planned["flags"]
+    assert spec.flags.to_vllm() == rendered
     assert spec.gpu.count == planned["gpu_count"] == 2
     assert spec.image == f"vllm/vllm-openai:v{planned['vllm_version']}"
 
@@ -619,14 +621,18 @@ _COMMAND_LINES = [
     ("0.32.0", "h100", "--async-scheduling", 0, "--async-scheduling"),
     ("0.9.0", "h100", "--async-scheduling", 2, "--async-scheduling was added in vLLM 0.10.0"),
     ("0.32.0", "h100", "--limit-mm-per-prompt '{\"image\":2}'", 0, "--limit-mm-per-prompt"),
-    ("0.32.0", "h100", "-O3", 0, "--optimization-level"),
-    ("0.32.0", "h100", "-O 3", 0, "--optimization-level"),
+    ("0.32.0", "h100", "-O3", 0, "--optimization-level 3 planned as vLLM's default (level 2"),
+    ("0.32.0", "h100", "-O 3", 0, "--optimization-level 3 planned as vLLM's default (level 2"),
+    ("0.12.0", "h100", "-O2", 0, "--optimization-level 2 planned as vLLM's default"),
+    ("0.32.0", "h100", "-O1", 0, "left out of the prediction): --optimization-level"),
     ("0.8.0", "h100", "-O3", 0, "--compilation-config"),
     ("0.32.0", "h100", "--enable-sleep-mode", 0, "--enable-sleep-mode"),
-    ("0.32.0", "h100", "--kv-offloading-size 16", 0, "--kv-offloading-size"),
+    ("0.32.0", "h100", "--kv-offloading-size 16", 0, "Not modelled (no effect on GPU memory at startup): --kv-offloading-size"),
+    ("0.20.0", "h100", "--kv-offloading-size 16", 0, "any effect on GPU memory is left out of the prediction): --kv-offloading-size"),
+    ("0.32.0", "h100", "--kv-offloading-size 16 --kv-offloading-backend lmcache", 0, "left out of the prediction): --kv-offloading-backend, --kv-offloading-size"),
     ("0.32.0", "h100", "--kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}'", 0, "--kv-transfer-config"),
     ("0.32.0", "h100", "--long-prefill-token-threshold 2048", 0, "--long-prefill-token-threshold"),
-    ("0.32.0", "h100", "--mm-processor-cache-gb 4", 0, "--mm-processor-cache-gb"),
+    ("0.32.0", "h100", "--mm-processor-cache-gb 4", 0, "Not modelled (no effect on GPU memory at startup): --mm-processor-cache-gb"),
     ("0.32.0", "h100", "--disable-custom-all-reduce", 0, "--disable-custom-all-reduce"),
     ("0.32.0", "h100", "--kv-cache-memory-bytes 8G", 0, "GPU KV cache size: 58,"),
     ("0.32.0", "h100", "--override-generation-config '{\"temperature\":0.6}'", 0, "--override-generation-config"),
@@ -691,10 +697,11 @@ def test_check_lists_accepted_flags_in_json(capsys: pytest.CaptureFixture[str]) 
     code, out, _ = run(capsys, "check", "--gpu", "h100", "--vllm-version", "0.32.0", "-o", "json", "--", "vllm",
                        "serve", "Qwen/Qwen3-8B", "--port", "8000", "--async-scheduling", "-O3")
     assert code == 0
-    assert json.loads(out)["flags_accepted"] == {"no_memory_effect": ["--port"],
-                                                 "effect_not_modelled": ["--async-scheduling",
-                                                                         "--optimization-level"],
-                                                 "planned_as": []}
+    accepted = json.loads(out)["flags_accepted"]
+    assert accepted["no_memory_effect"] == ["--port"]
+    assert accepted["effect_not_modelled"] == ["--async-scheduling"]
+    assert [s.split(" (")[0] for s in accepted["planned_as"]] == [
+        "--optimization-level 3 planned as vLLM's default"]  # O3 is O2's configuration in 0.12-0.33
 
 
 @pytest.mark.parametrize("flags", [["-O0"], ["-O", "0"], ["--optimization-level=0"]])

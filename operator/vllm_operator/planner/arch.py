@@ -123,6 +123,8 @@ class ModelArch(BaseModel):
     state_layer: StateLayer = Field(
         "", description="the kind of linear/mamba layer ('' without one, or one not recognised)")
     linear_key_head_dim: int = Field(0, ge=0, description="Gated DeltaNet: the key head dim (0 otherwise)")
+    linear_value_heads: int = Field(0, ge=0, description="Gated DeltaNet: value heads, all ranks (0 otherwise)")
+    linear_value_head_dim: int = Field(0, ge=0, description="Gated DeltaNet: the value head dim (0 otherwise)")
     yarn_unscaled_max_len: int | None = Field(
         None, description="the derived max_model_len without the YaRN factor (vLLM 0.30+); None without YaRN")
     quantization: Quantization | None = None
@@ -286,6 +288,14 @@ def _state_layer(cfg: Mapping[str, Any]) -> tuple[StateLayer, int]:
     if num("mamba_d_state", "ssm_state_size", "state_size", "d_state"):
         return "mamba1", 0
     return "", 0
+
+
+def _gdn_values(cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """Gated DeltaNet's value heads (all ranks) and value head dim; (0, 0) for other layers."""
+    heads, dim = cfg.get("linear_num_value_heads"), cfg.get("linear_value_head_dim", 128)
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads <= 0:
+        return 0, 0
+    return heads, dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 128
 
 
 def _state_elements(cfg: Mapping[str, Any], hidden: int) -> int:
@@ -559,6 +569,8 @@ def arch_from_config(
         state_elements=_state_elements(cfg, hidden) if LayerKind.LINEAR in kinds else 0,
         state_layer=_state_layer(cfg)[0] if LayerKind.LINEAR in kinds else "",
         linear_key_head_dim=_state_layer(cfg)[1] if LayerKind.LINEAR in kinds else 0,
+        linear_value_heads=_gdn_values(cfg)[0] if LayerKind.LINEAR in kinds else 0,
+        linear_value_head_dim=_gdn_values(cfg)[1] if LayerKind.LINEAR in kinds else 0,
         yarn_unscaled_max_len=_yarn_unscaled(cfg),
         quantization=_quantization(config) or _quantization(cfg),
         total_size=total_size,

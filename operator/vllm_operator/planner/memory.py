@@ -433,8 +433,44 @@ def speculative_memory(arch: ModelArch, flags: EngineFlags, profile: VersionProf
                         target_kv_per_token=layer_token_bytes(arch, flags, profile))
 
 
-def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, *, last_stage: bool) -> int:
-    """Torch peak growth during profile_run: max(forward pass, sampler pass) + MoE workspace + encoder."""
+#: FLA's chunk size (vllm/model_executor/layers/fla/ops/utils.py::FLA_CHUNK_SIZE, 64 in 0.21-0.33)
+_FLA_CHUNK = 64
+
+
+def fla_gdn_prefill(arch: ModelArch, profile: VersionProfile, compute_capability: str | None) -> bool:
+    """Whether the Gated DeltaNet prefill of the profile run is FLA's Triton chunk kernel (ChunkGatedDeltaRule's
+    forward_native) rather than FlashInfer's: qwen_gdn_linear_attn.py::_resolve_gdn_prefill_backend picks FlashInfer on
+    SM90 (0.21+), on SM10.x with a key head dim of 128 (0.22+) and on SM12.x with 128 (0.30+); Triton elsewhere. An
+    unknown GPU is planned with FLA (the larger booking)."""
+    if arch.state_layer != "gated_deltanet" or not arch.linear_value_heads:
+        return False
+    if compute_capability is None:
+        return True
+    major = compute_capability.split(".")[0]
+    version = profile.version_tuple
+    flashinfer = (compute_capability == "9.0"
+                  or (major == "10" and arch.linear_key_head_dim == 128 and version >= (0, 22, 0))
+                  or (major == "12" and arch.linear_key_head_dim == 128 and version >= (0, 30, 0)))
+    return not flashinfer
+
+
+def fla_gdn_bytes(arch: ModelArch, flags: EngineFlags) -> int:
+    """What FLA's chunk_gated_delta_rule_fwd (vllm/model_executor/layers/fla/ops/chunk.py, unchanged 0.21-0.33)
+    allocates for one prefill of `max_num_batched_tokens` tokens, alive together when its last kernel runs: per token
+    and value head (H = value heads per GPU, BT = 64): g's cumulative sum (fp32, cumsum.py), A solved to the model dtype
+    (H x BT, solve_tril.py; the fp32 A before it is freed), w (K) and u (V) (wy_fast.py), h - one K x V state per chunk
+    of BT tokens (chunk_delta_h.py) - and v_new (V), and the output (V, chunk_o.py), in the model dtype."""
+    heads = max(1, arch.linear_value_heads // flags.tensor_parallel_size)
+    k, v = arch.linear_key_head_dim or 128, arch.linear_value_head_dim or 128
+    dtype = 2
+    per_head = 4 + dtype * (_FLA_CHUNK + k + v + k * v / _FLA_CHUNK + v + v)
+    return int(flags.max_num_batched_tokens * heads * per_head)
+
+
+def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, *, last_stage: bool,
+                     compute_capability: str | None = None) -> int:
+    """Torch peak growth during profile_run: max(forward pass, sampler pass) + MoE workspace + encoder + FLA's Gated
+    DeltaNet prefill intermediates."""
     tp = flags.tensor_parallel_size
     tokens = flags.max_num_batched_tokens
     rows = min(flags.max_num_seqs, tokens)
@@ -456,6 +492,8 @@ def activation_bytes(arch: ModelArch, flags: EngineFlags, profile: VersionProfil
             peak += tokens * arch.experts_per_token * (2 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
     if arch.multimodal:
         peak += _MULTIMODAL_GIB * GiB
+    if fla_gdn_prefill(arch, profile, compute_capability):  # ESTIMATE (the overlap): see _estimated_figures
+        peak += fla_gdn_bytes(arch, flags)
     return int(peak)
 
 
@@ -597,7 +635,7 @@ def stage_terms(arch: ModelArch, flags: EngineFlags, profile: VersionProfile, st
     """The per-stage terms of the budget (`profile` resolved for the model: `profile_for_model`)."""
     pp = flags.pipeline_parallel_size
     last = stage == pp - 1
-    act = activation_bytes(arch, flags, profile, last_stage=last)
+    act = activation_bytes(arch, flags, profile, last_stage=last, compute_capability=compute_capability)
     receive = pp_intermediate_bytes(arch, flags, stage)
     mrv2 = v2_sampler_state_bytes(arch, flags, profile) if last else 0
     if profile.runner == "V2":
@@ -760,6 +798,10 @@ def _estimated_figures(arch: ModelArch, flags: EngineFlags, profile: VersionProf
         # psutil's available host memory, so the process's own host-side growth during startup (compile workers,
         # loader buffers) is counted as non-KV memory; nothing in vLLM's source bounds it
         out.append("non_torch_gib")
+    if fla_gdn_prefill(arch, profile, cc):
+        # ESTIMATE: FLA's Gated DeltaNet intermediates are the code's shapes (fla_gdn_bytes), taken to add to the
+        # calibrated forward peak; how they overlap the layer's other transients is not read from the code
+        out.append("activation_gib")
     if flags.speculative is not None:
         out.append("activation_gib")  # the sampler booked for k + 1 tokens per sequence (vLLM profiles fewer)
         draft = speculative_memory(arch, flags, profile)

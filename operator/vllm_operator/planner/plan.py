@@ -195,8 +195,10 @@ class Plan(BaseModel):
     def memory(self) -> MemoryBreakdown:
         return self.prediction.memory
 
-    max_model_len_auto: bool = Field(False, description="max-model-len is pinned to `auto`: vLLM fits it at startup "
-                                                          "(flags.max_model_len is the length it is predicted to pick)")
+    max_model_len_auto: bool = Field(False, description="max-model-len is rendered as `auto` (pinned so, or chosen by "
+                                                          "the planner where it is the same plan and the safer one): "
+                                                          "vLLM fits it at startup (flags.max_model_len is the length "
+                                                          "it is predicted to pick)")
 
     def rendered_flags(self) -> dict[str, Any]:
         """The flags as they reach vLLM: `flags`, with `auto` where max-model-len is pinned to it."""
@@ -781,6 +783,9 @@ def plan(request: PlanRequest, *, options: bool = True) -> Plan:
                     "longer context.")
     if not fits and failure is None:
         failure = PredictedFailure(kind=FailureKind.KV_CACHE_TOO_SMALL, message=_workload_message(request, result))
+    auto, auto_reason = _operator_auto(request, profile, result.flags, result.prediction, fits)
+    if auto_reason:
+        reasons.append(auto_reason)
     refused = _lora_verdict(request, profile, result.flags, reasons)
     if refused is not None:  # no GPU, flag or checkpoint change helps: vLLM refuses --enable-lora for this model
         fits, failure = False, refused
@@ -800,7 +805,7 @@ def plan(request: PlanRequest, *, options: bool = True) -> Plan:
         fits=fits,
         usable=fits and not degenerate,
         flags=flags,
-        max_model_len_auto=request.pinned.max_model_len == MAX_MODEL_LEN_AUTO,
+        max_model_len_auto=request.pinned.max_model_len == MAX_MODEL_LEN_AUTO or auto,
         pinned=_pinned_names(request),
         prediction=prediction,
         failure=failure,
@@ -808,6 +813,50 @@ def plan(request: PlanRequest, *, options: bool = True) -> Plan:
         options=found,
         lora_bytes=lora_bytes(request.arch, result.flags),
     )
+
+
+def _operator_auto(request: PlanRequest, profile: VersionProfile, flags: EngineFlags, prediction: StartupPrediction,
+                   fits: bool) -> tuple[bool, str | None]:
+    """Whether the operator renders `--max-model-len auto` for a length it chose itself, and the reason either way.
+
+    `auto` (vLLM 0.14.0+) keeps the model's derived length when one request of it fits the KV cache vLLM measured,
+    and binary-searches the longest that does otherwise (`_auto_fit_max_model_len`, v1/core/kv_cache_utils.py): the
+    search `_auto_length` replays. So `auto` is the same plan as an explicit length exactly when the planner chose the
+    model's full context, and then the safer one: if the memory comes out smaller than predicted, an explicit length
+    stops vLLM with the KV-cache-too-small error, `auto` starts with what fits. Where requests need a context length
+    (spec.workload.contextLength, constraints.minModelLen), a start with less than that would pass without an error:
+    `auto` only when that length fits the KV cache with the margin kept for the error of the predicted figures. A
+    fitted length shorter than the model's keeps that margin, which `auto` would not: it stays explicit."""
+    pinned = request.pinned.max_model_len
+    derived = request.arch.derived_max_model_len
+    if pinned is not None or not profile.max_model_len_auto or not fits:
+        return False, None  # the length is the user's (or a replayed command's), the release has no auto, or no plan
+    cap = request.constraints.max_model_len
+    if cap is not None and cap < derived:
+        return False, None  # a cap below the model's length: auto cannot say it
+    version = profile.version
+    if flags.max_model_len < derived:
+        estimate = prediction.estimated_max_model_len
+        return False, (f"max-model-len {flags.max_model_len}, not auto: vLLM {version}'s `--max-model-len auto` would "
+                       f"pick {estimate} tokens here, the longest one request of which fits the predicted KV cache, "
+                       "with no room for the error of the predicted figures.")
+    wanted = max(request.constraints.min_model_len or 0, request.workload.context_length or 0)
+    margin = _estimate_margin(prediction)
+    kv_bytes = prediction.memory.kv_cache_gib * 2**30
+    slack = 1 - wanted * prediction.kv_bytes_per_token / kv_bytes if kv_bytes > 0 else 0.0
+    if wanted and (wanted >= derived or slack < margin):
+        return False, (f"max-model-len {derived}, not auto (the same length on vLLM {version} as predicted): requests "
+                       f"need {wanted} tokens, and `auto` would start with fewer, without an error, where an explicit "
+                       "length stops vLLM with the KV-cache-too-small error, if the KV cache came out "
+                       f"{max(slack, 0.0):.1%} smaller than predicted (the planner keeps {margin:.1%} for the error of "
+                       "its predicted figures).")
+    need = (f", and keeps at least the {wanted} tokens requests need unless the KV cache comes out {slack:.0%} smaller "
+            f"than predicted (the planner keeps {margin:.1%} for the error of its predicted figures)") if wanted else ""
+    return True, (f"max-model-len auto: on vLLM {version} it keeps the model's full context, {derived} tokens, as "
+                  "planned (one request of it fits the predicted KV cache); unlike an explicit length, which stops "
+                  "vLLM with the KV-cache-too-small error if the memory comes out smaller than predicted, `auto` "
+                  "re-fits to the memory vLLM measures at startup (its log then says \"Auto-fit max_model_len: reduced "
+                  f"from ...\"){need}.")
 
 
 def kv_fraction(request: PlanRequest, profile: VersionProfile, flags: EngineFlags,
@@ -1342,11 +1391,18 @@ def _quantized_variant(request: PlanRequest, attempt: _Attempt) -> Option | None
     return option
 
 
+def offered_as_larger(gpu: GPUSpec) -> bool:
+    """Whether "a GPU the cluster lacks" may name this catalog row: a whole datacenter GPU a Linux node runs. A WSL2
+    row (a Windows desktop), a laptop or desktop card (tier consumer/workstation), a UMA part (GB10, GH200: host
+    memory counts) or a MIG slice is a way the user's own machine is described, not a GPU a cluster adds."""
+    return gpu.tier == "datacenter" and gpu.host == "linux" and not gpu.uma and not gpu.is_mig
+
+
 def _larger_gpu(request: PlanRequest, attempt: _Attempt) -> Option | None:
     from .gpus import load_gpu_catalog
 
     catalog = load_gpu_catalog()
-    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and not g.uma and not g.is_mig),
+    bigger = sorted((g for g in catalog if g.reported_gib > request.gpu.reported_gib and offered_as_larger(g)),
                     key=lambda g: g.reported_gib)
     weights_gib = checkpoint_bytes(request.arch) / 2**30 / max(request.gpu_count, 1)
     tried: list[float] = []

@@ -63,6 +63,8 @@ class VersionProfile(BaseModel):
         ge=1, description="the default largest CUDA-graph capture size on compute capability 10.x GPUs")
     external_weights_budget: bool = Field(
         description="weights held by another process (--load-format ipc_cache, zero-copy) leave the budget")
+    max_model_len_auto: bool = Field(
+        description="`--max-model-len auto` (and -1): vLLM fits the longest context whose KV cache fits at startup")
     estimates: tuple[str, ...] = Field(description="the fields of this era that are estimates, not source or fit")
     note: str = ""
     version: str = Field("", description="the release this profile was resolved for")
