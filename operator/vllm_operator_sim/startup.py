@@ -564,6 +564,25 @@ def _stalled(run: _Run, phase: Phase, common: dict[str, Any]) -> StartupOutcome:
     return _fail(run, phase, FailureKind.UNKNOWN, message, common)
 
 
+def _auto_fit(run: _Run, release: tuple[int, ...], *, derived: int, estimate: int, avail_gib: float) -> int | None:
+    """vLLM's `_auto_fit_max_model_len` for `--max-model-len auto`: the model's full context when one request of it
+    fits the measured KV memory, else the longest that does (the estimate its KV-too-small error prints), with the
+    line it logs; None when not even one token fits (vLLM raises). Wording per release: "available GPU memory" up to
+    0.31, "available KV cache memory (N GiB GPU)" from 0.32 (kv_cache_planning.py from 0.33)."""
+    if estimate <= 0:
+        return None
+    source = "kv_cache_planning.py:1405" if release >= (0, 33, 0) else "kv_cache_utils.py:2478"
+    gib = f"{round(avail_gib, 2)}"
+    if estimate >= derived:
+        where = (f"available KV cache memory ({gib} GiB GPU)" if release >= (0, 32, 0) else "available GPU memory")
+        run.info(f"Auto-fit max_model_len: full model context length {derived} fits in {where}", source)
+        return derived
+    where = (f"available KV cache memory ({gib} GiB GPU)" if release >= (0, 32, 0)
+             else f"available GPU memory ({gib} GiB available for KV cache)")
+    run.info(f"Auto-fit max_model_len: reduced from {derived} to {estimate} to fit in {where}", source)
+    return estimate
+
+
 def _fail(run: _Run, phase: Phase, kind: FailureKind, message: str, common: dict[str, Any], *,
           in_engine: bool = True) -> StartupOutcome:
     if in_engine:
@@ -906,6 +925,19 @@ def simulate_startup(  # noqa: C901 - vLLM's startup phases, in order, as one re
     bookkeeping = predict_startup(arch, flags.model_copy(update={"kv_cache_memory_bytes": int(avail)}),
                                   GPUFacts(total_gib=total_gib, uma=gpu.uma, nvlink=gpu.nvlink), profile)
     run.at(0.5)
+    if parsed.max_model_len == -1:  # --max-model-len auto: vLLM fits the context to what it measured (0.14+)
+        fitted = _auto_fit(run, profile.version_tuple, derived=max_len, estimate=bookkeeping.estimated_max_model_len,
+                           avail_gib=avail / GiB)
+        if fitted is None:
+            message = ("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a "
+                       "single token. Try increasing `gpu_memory_utilization`.")
+            return _fail(run, Phase.KV_CACHE, FailureKind.NO_KV_CACHE_MEMORY, message, common)
+        if fitted < max_len:
+            max_len = fitted
+            flags = flags.model_copy(update={"max_model_len": fitted})
+            common.update(flags=flags)
+            bookkeeping = predict_startup(arch, flags.model_copy(update={"kv_cache_memory_bytes": int(avail)}),
+                                          GPUFacts(total_gib=total_gib, uma=gpu.uma, nvlink=gpu.nvlink), profile)
     if bookkeeping.failure is not None and bookkeeping.failure.kind is FailureKind.KV_CACHE_TOO_SMALL:
         return _fail(run, Phase.KV_CACHE, FailureKind.KV_CACHE_TOO_SMALL, bookkeeping.failure.message, common)
     common.update(kv_cache_tokens=bookkeeping.kv_cache_tokens, max_concurrency=bookkeeping.max_concurrency)

@@ -446,3 +446,35 @@ def test_lora_refused_before_the_weights_load_up_to_0_6_3() -> None:
     assert "ValueError: Model Qwen2MoeForCausalLM does not support LoRA, but LoRA is enabled." in text
     assert "Loading weights took" not in text
     assert classified(outcome).wording == "lora-unsupported"
+
+
+@pytest.mark.parametrize(("image", "where"), [(IMAGE_026, "available GPU memory ("), (IMAGE_033, "GiB GPU)")])
+def test_max_model_len_auto_fits_the_context_to_the_kv_cache_vllm_measured(image: str, where: str) -> None:
+    # the same too-small KV cache that stops an explicit 8192 (above): `auto` starts with the longest that fits
+    # (vLLM's _auto_fit_max_model_len), and says so, instead of refusing
+    flags = {**PLANNED_8B_L4, "max_model_len": "auto"}
+    outcome = run(image=image, hidden=HiddenFacts(extra_activation_gib=3.4), **flags)
+    assert outcome.starts, outcome.message
+    text = outcome.log_text(START)
+    found = re.search(r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in (.*)", text)
+    assert found is not None, text
+    derived, chosen = int(found.group(1)), int(found.group(2))
+    assert derived == 8192 and 0 < chosen < 8192 and where in found.group(3)
+    assert f"Maximum concurrency for {chosen:,} tokens" in text or outcome.flags.max_model_len == chosen
+
+
+def test_max_model_len_auto_keeps_the_full_context_when_it_fits() -> None:
+    outcome = run(image=IMAGE_033, **{**PLANNED_8B_L4, "max_model_len": "auto"})
+    assert outcome.starts
+    assert "Auto-fit max_model_len: full model context length 8192 fits in available KV cache memory (" \
+        in outcome.log_text(START)
+
+
+def test_max_model_len_auto_without_room_for_one_token_is_vllms_own_refusal() -> None:
+    # less KV memory than one block: vLLM raises instead of fitting (kv_cache_utils._auto_fit_max_model_len), and
+    # the operator's classifier reads that text as "no KV cache memory"
+    from vllm_operator_sim.startup import _auto_fit, _Run
+    assert _auto_fit(_Run("0.33.0", "seed"), (0, 33, 0), derived=8192, estimate=0, avail_gib=0.01) is None
+    text = ("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+            "token. Try increasing `gpu_memory_utilization`.")
+    assert classify_text(text, terminated_reason="Error", exit_code=1).kind is FailureKind.NO_KV_CACHE_MEMORY

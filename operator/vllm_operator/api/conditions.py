@@ -175,6 +175,10 @@ NO_CONFLICT: Final = "NoConflict"
 # A failure the core did not foresee (a bug): the service still gets an answer, never a crash loop (Degraded)
 INTERNAL_ERROR: Final = "InternalError"
 
+#: vLLM's `--max-model-len auto` started with a shorter context than the plan expected: Event reason
+#: (remediation/kvcache.context_reduced; status.kvCache.maxModelLen says it too).
+CONTEXT_REDUCED: Final = "ContextReducedByVLLM"
+
 # Healthy
 AS_EXPECTED: Final = "AsExpected"
 

@@ -269,6 +269,14 @@ class KVCacheStatus(_StatusModel):
         description="The pod's plan annotation (vllm-operator.dev/plan): the profile the measurement belongs to.",
     )
     time: str = Field(json_schema_extra={"format": "date-time"}, description="When it was read (RFC 3339).")
+    max_model_len: int | None = Field(
+        default=None, ge=0,
+        description="The context vLLM's `--max-model-len auto` chose at startup (its \"Auto-fit max_model_len\" "
+                    "line); unset when the length was explicit.",
+    )
+    planned_max_model_len: int | None = Field(
+        default=None, ge=0, description="The context the plan expected `auto` to keep (status.plan.flags.maxModelLen).",
+    )
 
 
 class MetricsStatus(_StatusModel):

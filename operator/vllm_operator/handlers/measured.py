@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from ..api import conditions as cond
 from ..api.labels import ANNOTATION_PLAN
 from ..api.v1alpha1 import VLLMServiceStatus
-from ..remediation.kvcache import fold_measured, measured_tokens
+from ..remediation.kvcache import auto_fit_length, context_reduced, fold_measured, measured_tokens
 from ..render.pods import LWS_NAME_LABEL, serving_pods
 from . import effects
 
@@ -48,21 +49,30 @@ def record_kv_cache(namespace: str, service: str, pod: Mapping[str, Any], text: 
     if tokens is None:
         return False
     when = now or datetime.now(UTC)
+    auto_fit = auto_fit_length(text)
     predicted: list[Any] = []
+    reduced: list[Any] = []
 
     def build(service_obj: dict[str, Any]) -> VLLMServiceStatus | None:
         current = dict(service_obj.get("status") or {})
         recorded = current.get("kvCache") if isinstance(current.get("kvCache"), Mapping) else None
         if recorded is not None and template and recorded.get("template") == template:
             return None  # measured already for this template (by this or an earlier operator process)
-        folded = fold_measured(current, pod=name, template=template, pod_args=args, tokens=tokens, now=when)
+        folded = fold_measured(current, pod=name, template=template, pod_args=args, tokens=tokens, now=when,
+                               auto_fit=auto_fit)
         if folded is None:
             return None
         predicted[:] = [(current.get("plan") or {}).get("kvCacheTokens")]
+        warning = context_reduced(folded)
+        reduced[:] = [warning, effects.involved(service_obj)] if warning else []
         return VLLMServiceStatus.model_validate({**current, "kvCache": folded.model_dump(by_alias=True)})
 
     written = effects.update_status(namespace, service, build)
     if written:
         log.info("%s/%s: pod %s: vLLM allocated %d KV cache tokens (predicted %s)", namespace, service, name,
                  tokens, predicted[0] if predicted else None)
+        if reduced:  # recorded first (status.kvCache.maxModelLen), then said
+            message, involved = reduced
+            log.warning("%s/%s: %s", namespace, service, message)
+            effects.post_event(namespace, involved, "Warning", cond.CONTEXT_REDUCED, message)
     return written
