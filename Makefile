@@ -22,13 +22,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/vllm-operator demo
 
+# Tests run in parallel (pytest-xdist): one worker per CPU, each test file on one worker (module fixtures such as the
+# demo run or the remediation scenarios' cluster start once), files handed out in collection order (the few long
+# end-to-end files first, the many short unit files last, so the workers finish together);
+# `make test PYTEST_WORKERS=0` runs everything in one process.
+PYTEST_WORKERS  ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 # The full run (CI's, and what a pull request must pass): lint, contracts, then every test directory.
 test: $(STAMP) lint contracts
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 
 # The edit loop: lint, contracts and the unit tests (pure core, CLI, chart rendering; no operator process).
 test-unit: $(STAMP) lint contracts
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/unit
 
 # The contract with vLLM itself: rendered args through `vllm serve`'s own parser (vLLM's GPU wheel on CPU, ~4 min,
 # ~6 GB; not part of CI: `make test-real` runs the same tests against the CPU build of 0.32.0).

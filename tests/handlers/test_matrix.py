@@ -40,6 +40,9 @@ L4, H100 = "NVIDIA-L4", "NVIDIA-H100-80GB-HBM3"
 LWS_NAME, GROUP_INDEX, WORKER_INDEX = ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index",
                                        "leaderworkerset.sigs.k8s.io/worker-index")
 MARK = "MATRIX_MARK"
+#: the module fixture builds all 72 services in the first test's setup (about 50 s on 2 idle cores, over 300 s, the
+#: default per-test limit, on a 2-core machine at load 20): a safety net, as the end-to-end files have
+pytestmark = pytest.mark.timeout(1200)
 TIMEOUT = 120.0
 
 SHAPES = ("pod", "rep", "lws")

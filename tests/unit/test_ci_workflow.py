@@ -54,8 +54,8 @@ def test_the_tiers_share_lint_and_contracts_and_differ_in_what_pytest_runs() -> 
     unit_needs, unit = _make_recipe("test-unit")
     full_needs, full = _make_recipe("test")
     assert {"lint", "contracts"} <= set(unit_needs) and {"lint", "contracts"} <= set(full_needs)
-    assert unit == ["$(BIN)/pytest -q tests/unit"]
-    assert full == ["$(BIN)/pytest -q"]  # every directory under testpaths
+    assert unit == ["$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/unit"]
+    assert full == ["$(BIN)/pytest -q $(PYTEST_PARALLEL)"]  # every directory under testpaths
     _, lint = _make_recipe("lint")
     assert any("check-jsonschema" in line and ".github/workflows/" in line for line in lint)
     ci = (REPO / ".ci" / "run").read_text()
@@ -63,6 +63,19 @@ def test_the_tiers_share_lint_and_contracts_and_differ_in_what_pytest_runs() -> 
     assert commands == ["make test", "make test-real"]  # README's command, then the real-vLLM tier
     _, real = _make_recipe("test-real")
     assert any("tests/real" in line for line in real)
+
+
+def test_both_tiers_run_in_parallel_one_file_per_worker_and_xdist_is_a_dev_dependency() -> None:
+    """`-n auto --dist loadfile`: a module's tests share one worker, so a module-scoped fixture (the demo's run, the
+    remediation scenarios' cluster) starts once; files go out in collection order (the long end-to-end files first);
+    PYTEST_WORKERS=0 runs everything in one process."""
+    text = (REPO / "Makefile").read_text()
+    assert re.search(r"^PYTEST_WORKERS\s*\?=\s*auto$", text, re.M)
+    assert re.search(r"^PYTEST_PARALLEL\s*:=\s*-n \$\(PYTEST_WORKERS\) --dist loadfile --no-loadscope-reorder$",
+                     text, re.M)
+    pyproject = (REPO / "pyproject.toml").read_text()
+    dev = re.search(r"^dev = \[(.*?)^\]", pyproject, re.S | re.M)
+    assert dev and '"pytest-xdist' in dev.group(1)
 
 
 def test_make_says_what_it_installs_before_the_venv_step() -> None:
