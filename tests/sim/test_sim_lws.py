@@ -152,12 +152,15 @@ def test_a_group_that_fails_for_memory_is_remediated_on_every_rank(tmp_path: Pat
     from vllm_operator_sim.scenarios import Scenario, ScenarioSet
     from vllm_operator_sim.startup import HiddenFacts
 
-    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(extra_activation_gib=20.0))})
+    scenarios = ScenarioSet({"big": Scenario(name="big", hidden=HiddenFacts(extra_activation_gib=22.0))})
     with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], scenarios=scenarios, speed=200,
                           workdir=tmp_path) as cluster:
         cluster.start_operator()
         api = cluster.api
+        # vLLM 0.13: no `--max-model-len auto` yet, so the plan's explicit length meets vLLM's KV check (from 0.14
+        # the operator renders `auto` for a full-context plan, and vLLM would start with a shorter context instead)
         cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
+                                       "image": "vllm/vllm-openai:v0.13.0",
                                        "remediation": {"minIntervalSeconds": 0}}))
 
         def service() -> dict[str, Any] | None:
