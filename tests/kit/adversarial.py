@@ -258,6 +258,8 @@ VALID: dict[Path, st.SearchStrategy[Any]] = {
     ("modelCache", "claimName"): _k8s_name,
     ("modelCache", "size"): st.sampled_from(["100Gi", "1", "1e3"]),
     ("modelCache", "storageClassName"): _k8s_name,
+    ("modelCache", "prewarm", "enabled"): st.booleans(),
+    ("modelCache", "prewarm", "keep"): st.booleans(),
     ("modelCache", "mountPath"): st.sampled_from(["/models", "/root/.cache/huggingface", "/a/.b/c-d_e",
                                                   "/home/vllm/.cache/huggingface"]),
     ("lora", "adapters", 0, "name"): st.sampled_from(["sql", "chat-v2", "A.b_c-1", "x" * 128]),
