@@ -92,3 +92,40 @@ def test_each_pod_has_its_own_claim_and_scaling_changes_no_template(tmp_path: Pa
         # the second pod's claim is kept (whenScaled: Retain): a scale back up finds its weights
         assert api.get_object("persistentvolumeclaims", "model-cache-chat-1", "default") is not None
         assert service()["status"]["workload"] == "LeaderWorkerSet"
+
+
+def test_a_one_pod_service_scaled_to_two_on_a_full_pool_switches_to_groups(tmp_path: Path) -> None:
+    """A plain one-replica service (a Deployment with its own claim) on a pool of two one-GPU nodes, scaled to 2:
+    it switches once to one-pod groups, make before break — group 0 takes over while the Deployment's pod holds the
+    other GPU, the Deployment goes, and group 1 starts on the GPU it frees. It never stops serving."""
+    with SimulatedCluster([NodePool("L4", 1, 2)], speed=100, workdir=tmp_path) as cluster:
+        cluster.start_operator()
+        api = cluster.api
+
+        def service() -> dict[str, Any]:
+            return api.get_object("vllmservices", "chat", "default") or {}
+
+        cluster.apply(_service({"model": {"name": MODEL}, "gpu": {"product": "NVIDIA-L4"}}))
+        cluster.wait_for(lambda: _condition(service(), "Ready").get("status") == "True", timeout=120,
+                         message="never served:\n" + cluster.operator_log()[-3000:])
+        assert service()["status"]["workload"] == "Deployment"
+        assert api.get_object("deployments", "chat", "default") is not None
+
+        api.patch_object("vllmservices", "chat", {"spec": {"replicas": 2}}, "default")
+        gaps: list[float] = []
+
+        def switched() -> bool:
+            if not _ready_pods(cluster):
+                gaps.append(cluster.clock.now())
+            return (_ready_pods(cluster) == ["chat-0", "chat-1"]
+                    and api.get_object("deployments", "chat", "default") is None
+                    and _condition(service(), "Ready").get("status") == "True")
+
+        cluster.wait_for(switched, timeout=180, message="the switch to one-pod groups never finished:\n"
+                         + cluster.operator_log()[-3000:])
+        assert not gaps, f"no pod served at simulated {gaps[:3]}"
+        status = service()["status"]
+        assert status["workload"] == "LeaderWorkerSet" and "workloadSwitch" not in status
+        assert status["modelCache"]["shapePods"] == 2
+        volumes = {v for kind, _pod, v in _fetches(cluster) if kind == "download"}
+        assert {"pvc:model-cache-chat-0", "pvc:model-cache-chat-1"} <= volumes, volumes

@@ -187,3 +187,26 @@ def test_a_status_without_the_workload_field_reads_as_before() -> None:
     assert switch.target_kind({}) == "Deployment"
     assert switch.target_kind({"workload": "LeaderWorkerSet"}) == "LeaderWorkerSet"
     assert switch.target_kind({"workload": "Something"}) == "Deployment"
+
+
+def _workload(kind: str, replicas: int, ready: int, updated: int | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"readyReplicas": ready}
+    if updated is not None:
+        status["updatedReplicas"] = updated
+    return {"kind": kind, "metadata": {"generation": 1}, "spec": {"replicas": replicas},
+            "status": {**status, "observedGeneration": 1}}
+
+
+def test_a_switch_target_takes_over_when_it_serves_no_less_than_the_previous_workload() -> None:
+    from vllm_operator.handlers.effects import takes_over
+
+    deployment = _workload("Deployment", 1, 1)
+    assert takes_over(_workload("LeaderWorkerSet", 2, 2), deployment)  # all of it
+    # the previous pod holds the GPU the second group needs: one ready group serves as much as the one pod did
+    assert takes_over(_workload("LeaderWorkerSet", 2, 1), deployment)
+    assert not takes_over(_workload("LeaderWorkerSet", 2, 0), deployment)
+    assert not takes_over(_workload("LeaderWorkerSet", 3, 1), _workload("Deployment", 2, 2))  # less than before
+    assert not takes_over(_workload("LeaderWorkerSet", 2, 1, updated=0), deployment)  # not its current revision
+    assert not takes_over(None, deployment)
+    assert takes_over(_workload("LeaderWorkerSet", 2, 1), None) and not takes_over(
+        _workload("LeaderWorkerSet", 2, 0), None)
