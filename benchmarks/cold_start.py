@@ -119,6 +119,14 @@ def _watch(cluster: SimulatedCluster, row: Row, done: Any, *, limit_s: float, ti
         row.compile_s = _compile_s(cluster, pods[-1])
 
 
+def _settled(cluster: SimulatedCluster) -> bool:
+    """The service is Ready with no workload switch under way (a scale that moves a one-pod Deployment to one-pod
+    groups is done when the groups serve, not when the Deployment's pod and the first group do)."""
+    status = (cluster.api.get_object("vllmservices", NAME, "default") or {}).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return "workloadSwitch" not in status and ready.get("status") == "True"
+
+
 def _args_of(pod: dict[str, Any]) -> list[str]:
     return [str(a) for a in pod["spec"]["containers"][0].get("args") or []]
 
@@ -156,7 +164,8 @@ def run(rate: float, window: float, timeout: float, shared_class: bool, max_repl
         row = Row("scale 1→2")
         spec = {**spec, "replicas": 2}
         cluster.apply(_service(spec))
-        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 2, limit_s=3600, timeout=timeout)
+        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 2 and _settled(cluster), limit_s=3600,
+               timeout=timeout)
         rows.append(row)
 
         row = Row("scale 0→1")
