@@ -98,3 +98,17 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
     last = seen["downloaded"][-1]
     assert cache["downloadedBytes"] == cache["checkpointBytes"] and cache["measuredPod"] in pods
     assert abs(cache["downloadSeconds"] - last["seconds"]) < 0.01
+
+
+def test_a_remediation_step_of_a_one_pod_group_reuses_its_own_claim() -> None:
+    """A service that may run several pods, on ReadWriteOnce storage with the LeaderWorkerSet API: it runs as
+    one-pod groups, and the remediation step's new pod (group 0, recreated) finds the weights in its own claim."""
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
+            "remediation": {"minIntervalSeconds": 0}}
+    result, events, condition = _run("groups", spec, HiddenFacts(extra_activation_gib=4.0))
+    assert result.outcome == "Ready" and result.remediation_steps >= 1, result
+    assert condition.get("status") == "True" and condition.get("reason") == "PersistentVolumeClaim", condition
+    assert "one-pod groups" in condition.get("message", ""), condition
+    assert len([e for e in events if e[0] == "download"]) == 1, events  # one download, ever
+    assert {e[2] for e in events} == {"pvc:model-cache-groups-0"}, events
+    assert [e for e in events if e[0] == "cache-hit"], events
