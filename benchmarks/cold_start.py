@@ -17,9 +17,12 @@ Per event: simulated seconds without a Ready pod (downtime), GiB downloaded (the
 seconds until the event's pods are Ready, and torch.compile seconds of the last pod started (from its vLLM log:
 a warm compile cache loads the compiled graphs instead). Run it on two checkouts to compare code before and after:
 
-    .venv/bin/python benchmarks/cold_start.py [--rate 100] [--window 600] [--shared-class]
+    .venv/bin/python benchmarks/cold_start.py [--rate 100] [--window 600] [--shared-class] [--max-replicas N]
+                                              [--no-lws]
 
-`--shared-class` adds a StorageClass with a shared-filesystem provisioner (ReadWriteMany claims).
+`--shared-class` adds a StorageClass with a shared-filesystem provisioner (ReadWriteMany claims). `--max-replicas N`
+declares the service's bounds from its creation (`spec.maxReplicas`: it may run N pods); `--no-lws` runs the
+cluster without the LeaderWorkerSet API (on ReadWriteOnce storage several pods then share no persistent cache).
 """
 
 from __future__ import annotations
@@ -116,14 +119,23 @@ def _watch(cluster: SimulatedCluster, row: Row, done: Any, *, limit_s: float, ti
         row.compile_s = _compile_s(cluster, pods[-1])
 
 
+def _settled(cluster: SimulatedCluster) -> bool:
+    """The service is Ready with no workload switch under way (a scale that moves a one-pod Deployment to one-pod
+    groups is done when the groups serve, not when the Deployment's pod and the first group do)."""
+    status = (cluster.api.get_object("vllmservices", NAME, "default") or {}).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    return "workloadSwitch" not in status and ready.get("status") == "True"
+
+
 def _args_of(pod: dict[str, Any]) -> list[str]:
     return [str(a) for a in pod["spec"]["containers"][0].get("args") or []]
 
 
-def run(rate: float, window: float, timeout: float, shared_class: bool) -> list[Row]:
+def run(rate: float, window: float, timeout: float, shared_class: bool, max_replicas: int | None = None,
+        lws: bool = True) -> list[Row]:
     pools = [NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)]
     rows: list[Row] = []
-    with SimulatedCluster(pools, speed=50) as cluster:
+    with SimulatedCluster(pools, speed=50, leaderworkerset=lws) as cluster:
         cluster.kubelet.download_mib_per_s = rate
         if shared_class:
             cluster.api.create_object("storageclasses", {
@@ -131,7 +143,7 @@ def run(rate: float, window: float, timeout: float, shared_class: bool) -> list[
                 "provisioner": "nfs.csi.k8s.io"})
         cluster.start_operator()
         spec: dict[str, Any] = {"model": {"name": MODEL}, "gpu": {"product": L4},
-                                "flags": {"maxNumSeqs": 16}}
+                                "flags": {"maxNumSeqs": 16}, **({"maxReplicas": max_replicas} if max_replicas else {})}
         cluster.apply(_service({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "gpu": {"product": H100}},
                                name="other"))
 
@@ -152,7 +164,8 @@ def run(rate: float, window: float, timeout: float, shared_class: bool) -> list[
         row = Row("scale 1→2")
         spec = {**spec, "replicas": 2}
         cluster.apply(_service(spec))
-        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 2, limit_s=3600, timeout=timeout)
+        _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 2 and _settled(cluster), limit_s=3600,
+               timeout=timeout)
         rows.append(row)
 
         row = Row("scale 0→1")
@@ -175,14 +188,19 @@ def run(rate: float, window: float, timeout: float, shared_class: bool) -> list[
                             if c.get("type") == "Progressing"), {})
         row.notes = [f"watched {window:.0f} s; Progressing {progressing.get('reason')}"]
         rows.append(row)
-    rows.append(_prewarmed_start(rate, timeout, shared_class))
+        workload = ((cluster.api.get_object("vllmservices", NAME, "default") or {}).get("status") or {}).get(
+            "workload") or "Deployment (status.workload unset)"
+        rows[0].notes.append(f"runs on a {workload} at the end")
+    rows.append(_prewarmed_start(rate, timeout, shared_class, max_replicas, lws))
     return rows
 
 
-def _prewarmed_start(rate: float, timeout: float, shared_class: bool) -> Row:
+def _prewarmed_start(rate: float, timeout: float, shared_class: bool, max_replicas: int | None = None,
+                     lws: bool = True) -> Row:
     """A fresh cluster of the same shape; the service created with spec.modelCache.prewarm."""
     row = Row("first start with prewarm")
-    with SimulatedCluster([NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)], speed=50) as cluster:
+    with SimulatedCluster([NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)], speed=50,
+                          leaderworkerset=lws) as cluster:
         cluster.kubelet.download_mib_per_s = rate
         if shared_class:
             cluster.api.create_object("storageclasses", {
@@ -190,7 +208,8 @@ def _prewarmed_start(rate: float, timeout: float, shared_class: bool) -> Row:
                 "provisioner": "nfs.csi.k8s.io"})
         cluster.start_operator()
         cluster.apply(_service({"model": {"name": MODEL}, "gpu": {"product": L4}, "flags": {"maxNumSeqs": 16},
-                                "modelCache": {"prewarm": {}}}))
+                                "modelCache": {"prewarm": {}},
+                                **({"maxReplicas": max_replicas} if max_replicas else {})}))
         _watch(cluster, row, lambda: len(_ready_pods(cluster)) == 1, limit_s=3600, timeout=timeout)
         row.downtime_s = 0.0  # nothing served before
         obj = cluster.api.get_object("vllmservices", NAME, "default") or {}
@@ -206,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=600.0, help="simulated seconds the full-pool edit is watched")
     parser.add_argument("--timeout", type=float, default=300.0, help="real seconds per event at most")
     parser.add_argument("--shared-class", action="store_true", help="add a ReadWriteMany (NFS) StorageClass")
+    parser.add_argument("--max-replicas", type=int, default=None, help="spec.maxReplicas from the creation on")
+    parser.add_argument("--no-lws", action="store_true", help="a cluster without the LeaderWorkerSet API")
     args = parser.parse_args(argv)
-    rows = run(args.rate, args.window, args.timeout, args.shared_class)
+    rows = run(args.rate, args.window, args.timeout, args.shared_class, args.max_replicas, not args.no_lws)
     print(f"{MODEL} on L4 nodes, default StorageClass (ReadWriteOnce){' + an NFS class' if args.shared_class else ''}"
+          f"{'' if args.no_lws else ', LeaderWorkerSet served'}"
+          f"{f', spec.maxReplicas {args.max_replicas}' if args.max_replicas else ''}"
           f", network {args.rate:g} MiB/s (simulated seconds)")
     print("| event | downtime | GiB downloaded | until Ready | torch.compile of the last pod | notes |")
     print("|---|---|---|---|---|---|")

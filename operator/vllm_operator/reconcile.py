@@ -732,8 +732,11 @@ def wants(observed: Observed) -> Wants | None:
             return None
     except Exception:  # noqa: BLE001 - desired_state answers this spec (InternalError); nothing to read for it
         return None
+    # the LeaderWorkerSet API: for a plan that may span nodes, and for a service that may run several pods (on
+    # ReadWriteOnce storage each gets a claim of its own as a one-pod group: render/cache.py)
     return Wants(model=not spec.model.config, node_selector=dict(spec.node_selector),
-                 nodes_optional=bool(spec.gpu.product), lws=spec.gpu.max_nodes > 1)
+                 nodes_optional=bool(spec.gpu.product),
+                 lws=spec.gpu.max_nodes > 1 or cache_pods(spec, observed.status) > 1)
 
 
 def renderer(observed: Observed) -> Callable[[Mapping[str, Any]], Desired]:
@@ -887,7 +890,8 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       max_pods=cache_pods(spec, observed.status) * planned.nodes_per_replica,  # a group: several
                       labels=labels_for(observed.name),
                       owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s(),
-                      shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1)
+                      shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1,
+                      lws_served=bool(observed.lws_installed))
 
 
 @dataclass(frozen=True)
@@ -978,15 +982,16 @@ class _Rendered:
 
     render: RenderInput
     children: list[dict[str, Any]]
+    groups: bool    # the workload is a LeaderWorkerSet (a plan over nodes, or one-pod groups with their own claims)
     updates: list[cond.ConditionUpdate]
     stale: list[tuple[str, str]]
     model_cache: ModelCacheStatus
     cold_start: ColdStartStatus | None
 
 
-def _serving(observed: Observed, planned: _Planned) -> ServingPods:
+def _serving(observed: Observed, groups: bool) -> ServingPods:
     """The pods that serve the service in this plan's shape (a Deployment's pods, or a LeaderWorkerSet's leaders)."""
-    return serving_pods(observed.name, observed.namespace, multinode=planned.nodes_per_replica > 1)
+    return serving_pods(observed.name, observed.namespace, multinode=groups)
 
 
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
@@ -997,13 +1002,14 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     cache = _model_cache(observed, planned)
     download = _download(observed, planned, cache)
     render = _render_input(observed, planned, cache, download)
-    # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13)
+    # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13) or each pod needs a claim (issue 25)
+    groups = multinode.runs_as_groups(render, planned.nodes_per_replica)
     children = ([cache.claim] if cache.claim else []) + multinode.children_for(
         render, planned.nodes_per_replica, multinode.group_options(spec, planned.spread))
     deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
         name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
-        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, planned),
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, groups),
         served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
         persistent_cache=cache.persistent, cold_start=observed.status.get("coldStart"))
@@ -1014,7 +1020,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
                     f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
     updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
-    return _Rendered(render=render, children=children + extras.children, updates=updates, stale=extras.stale,
+    return _Rendered(render=render, children=children + extras.children, groups=groups, updates=updates,
+                     stale=extras.stale,
                      model_cache=download.status(observed),
                      cold_start=_cold_start_status(observed, _engine_budget(observed, planned)))
 
@@ -1054,9 +1061,10 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     events.extend(planned.secret_events + planned.budget_events)
     updates.extend(planned.secret_updates + planned.budget_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
-    selector = _serving(observed, planned).label_selector()  # the /scale subresource's: the HPA's pods
+    selector = _serving(observed, rendered.groups).label_selector()  # the /scale subresource's: the HPA's pods
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
+                     workload="LeaderWorkerSet" if rendered.groups else "Deployment",
                      model_cache=rendered.model_cache, cold_start=rendered.cold_start)
     return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 

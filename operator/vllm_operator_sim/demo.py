@@ -443,19 +443,21 @@ def run_services(manifests: Sequence[Mapping[str, Any]], *, scenarios: ScenarioS
                  speed: float = DEFAULT_SPEED, pools: Iterable[NodePool | Sequence[Any]] = DEFAULT_POOLS,
                  timeout_s: float = DEFAULT_TIMEOUT_S, sim_timeout_s: float = DEFAULT_SIM_TIMEOUT_S,
                  out: TextIO | None = None,
-                 on_results: Callable[[SimulatedCluster, list[ServiceResult]], None] | None = None
-                 ) -> list[ServiceResult]:
+                 on_results: Callable[[SimulatedCluster, list[ServiceResult]], None] | None = None,
+                 leaderworkerset: bool = True) -> list[ServiceResult]:
     """Apply ``manifests`` to a fresh simulated cluster running the real operator; wait; return the results.
 
     A service that reached no terminal state after ``sim_timeout_s`` simulated seconds (or, as a safety net,
     ``timeout_s`` real ones) ends as ``Timeout``. ``out`` receives the live view (None: quiet). ``on_results``, if given, is called with the cluster still
     running once the results are known (the demo prints its summary there, and waits with --keep-running).
+    ``leaderworkerset``: whether the cluster serves the LeaderWorkerSet API.
     """
     scenarios = scenarios if scenarios is not None else load_scenarios()
     names = [(m.get("metadata") or {}).get("name", "") for m in manifests]
     view = _View(out, max([len(n) for n in names] + [12]))
     events: queue.Queue[SimEvent] = queue.Queue()
-    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put, dra=True) as cluster:
+    with SimulatedCluster(pools, scenarios, speed=speed, on_event=events.put, dra=True,
+                          leaderworkerset=leaderworkerset) as cluster:
         describe = ", ".join(f"{n} ({p.gpus_per_node}× {p.gpu})" for n, p in zip(cluster.nodes, cluster.pools,
                                                                                   strict=False))
         view.say(f"cluster   {len(cluster.nodes)} GPU nodes: {describe}; API server {cluster.server.url}")

@@ -16,7 +16,7 @@ from vllm_operator_sim.startup import HiddenFacts
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
-def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
+def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None, *, leaderworkerset: bool = True,
          ) -> tuple[ServiceResult, list[tuple[str, str, str]], dict[str, Any]]:
     """Run one service that fails its first start (a stale process holds 3 GiB, unless `hidden` says otherwise) and
     is remediated; return the result, the kubelet's (kind, pod, volume) download/cache events and the service's
@@ -44,7 +44,7 @@ def _run(name: str, spec: dict[str, Any], hidden: HiddenFacts | None = None,
         seen["downloaded"] = [e.details for e in cluster.kubelet.events if e.service == name and e.kind == "download"]
 
     [result] = run_services([manifest], scenarios=scenarios, pools=[("L4", 1)], sim_timeout_s=3600,
-                            on_results=inspect)
+                            on_results=inspect, leaderworkerset=leaderworkerset)
     SEEN[name] = seen
     return result, seen["events"], seen["condition"]
 
@@ -80,12 +80,13 @@ def test_a_remediation_step_reuses_the_cache() -> None:
 
 
 def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
-    """The contrast (what the ModelCache condition warns about): replicas > 1 with the ReadWriteOnce default."""
+    """The contrast (what the ModelCache condition warns about): replicas > 1 with the ReadWriteOnce default, on a
+    cluster without the LeaderWorkerSet API (with it, each pod gets a claim of its own: test_pod_claims_process)."""
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
             "remediation": {"minIntervalSeconds": 0}}
     # the first start dies after loading the weights (a larger activation peak than planned), so it downloaded
     # them (a start that dies at the free-memory check, before loading, downloads nothing)
-    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=4.0))
+    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=4.0), leaderworkerset=False)
     assert result.remediation_steps >= 1, result
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}
@@ -97,3 +98,17 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
     last = seen["downloaded"][-1]
     assert cache["downloadedBytes"] == cache["checkpointBytes"] and cache["measuredPod"] in pods
     assert abs(cache["downloadSeconds"] - last["seconds"]) < 0.01
+
+
+def test_a_remediation_step_of_a_one_pod_group_reuses_its_own_claim() -> None:
+    """A service that may run several pods, on ReadWriteOnce storage with the LeaderWorkerSet API: it runs as
+    one-pod groups, and the remediation step's new pod (group 0, recreated) finds the weights in its own claim."""
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
+            "remediation": {"minIntervalSeconds": 0}}
+    result, events, condition = _run("groups", spec, HiddenFacts(extra_activation_gib=4.0))
+    assert result.outcome == "Ready" and result.remediation_steps >= 1, result
+    assert condition.get("status") == "True" and condition.get("reason") == "PersistentVolumeClaim", condition
+    assert "one-pod groups" in condition.get("message", ""), condition
+    assert len([e for e in events if e[0] == "download"]) == 1, events  # one download, ever
+    assert {e[2] for e in events} == {"pvc:model-cache-groups-0"}, events
+    assert [e for e in events if e[0] == "cache-hit"], events

@@ -3,7 +3,7 @@
 The Deployment's rollout (handlers/rollouts.py) and the LeaderWorkerSet's groups (handlers/lws.py) each compute
 conditions from their own workload; both fold them into the service's status through `serving`, so that during a
 Deployment ↔ LeaderWorkerSet switch (api/switch.py) they never disagree: the workload the recorded plan runs on
-(`switch.target_kind`: the status has `multiNode` exactly when the plan spans nodes) speaks, the other stays
+(`switch.target_kind`: `status.workload`, which the reconcile records with the plan) speaks, the other stays
 silent; while the new one is not Ready and the previous one still has ready pods, Ready is False with
 `ServingPreviousProfile`, naming the previous workload.
 """

@@ -1,7 +1,8 @@
 """A Deployment ↔ LeaderWorkerSet switch as a sequence of recorded steps, and which workload says whether the service
 serves while both exist (pure).
 
-A service runs on exactly one workload kind: a Deployment, or a LeaderWorkerSet when one replica spans nodes. When
+A service runs on exactly one workload kind: a Deployment, or a LeaderWorkerSet when one replica spans nodes or each
+pod needs a cache claim of its own (render/cache.py: several pods on ReadWriteOnce storage, one pod per group). When
 its plan changes kind the switch makes before it breaks, one idempotent step at a time, each recorded in
 `status.workloadSwitch` *before* it acts, so that a process killed at any point resumes from what the API shows:
 
@@ -78,7 +79,12 @@ def record(previous: str, target: str, step: str | None) -> WorkloadSwitch | Non
 
 
 def target_kind(status: Mapping[str, Any]) -> Kind:
-    """The workload kind the recorded plan runs on: a LeaderWorkerSet exactly when the status has `multiNode`."""
+    """The workload kind the recorded plan runs on: `status.workload` as the reconcile recorded it (a LeaderWorkerSet
+    when one replica spans nodes, or when each pod needs a cache claim of its own); for a status written before that
+    field existed, a LeaderWorkerSet exactly when the status has `multiNode`."""
+    kind = status.get("workload")
+    if kind in WORKLOADS:
+        return "LeaderWorkerSet" if kind == "LeaderWorkerSet" else "Deployment"
     return "LeaderWorkerSet" if status.get("multiNode") else "Deployment"
 
 

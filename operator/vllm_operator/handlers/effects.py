@@ -209,6 +209,27 @@ def _apply(resource: kube.Resource, namespace: str, child: dict[str, Any], exist
     _retrying(what, partial(kube.apply, resource, namespace, name, child, discard=True))
 
 
+def takes_over(target: Mapping[str, Any] | None, previous: Mapping[str, Any] | None) -> bool:
+    """Whether a switch's new workload may take over from the previous one: it serves with all its replicas, or at
+    least as many ready replicas (pods; groups) of its current revision as the previous one has ready now, and at
+    least one. The second case is a switch whose previous workload holds what the rest need: a `kubectl scale`
+    1 → 2 that moves a one-pod Deployment to one-pod groups with claims of their own (render/cache.py) on a pool of
+    two GPUs, whose second group can start only once the Deployment's pod is gone — waiting for every group there
+    would wait forever. The service then serves no less than before at every step."""
+    if ready(target):
+        return True
+    if not target:
+        return False
+    spec, status = target.get("spec") or {}, target.get("status") or {}
+    generation, seen = (target.get("metadata") or {}).get("generation"), status.get("observedGeneration")
+    if target.get("kind") == "Deployment" and generation is not None and seen is not None and seen < generation:
+        return False
+    have = min(int(status.get("readyReplicas") or 0), int(status.get("updatedReplicas", 0) or 0)
+               if "updatedReplicas" in status else int(status.get("readyReplicas") or 0))
+    before = int(((previous or {}).get("status") or {}).get("readyReplicas") or 0)
+    return int(spec.get("replicas", 1) or 0) > 0 and have >= max(before, 1)
+
+
 def ready(workload: Mapping[str, Any] | None) -> bool:
     """Whether a workload serves with all its replicas (Deployment: pods of its current generation; LWS: groups)."""
     if not workload:
@@ -361,7 +382,7 @@ def _switch(namespace: str, children: list[dict[str, Any]], live: Mapping[int, M
     others = [i for i in live if i != index and children[i]["kind"] not in ADDRESSING]
     while True:
         step = switch.next_step(previous_exists=old is not None, target_applied=applied,
-                                target_ready=applied and ready(existing), addressing_moved=moved)
+                                target_ready=applied and takes_over(existing, old), addressing_moved=moved)
         if record is not None:
             record(switch.record(previous, kind, step))
         if step == switch.CREATE_TARGET:
@@ -482,9 +503,9 @@ def finish_switch(namespace: str, workload: Mapping[str, Any], *, other_served: 
     finisher = SWITCH_FINISHER
     ref = next((r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
                 if r.get("kind") == "VLLMService"), None)
-    if finisher is None or ref is None or not ready(workload):
+    if finisher is None or ref is None:
         return False
-    if (namespace, str(ref.get("name"))) in HELD_SELECTORS:
+    if (namespace, str(ref.get("name"))) in HELD_SELECTORS and ready(workload):
         log.info("%s/%s: the %s is rolled out: moving the selectors to its pods", namespace, ref.get("name"),
                  workload.get("kind"))
     elif other_served and switch_pending(namespace, workload):
@@ -497,17 +518,19 @@ def finish_switch(namespace: str, workload: Mapping[str, Any], *, other_served: 
 
 
 def switch_pending(namespace: str, workload: Mapping[str, Any]) -> bool:
-    """Whether `workload` (a Deployment or LeaderWorkerSet of ours) is Ready while its service still owns a workload
-    of the other kind: a switch waiting for this moment to move the Service over and delete the old one."""
+    """Whether `workload` (a Deployment or LeaderWorkerSet of ours) may take over (`takes_over`) while its service
+    still owns a workload of the other kind: a switch waiting for this moment to move the Service over and delete the
+    old one."""
     kind = workload.get("kind")
     meta = workload.get("metadata") or {}
     ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == "VLLMService"), None)
-    if kind not in WORKLOADS or ref is None or not ready(workload):
-        return False
+    if kind not in WORKLOADS or ref is None or not takes_over(workload, None):
+        return False  # not even one ready replica: no need to read the other workload
     other = WORKLOADS[1] if kind == WORKLOADS[0] else WORKLOADS[0]
     name = _workload_names(str(ref.get("name")))[other]
     found = _retrying(f"read {other} {name}", partial(kube.get, kube.KIND_RESOURCES[other], namespace, name))
-    return owned(found, str(ref.get("uid")), str((meta.get("labels") or {}).get(LABEL_SERVICE)))
+    return owned(found, str(ref.get("uid")), str((meta.get("labels") or {}).get(LABEL_SERVICE))) and takes_over(
+        workload, found)
 
 
 def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:

@@ -51,10 +51,11 @@ def refresh(namespace: str, service: str) -> bool:
     def build(stored: dict[str, Any]) -> Any:
         status = stored.get("status") or {}
         multi = status.get("multiNode")
-        if (status.get("plan") or {}).get("fits") is False or not multi:
+        if (status.get("plan") or {}).get("fits") is False or switch.target_kind(status) != "LeaderWorkerSet":
             not_serving.append(True)
-            return None  # not (or no longer) a multi-node service: this LeaderWorkerSet is not the one that serves
-        multi = _record_failures(groups.count_recreations(multi, leaders, view.not_failing_groups), pods, now)
+            return None  # the recorded plan runs on a Deployment: this LeaderWorkerSet is not the one that serves
+        if multi:  # groups that span nodes: recreations and rank failures (one-pod groups restart in place)
+            multi = _record_failures(groups.count_recreations(multi, leaders, view.not_failing_groups), pods, now)
         generation = int((stored.get("metadata") or {}).get("generation") or 1)
         # during a switch the workload the recorded plan runs on speaks (api.serving, as handlers/rollouts.py)
         previous = _previous_deployment(namespace, service, status)
@@ -65,9 +66,9 @@ def refresh(namespace: str, service: str) -> bool:
             return None
         if placement.held(status):  # a held rollout (handlers/placement.py): the old groups serve, the hold stands
             updates = [u for u in updates if u.type != cond.PROGRESSING]
-        recreations = int(multi.get("groupRecreations") or 0)
+        recreations = int((multi or {}).get("groupRecreations") or 0)
         limit = groups.group_recreation_limit(stored.get("spec"))
-        if groups.recreations_exhausted(recreations, limit):
+        if multi and groups.recreations_exhausted(recreations, limit):
             first: dict[str, Any] = next(iter(multi.get("failures") or []), {})
             updates.append(cond.ConditionUpdate(
                 cond.DEGRADED, cond.TRUE, cond.GROUP_RECREATIONS_EXHAUSTED,
@@ -75,7 +76,8 @@ def refresh(namespace: str, service: str) -> bool:
                 f"{limit}, spec.remediation.maxGroupRecreations); first failure: {first.get('pod', '?')} (node rank "
                 f"{first.get('nodeRank', '?')}, stages {first.get('stages', '?')}): {first.get('failureClass', '?')}: "
                 f"{first.get('summary', 'unknown')}"))
-        return cond.fold_status({**status, "multiNode": multi}, conditions=updates, observed_generation=generation,
+        folded = {**status, "multiNode": multi} if multi else status
+        return cond.fold_status(folded, conditions=updates, observed_generation=generation,
                                 now=now, ready_replicas=view.ready_groups)
 
     not_serving: list[bool] = []  # set when the recorded plan does not run on this LeaderWorkerSet

@@ -11,10 +11,18 @@ not download them again.
   spec.replicas whatever the spec says), so the template never changes when it scales, and its rollouts surge (no
   outage on an edit). A service that wants its own ReadWriteOnce claim on faster block storage says so
   (spec.modelCache.size and storageClassName).
-  With `ReadWriteOnce` (the default: what most default classes give) one node mounts it, so the claim is per
-  service and the service must run one pod: the Deployment then rolls without a surge pod (a second pod on another
-  node could never attach the volume, and the first would keep it). A service allowed more pods gets an emptyDir
-  and a condition saying how to get a persistent cache.
+  With `ReadWriteOnce` (the default: what most default classes give) one node mounts it. A service that runs one
+  pod gets a claim of its own: the Deployment then rolls without a surge pod (a second pod on another node could
+  never attach the volume, and the first would keep it). A service that may run several pods (spec.replicas > 1,
+  spec.maxReplicas, spec.autoscaling, or scaled to several before: `status.modelCache.shapePods`) gets a claim per
+  pod where the LeaderWorkerSet API is served: it runs as a LeaderWorkerSet of one-pod groups whose
+  `volumeClaimTemplates` give pod `<lws>-<g>` the claim `model-cache-<lws>-<g>` (kept when groups scale down, so
+  a scale back up finds its weights; deleted with the service). The shape follows those bounds, never the replica
+  count of the moment: within them a scale changes no pod template (a `kubectl scale` of a one-pod service past
+  its bounds switches it once, Deployment → LeaderWorkerSet, make before break; it then stays). Where
+  LeaderWorkerSet is not served such a service gets an emptyDir and a condition saying what each start downloads
+  and what would give it a persistent cache (a ReadWriteMany class, or the LeaderWorkerSet API).
+  A plan that spans nodes is a LeaderWorkerSet anyway: its pods get per-pod claims the same way.
 - The condition `ModelCache` says which it is: True (reason PersistentVolumeClaim) or False (reason Ephemeral,
   with why and the fix).
 - The startup probe's budget follows the checkpoint: a download at `download_mib_per_s` when the cache is empty
@@ -203,11 +211,13 @@ def startup_failure_threshold(checkpoint_gib: float, *, download_mib_per_s: floa
 def plan_cache(*, service: str, namespace: str, model: str, revision: str | None, spec: ModelCacheSpec | None,
                settings: CacheSettings, default_storage_class: str | None, checkpoint_gib: float,
                max_pods: int, labels: dict[str, str], owner: dict[str, Any],
-               shared_storage_class: str | None = None, group_pods: bool = False) -> CachePlan:
+               shared_storage_class: str | None = None, group_pods: bool = False,
+               lws_served: bool = False) -> CachePlan:
     """Where this service's weights live; see the module docstring. `max_pods`: the most pods the service may run
     (its bounds, not the replica count of the moment); `shared_storage_class`: a class of the cluster that gives
     ReadWriteMany claims (see `read_write_many_class`); `group_pods`: the pods are a LeaderWorkerSet's (each pod
-    can have a claim of its own)."""
+    can have a claim of its own); `lws_served`: the LeaderWorkerSet API is served, so several one-node pods can
+    each have a claim of their own (one-pod groups). A plan with `claim_template` runs as a LeaderWorkerSet."""
     if spec is not None and spec.claim_name:
         return CachePlan(volume={"persistentVolumeClaim": {"claimName": spec.claim_name}}, persistent=True,
                          reason=PERSISTENT, message=f"weights are cached on the claim {spec.claim_name} "
@@ -239,13 +249,15 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                           "default, or run the operator with --model-cache-storage-class", checkpoint_gib)
     shared = settings.access_mode == "ReadWriteMany" or detected
     access_mode = "ReadWriteMany" if shared else settings.access_mode
-    if not shared and max_pods > 1 and group_pods:
-        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods)
+    if not shared and max_pods > 1 and (group_pods or lws_served):
+        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods, group_pods=group_pods)
     if not shared and max_pods > 1:
         return _ephemeral(f"this service may run {max_pods} pods and the default cache claim is ReadWriteOnce (one "
-                          "node); set spec.modelCache.claimName to a ReadWriteMany claim, add a StorageClass that "
-                          "gives ReadWriteMany claims (an NFS/CephFS/EFS/Filestore/Azure Files provisioner, or the "
-                          f"annotation {ACCESS_MODE_ANNOTATION}: ReadWriteMany), or run the operator with "
+                          "node); for a claim per pod install LeaderWorkerSet (the service then runs as one-pod "
+                          f"groups, each with its own claim; {_LWS_HINT}); for one claim shared by every pod add a "
+                          "StorageClass that gives ReadWriteMany claims (an NFS/CephFS/EFS/Filestore/Azure Files "
+                          f"provisioner, or the annotation {ACCESS_MODE_ANNOTATION}: ReadWriteMany), set "
+                          "spec.modelCache.claimName to a ReadWriteMany claim, or run the operator with "
                           "--model-cache-access-mode ReadWriteMany", checkpoint_gib)
     name = shared_claim_name(model, revision) if shared else own_claim_name(service)
     claim_labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "model-cache",
@@ -270,25 +282,37 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
 
 
 def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, settings: CacheSettings,
-             checkpoint_gib: float, max_pods: int) -> CachePlan:
+             checkpoint_gib: float, max_pods: int, *, group_pods: bool = True) -> CachePlan:
     """A ReadWriteOnce claim per pod of a LeaderWorkerSet (its volumeClaimTemplates: `model-cache-<pod>`), kept
-    when a group is recreated or scaled down, deleted with the LeaderWorkerSet (so with the service)."""
+    when a group is recreated or scaled down, deleted with the LeaderWorkerSet (so with the service). Without
+    `group_pods` (one-node pods) the LeaderWorkerSet's groups are one pod each."""
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": settings.size or default_size(checkpoint_gib)}}}
     if settings.storage_class:
         claim_spec["storageClassName"] = settings.storage_class
     template = {"metadata": {"name": "model-cache", "labels": {
         **labels, "app.kubernetes.io/component": "model-cache"}}, "spec": claim_spec}
-    return CachePlan(volume={}, claim_template=template, persistent=True, reason=PERSISTENT,
-                     message=f"weights are cached on a claim per pod (the LeaderWorkerSet's volumeClaimTemplates, "
-                     f"ReadWriteOnce, storage class {storage_class}; up to {max_pods} pods): a recreated group "
-                     f"finds its weights and compiled graphs again; the claims go with the service")
+    if group_pods:
+        message = (f"weights are cached on a claim per pod (the LeaderWorkerSet's volumeClaimTemplates, "
+                   f"ReadWriteOnce, storage class {storage_class}; up to {max_pods} pods): a recreated group finds "
+                   f"its weights and compiled graphs again; the claims go with the service")
+    else:
+        message = (f"weights are cached on a claim per pod (ReadWriteOnce, storage class {storage_class}; this "
+                   f"service may run {max_pods} pods, so it runs as a LeaderWorkerSet of one-pod groups whose "
+                   f"volumeClaimTemplates give each pod its own claim): a restarted, recreated or re-added pod finds "
+                   f"its weights and compiled graphs again; scaling changes no pod template; the claims go with "
+                   f"the service")
+    return CachePlan(volume={}, claim_template=template, persistent=True, reason=PERSISTENT, message=message)
 
 
 def _ephemeral(why: str, checkpoint_gib: float) -> CachePlan:
     return CachePlan(volume={"emptyDir": {}}, persistent=False, reason=EPHEMERAL,
                      message=f"weights are cached in an emptyDir: every pod start, restart and remediation step "
                      f"downloads them again ({checkpoint_gib:.1f} GiB each time); {why}")
+
+
+#: How to get LeaderWorkerSet (render/lws.py's LWS_INSTALL_HINT pins the chart version; lws.py imports this module).
+_LWS_HINT = "helm install lws oci://registry.k8s.io/lws/charts/lws -n lws-system --create-namespace"
 
 
 #: A StorageClass annotation that says which access mode its claims give (for provisioners not known below).

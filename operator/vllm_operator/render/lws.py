@@ -1,4 +1,5 @@
-"""One LeaderWorkerSet for a VLLMService whose plan spans nodes: vLLM's native multi-node mode, no Ray.
+"""One LeaderWorkerSet for a VLLMService whose plan spans nodes: vLLM's native multi-node mode, no Ray. (Also, with
+`size: 1`, for single-node pods that each need a cache claim of their own: `_one_pod_groups`, render/cache.py.)
 
 Each replica is one LWS group of `nodes` pods, one pod per node with all its GPUs (`leaderWorkerTemplate.size` =
 nodes). Leader (worker-index 0) and workers run the same `vllm serve` with the same planned flags, plus
@@ -111,9 +112,11 @@ def _with_network(container: dict[str, Any], group: GroupOptions) -> None:
         capabilities["add"] = sorted({*capabilities.get("add", []), "IPC_LOCK"})
 
 
-def _template(inp: RenderInput, *, leader: bool, group: GroupOptions) -> dict[str, Any]:
+def _template(inp: RenderInput, *, leader: bool, group: GroupOptions, spans: bool = True) -> dict[str, Any]:
     template = copy.deepcopy(build_deployment(inp)["spec"]["template"])
     template["metadata"]["labels"].pop(WORKLOAD_LABEL)  # only a Deployment's pods carry it (render/pods.py)
+    if not spans:  # a one-pod group: the single-node pod as the Deployment would run it
+        return dict(template)
     container = template["spec"]["containers"][0]
     container["args"] = [*container["args"], *rank_args(leader=leader)]
     _with_partition(template, container, group.layer_partition)
@@ -132,8 +135,11 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
     """The LeaderWorkerSet: `inp.replicas` groups of `nodes` pods, each pod `inp.gpu_count` GPUs (one node);
     `group.layer_partition` (e.g. "64,62") becomes VLLM_PP_LAYER_PARTITION on the leader and every worker."""
     group = group or GroupOptions()
-    if nodes < 2:
-        raise ValueError("a LeaderWorkerSet is rendered only for plans that span 2 or more nodes")
+    if nodes < 1 or (nodes == 1 and inp.cache_claim_template is None):
+        raise ValueError("a LeaderWorkerSet is rendered for plans that span 2 or more nodes, or for one-pod groups "
+                         "that each need a cache claim of their own (render/cache.py)")
+    if nodes == 1:
+        return _one_pod_groups(inp)
     if inp.memory is None:
         # each node's ranks load only their pipeline stage's layers: host RAM for its share of the weights
         inp = inp.model_copy(update={"memory": f"{host_memory_gib(inp.weights_gib_total / nodes, inp.gpu_count)}Gi"})
@@ -157,6 +163,10 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
             },
         },
     }
+    return _with_claims(inp, lws)
+
+
+def _with_claims(inp: RenderInput, lws: dict[str, Any]) -> dict[str, Any]:
     if inp.cache_claim_template is not None:
         # a claim per pod (`model-cache-<pod>`): a recreated group's pods find their weights and compiled graphs;
         # kept when groups scale down (they come back warm), deleted with the LeaderWorkerSet (so with the service)
@@ -165,6 +175,38 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
         template["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete", "whenScaled": "Retain"}
     lws["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(lws["spec"])
     return lws
+
+
+def _one_pod_groups(inp: RenderInput) -> dict[str, Any]:
+    """`inp.replicas` groups of one pod each (`size: 1`: the leader only; LWS keeps a 0-replica worker StatefulSet),
+    so that each single-node pod gets a claim of its own from `volumeClaimTemplates` where storage is ReadWriteOnce
+    only. The pod is the Deployment's pod template (no multi-node arguments: one node serves the whole model)
+    without the Deployment-only label. `workerTemplate`, which the API requires, is the same template (no worker
+    is ever made from it). `restartPolicy: None`: a failing container restarts in place, as in a Deployment, and its
+    pod keeps its claim either way. Rolls one group at a time without a surge (a surge group's new claim would be
+    empty, and a ReadWriteOnce claim cannot be shared with the pod it replaces)."""
+    deployment = build_deployment(inp)
+    meta = deployment["metadata"]
+    template = _template(inp, leader=True, group=GroupOptions(), spans=False)
+    lws: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
+                     "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
+        "spec": {
+            "replicas": min(deployment["spec"]["replicas"], MAX_REPLICAS),
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "leaderWorkerTemplate": {
+                "size": 1,
+                "restartPolicy": "None",
+                "leaderTemplate": template,
+                "workerTemplate": copy.deepcopy(template),
+            },
+        },
+    }
+    return _with_claims(inp, lws)
 
 
 def build_leader_service(inp: RenderInput) -> dict[str, Any]:

@@ -120,6 +120,13 @@ def group_options(spec: VLLMServiceSpec, spread: MultiNodePlan | None) -> GroupO
                         ipc_lock=spec.network.ipc_lock)
 
 
+def runs_as_groups(render: RenderInput, nodes: int) -> bool:
+    """Whether the service runs as a LeaderWorkerSet: one replica spans nodes, or each one-node pod needs a cache
+    claim of its own (render/cache.py: one-pod groups with `volumeClaimTemplates`)."""
+    return nodes > 1 or render.cache_claim_template is not None
+
+
 def children_for(render: RenderInput, nodes: int, group: GroupOptions | None = None) -> list[dict[str, Any]]:
-    """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more."""
-    return build_multinode_children(render, nodes, group) if nodes > 1 else build_children(render)
+    """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more, or for
+    one-pod groups with a claim per pod."""
+    return build_multinode_children(render, nodes, group) if runs_as_groups(render, nodes) else build_children(render)
