@@ -6,6 +6,11 @@ decoded every watch event with it: a 1,500-level `spec.model.config` (7.5 kB) ma
 exit, and exit again on every restart. Here the emulated API server (this test process, with its recursion limit
 raised as a Go server needs none) stores and streams such an object: the operator process stays up, the object gets
 InvalidSpec naming `spec.model.config`, and a valid service created after it is planned.
+
+Today's CRD types `spec.model.config` (the API server prunes what the planner does not read, so no new object is
+deep there); an object stored under an earlier release's CRD, where the field was free-form, stays as it was stored
+until it is written again. The test installs that earlier schema for the field, so the deep object is stored as it
+would have been.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import yaml
 from kit.api import CRD_PATH
 from kit.inprocess import condition
 from kit.process import OperatorProcess
-from vllm_operator_sim.emulator import EmulatedAPIServer
+from vllm_operator_sim.emulator import APIError, EmulatedAPIServer
 
 pytestmark = pytest.mark.e2e
 
@@ -57,10 +62,30 @@ def _deep_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         setlimit(before)
 
 
+def _earlier_crd() -> dict[str, Any]:
+    """The CRD as an earlier release had it: `spec.model.config` free-form (preserve-unknown-fields)."""
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    [version] = crd["spec"]["versions"]
+    model = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["model"]
+    model["properties"]["config"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return crd
+
+
+def test_todays_crd_refuses_a_deep_config_as_kubectl_applies_it(cluster: EmulatedAPIServer,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # kubectl's default strict field validation: the key the typed config does not know is refused, so no object
+    # of today's CRD stores a deep config (with --validate=warn the API server prunes it instead)
+    cluster.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
+    with _deep_stack(monkeypatch), pytest.raises(APIError, match=r'unknown field "spec\.model\.config\.a"'):
+        cluster.create_object("vllmservices", _service("deep", {"model": {"name": MODEL, "config": _deep(LEVELS)}}),
+                              manager="kubectl")
+    assert cluster.get_object("vllmservices", "deep") is None
+
+
 def test_a_deep_object_is_its_own_problem_not_the_operators(
         cluster: EmulatedAPIServer, operator_process: Callable[[], OperatorProcess],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    cluster.create_object("customresourcedefinitions", yaml.safe_load(CRD_PATH.read_text()))
+    cluster.create_object("customresourcedefinitions", _earlier_crd())
     with _deep_stack(monkeypatch):
         cluster.create_object("vllmservices", _service("deep", {"model": {"name": MODEL, "config": _deep(LEVELS)}}))
         op = operator_process()  # lists the deep object first, as after a restart

@@ -84,9 +84,10 @@ def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
     cluster without the LeaderWorkerSet API (with it, each pod gets a claim of its own: test_pod_claims_process)."""
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
             "remediation": {"minIntervalSeconds": 0}}
-    # the first start dies after loading the weights (a larger activation peak than planned), so it downloaded
+    # the first start dies after loading the weights (CUDA graphs need more than estimated: capture runs out of
+    # memory; a larger activation peak would not do since --max-model-len auto re-fits it), so it downloaded
     # them (a start that dies at the free-memory check, before loading, downloads nothing)
-    result, events, condition = _run("fresh", spec, HiddenFacts(extra_activation_gib=4.0), leaderworkerset=False)
+    result, events, condition = _run("fresh", spec, HiddenFacts(extra_cudagraph_gib=3.0), leaderworkerset=False)
     assert result.remediation_steps >= 1, result
     assert condition.get("status") == "False" and condition.get("reason") == "Ephemeral", condition
     pods = {e[1] for e in events}
@@ -105,7 +106,7 @@ def test_a_remediation_step_of_a_one_pod_group_reuses_its_own_claim() -> None:
     one-pod groups, and the remediation step's new pod (group 0, recreated) finds the weights in its own claim."""
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
             "remediation": {"minIntervalSeconds": 0}}
-    result, events, condition = _run("groups", spec, HiddenFacts(extra_activation_gib=4.0))
+    result, events, condition = _run("groups", spec, HiddenFacts(extra_cudagraph_gib=3.0))
     assert result.outcome == "Ready" and result.remediation_steps >= 1, result
     assert condition.get("status") == "True" and condition.get("reason") == "PersistentVolumeClaim", condition
     assert "one-pod groups" in condition.get("message", ""), condition

@@ -688,7 +688,8 @@ def _reference_paths() -> dict[str, set[str]]:
     from vllm_operator.api.v1alpha1 import AutoscalingSpec, InferencePoolSpec
     from vllm_operator.render import autoscaling, routing
     from vllm_operator.render.lws import GroupOptions, build_multinode_children
-    from vllm_operator.render.manifests import OwnerRef, RenderInput, build_children, selector_for
+    from vllm_operator.render.manifests import OwnerRef, RenderInput, build_children
+    from vllm_operator.render.pods import serving_pods
 
     full = RenderInput(
         name="ref", namespace="ns", owner=OwnerRef(name="ref", uid="u"), model="org/m", revision="main",
@@ -709,9 +710,9 @@ def _reference_paths() -> dict[str, set[str]]:
                               spec=AutoscalingSpec(max_replicas=2)),
         autoscaling.build_scaled_object(name="ref", child_name="ref", namespace="ns", labels=labels, owner=owner,
                                         spec=keda, selector="a"),
-        routing.build_inference_pool(child_name="ref", namespace="ns", labels=labels, owner=owner,
-                                     selector=selector_for("ref"),
-                                     port=8000, spec=pool)]
+        *(routing.build_inference_pool(child_name="ref", namespace="ns", labels=labels, owner=owner,
+                                       selector=dict(serving_pods("ref", "ns", multinode=multinode).match_labels),
+                                       port=8000, spec=pool) for multinode in (False, True))]
     for extra in extras:
         extra["metadata"]["annotations"]["a"] = "b"
     paths: dict[str, set[str]] = {}

@@ -32,7 +32,7 @@ EXPECTED: dict[str, tuple[bool, int | None]] = {
     "shared-gpu-stale-process.yaml": (True, 1),
     "full-context-small-gpu.yaml": (True, 1),
     "llama-405b-two-nodes.yaml": (True, 8),  # TP 8 x PP 2 over two nodes (issue 13)
-    "llama-405b-group-remediated.yaml": (True, 8),
+    "llama-405b-auto-fit.yaml": (True, 8),
     "llama-405b-last-stage-oom.yaml": (True, 8),
     # share group members (issue 26): alone here (no neighbours observed), each plans as a service alone
     "packing-chat.yaml": (True, 1),
