@@ -157,8 +157,9 @@ def _check(command: list[str]) -> None:
     parsed = _parser().parse_args(args)  # exactly what follows `vllm serve` in the container
     assert model in (getattr(parsed, "model_tag", None), getattr(parsed, "model", None))
     flags = dict(zip(rest[::2], rest[1::2], strict=False))
-    if "--max-model-len" in flags:
-        assert parsed.max_model_len == int(flags["--max-model-len"])
+    if "--max-model-len" in flags:  # `auto` (the operator's choice for a full-context plan): vLLM's -1
+        length = flags["--max-model-len"]
+        assert parsed.max_model_len == (-1 if length == "auto" else int(length))
     if "--tensor-parallel-size" in flags:
         assert parsed.tensor_parallel_size == int(flags["--tensor-parallel-size"])
     if "--pipeline-parallel-size" in flags:

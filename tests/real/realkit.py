@@ -14,6 +14,7 @@ import requests
 
 from kit.api import poll
 from kit.specs import condition
+from vllm_operator.api.model_config import ModelConfigSubset
 from vllm_operator.modelfiles import model_files_from_inline
 from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator_sim.cluster import SimulatedCluster
@@ -50,10 +51,16 @@ def echo(line: str) -> None:
     print(line, file=sys.__stderr__, flush=True)
 
 
+def inline_config(model: str) -> dict[str, Any]:
+    """The model's config.json as a VLLMService carries it inline: the keys the planner reads (the CRD's typed
+    subset; kubectl's strict validation, and the emulated API server's, refuse the rest)."""
+    return ModelConfigSubset.model_validate(MODELS[model]).model_dump(mode="python", by_alias=True, exclude_none=True)
+
+
 def tiny_spec(model: str = TINY, **extra: Any) -> dict[str, Any]:
     """A VLLMService spec for the tiny model on one L4, planned for the installed vLLM release."""
-    return {"model": {"name": model, "config": MODELS[model]}, "gpu": {"product": "NVIDIA-L4"}, "image": IMAGE,
-            **extra}
+    return {"model": {"name": model, "config": inline_config(model)}, "gpu": {"product": "NVIDIA-L4"},
+            "image": IMAGE, **extra}
 
 
 class RealCluster:

@@ -33,6 +33,7 @@ from realkit import TINY, RealCluster, tiny_llama_config, tiny_spec, until
 
 from kit.ports import HOST, free_port
 from kit.specs import condition, vllmservice
+from vllm_operator.api.model_config import ModelConfigSubset
 from vllm_operator_sim.emulator_selectors import parse_label_selector
 
 pytestmark = pytest.mark.timeout(900)
@@ -41,8 +42,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: one-GPU nodes the operator renders a LeaderWorkerSet group of two. The runner has no directory for it, so the
 #: group's pods are left to the simulator.
 GROUP_MODEL = "acme/llama-13b-like"
-GROUP_CONFIG = {**tiny_llama_config(), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
-                "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 32000}
+GROUP_CONFIG = ModelConfigSubset.model_validate({
+    **tiny_llama_config(), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
+    "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 32000,
+}).model_dump(mode="python", by_alias=True, exclude_none=True)  # the keys a spec carries inline (the CRD's subset)
 #: A vLLM series selector: the metric name and its matchers, whose quoted values may hold braces (`{1,10}` in the
 #: pod-name regex of render/pods.py).
 SERIES = re.compile(r'(vllm:[a-z_]+)\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}')

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import requests
-from realkit import GROUP_MODEL, MODELS, RealCluster, tiny_spec, until
+from realkit import GROUP_MODEL, RealCluster, inline_config, tiny_spec, until
 
 from kit.specs import vllmservice
 
@@ -34,7 +34,7 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_a_multi_node_vllmservice_is_ready_on_two_real_ranks_under_the_kubelet_and_serves_a_completion(
         real: RealCluster) -> None:
-    spec = {"model": {"name": GROUP_MODEL, "config": MODELS[GROUP_MODEL]}, "image": tiny_spec()["image"],
+    spec = {"model": {"name": GROUP_MODEL, "config": inline_config(GROUP_MODEL)}, "image": tiny_spec()["image"],
             "gpu": {"product": "NVIDIA-L4", "maxNodes": 2}}
     real.cluster.apply(vllmservice(spec, name="group"))
     try:
