@@ -143,24 +143,27 @@ def build_leaderworkerset(inp: RenderInput, nodes: int, group: GroupOptions | No
     if inp.memory is None:
         # each node's ranks load only their pipeline stage's layers: host RAM for its share of the weights
         inp = inp.model_copy(update={"memory": f"{host_memory_gib(inp.weights_gib_total / nodes, inp.gpu_count)}Gi"})
-    deployment = build_deployment(inp)
-    meta = deployment["metadata"]
+    return _group_set(inp, size=nodes, restart_policy="RecreateGroupOnPodRestart",
+                      leader=_template(inp, leader=True, group=group), worker=_template(inp, leader=False, group=group))
+
+
+def _group_set(inp: RenderInput, *, size: int, restart_policy: str, leader: dict[str, Any],
+               worker: dict[str, Any]) -> dict[str, Any]:
+    """The LeaderWorkerSet around a group's templates: the Deployment's identity (labels, owner) and replica count,
+    one group at a time without a surge, and the cache claims per pod when the cache plan has them."""
+    meta = build_deployment(inp)["metadata"]
     lws: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
                      "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
         "spec": {
-            "replicas": min(deployment["spec"]["replicas"], MAX_REPLICAS),
+            "replicas": min(max(inp.replicas, 0), MAX_REPLICAS),
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
                                 "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
-            "leaderWorkerTemplate": {
-                "size": nodes,
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(inp, leader=True, group=group),
-                "workerTemplate": _template(inp, leader=False, group=group),
-            },
+            "leaderWorkerTemplate": {"size": size, "restartPolicy": restart_policy, "leaderTemplate": leader,
+                                     "workerTemplate": worker},
         },
     }
     return _with_claims(inp, lws)
@@ -185,28 +188,8 @@ def _one_pod_groups(inp: RenderInput) -> dict[str, Any]:
     is ever made from it). `restartPolicy: None`: a failing container restarts in place, as in a Deployment, and its
     pod keeps its claim either way. Rolls one group at a time without a surge (a surge group's new claim would be
     empty, and a ReadWriteOnce claim cannot be shared with the pod it replaces)."""
-    deployment = build_deployment(inp)
-    meta = deployment["metadata"]
     template = _template(inp, leader=True, group=GroupOptions(), spans=False)
-    lws: dict[str, Any] = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": lws_name(inp.name), "namespace": inp.namespace, "labels": dict(meta["labels"]),
-                     "annotations": {}, "ownerReferences": list(meta["ownerReferences"])},
-        "spec": {
-            "replicas": min(deployment["spec"]["replicas"], MAX_REPLICAS),
-            "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
-            "leaderWorkerTemplate": {
-                "size": 1,
-                "restartPolicy": "None",
-                "leaderTemplate": template,
-                "workerTemplate": copy.deepcopy(template),
-            },
-        },
-    }
-    return _with_claims(inp, lws)
+    return _group_set(inp, size=1, restart_policy="None", leader=template, worker=copy.deepcopy(template))
 
 
 def build_leader_service(inp: RenderInput) -> dict[str, Any]:
