@@ -26,15 +26,23 @@ VLLM_VERSION = os.environ.get("VLLM_REAL_VERSION", "0.32.0")
 IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
 #: The model id the VLLMServices name; its config is given inline and the process loads the same config.
 TINY = "acme/tiny-llama"
-#: A tiny Llama that claims a 2,097,152-token context: more than 1 GiB of CPU KV cache holds (1,048,576 tokens).
+#: A tiny Llama that claims a 2,097,152-token context: more than 1 GiB of CPU KV cache holds.
 TINY_LONG = "acme/tiny-llama-long"
 LONG_CONTEXT = 2_097_152
+#: The same context at 1 KiB a token: an L4's KV cache holds all of it (the plan renders `--max-model-len auto`);
+#: 1 GiB of CPU KV cache holds 1,048,576 tokens, so vLLM's auto-fit starts with those.
+TINY_AUTO = "acme/tiny-llama-auto"
 #: A 13B-parameter Llama (26 GB in bfloat16): one L4 cannot hold it, two can, so with `maxNodes: 2` on the cluster's
 #: one-GPU nodes the operator renders a LeaderWorkerSet group of two (test_multinode.py).
 GROUP_MODEL = "acme/llama-13b-group"
 MODELS: dict[str, dict[str, Any]] = {
     TINY: tiny_llama_config(),
-    TINY_LONG: tiny_llama_config(max_position_embeddings=LONG_CONTEXT),
+    TINY_AUTO: tiny_llama_config(max_position_embeddings=LONG_CONTEXT),
+    # 16 layers × 2 × 4 KV heads × 64 × 2 bytes = 16 KiB a token: its 2**21-token context needs 32 GiB of KV cache,
+    # more than an L4 holds, so the plan is an explicit, fitted length (never `--max-model-len auto`, which would
+    # let vLLM fit it without an error) — and far more than VLLM_CPU_KVCACHE_SPACE=1 (65,536 tokens) holds
+    TINY_LONG: {**tiny_llama_config(max_position_embeddings=LONG_CONTEXT), "num_hidden_layers": 16,
+                "num_key_value_heads": 4},
     GROUP_MODEL: {**tiny_llama_config(), "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 40,
                   "num_hidden_layers": 40, "intermediate_size": 13824, "vocab_size": 32000},
 }
