@@ -28,10 +28,12 @@ cluster without the LeaderWorkerSet API (on ReadWriteOnce storage several pods t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,17 +133,25 @@ def _args_of(pod: dict[str, Any]) -> list[str]:
     return [str(a) for a in pod["spec"]["containers"][0].get("args") or []]
 
 
-def run(rate: float, window: float, timeout: float, shared_class: bool, max_replicas: int | None = None,
-        lws: bool = True) -> list[Row]:
-    pools = [NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)]
-    rows: list[Row] = []
-    with SimulatedCluster(pools, speed=50, leaderworkerset=lws) as cluster:
+@contextlib.contextmanager
+def _cluster(rate: float, shared_class: bool, lws: bool) -> Iterator[SimulatedCluster]:
+    """The benchmark's cluster, the operator started: two one-GPU L4 nodes and an H100 node, downloads at `rate`
+    MiB/s, an NFS (ReadWriteMany) StorageClass beside the default one when `shared_class`."""
+    with SimulatedCluster([NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)], speed=50,
+                          leaderworkerset=lws) as cluster:
         cluster.kubelet.download_mib_per_s = rate
         if shared_class:
             cluster.api.create_object("storageclasses", {
                 "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs"},
                 "provisioner": "nfs.csi.k8s.io"})
         cluster.start_operator()
+        yield cluster
+
+
+def run(rate: float, window: float, timeout: float, shared_class: bool, max_replicas: int | None = None,
+        lws: bool = True) -> list[Row]:
+    rows: list[Row] = []
+    with _cluster(rate, shared_class, lws) as cluster:
         spec: dict[str, Any] = {"model": {"name": MODEL}, "gpu": {"product": L4},
                                 "flags": {"maxNumSeqs": 16}, **({"maxReplicas": max_replicas} if max_replicas else {})}
         cluster.apply(_service({"model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "gpu": {"product": H100}},
@@ -199,14 +209,7 @@ def _prewarmed_start(rate: float, timeout: float, shared_class: bool, max_replic
                      lws: bool = True) -> Row:
     """A fresh cluster of the same shape; the service created with spec.modelCache.prewarm."""
     row = Row("first start with prewarm")
-    with SimulatedCluster([NodePool("L4", 1, 2), NodePool("H100-SXM-80GB", 1, 1)], speed=50,
-                          leaderworkerset=lws) as cluster:
-        cluster.kubelet.download_mib_per_s = rate
-        if shared_class:
-            cluster.api.create_object("storageclasses", {
-                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "nfs"},
-                "provisioner": "nfs.csi.k8s.io"})
-        cluster.start_operator()
+    with _cluster(rate, shared_class, lws) as cluster:
         cluster.apply(_service({"model": {"name": MODEL}, "gpu": {"product": L4}, "flags": {"maxNumSeqs": 16},
                                 "modelCache": {"prewarm": {}},
                                 **({"maxReplicas": max_replicas} if max_replicas else {})}))

@@ -17,22 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .lws import API  # the same API surface as the LeaderWorkerSet controller's
 
 log = logging.getLogger("vllm_operator_sim.daemonsets")
 
 REVISION = "controller-revision-hash"
-
-
-class API(Protocol):
-    def create_object(self, resource: str, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]: ...
-    def list_objects(self, resource: str, namespace: str | None = None, *, label_selector: str | None = None,
-                     field_selector: str | None = None) -> list[dict[str, Any]]: ...
-    def delete_object(self, resource: str, name: str, namespace: str | None = None, *,
-                      propagation_policy: str | None = None) -> Any: ...
-    def patch_status(self, resource: str, name: str, status: Mapping[str, Any],
-                     namespace: str | None = None) -> Any: ...
 
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,7 +35,8 @@ def _revision(template: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _tolerated(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+def tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Whether one of the pod's tolerations tolerates the taint (the scheduler's rule, as the kubelet applies it)."""
     for tol in tolerations:
         if tol.get("effect") and tol.get("effect") != taint.get("effect"):
             continue
@@ -63,7 +56,7 @@ def _fits(node: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
         return False
     taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
-    return all(_tolerated(list(spec.get("tolerations") or []), t) for t in taints)
+    return all(tolerated(list(spec.get("tolerations") or []), t) for t in taints)
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

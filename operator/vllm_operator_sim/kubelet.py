@@ -63,7 +63,7 @@ from vllm_operator.quantity import quantity_gib
 
 from . import shared_gpu
 from .clock import SimClock
-from .daemonsets import DaemonSetController
+from .daemonsets import DaemonSetController, tolerated
 from .lws import WORKER_INDEX, LWSController
 from .realvllm import RealVLLM, advance_real_pod, container_probes, start_real_run
 from .startup import (
@@ -572,7 +572,7 @@ class Kubelet:
                 continue
             taints = [t for t in (node.get("spec") or {}).get("taints") or []
                       if t.get("effect") in ("NoSchedule", "NoExecute")]
-            if not all(_tolerates(pod.tolerations, t) for t in taints):
+            if not all(tolerated(pod.tolerations, t) for t in taints):
                 tainted += 1
                 continue
             allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -1305,17 +1305,6 @@ def _go_duration(seconds: float) -> str:
     minutes, rest = divmod(rest, 60_000)
     secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
     return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + f"{secs}s"
-
-
-def _tolerates(tolerations: list[dict[str, Any]], taint: Mapping[str, Any]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists" and (not tol.get("key") or tol.get("key") == taint.get("key")):
-            return True
-        if tol.get("key") == taint.get("key") and tol.get("value") == taint.get("value"):
-            return True
-    return False
 
 
 def _octet(text: str) -> int:
