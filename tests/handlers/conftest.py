@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.inprocess import Cluster
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
 
@@ -23,3 +24,14 @@ def emulator(tmp_path: Path) -> Iterator[EmulatedAPIServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """The in-process operator against the emulated API with one GPU node (a file may define its own `cluster`)."""
+    env = Cluster(tmp_path)
+    env.add_gpu_node()
+    try:
+        yield env
+    finally:
+        env.close()

@@ -21,16 +21,6 @@ QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    env = Cluster(tmp_path)
-    env.add_gpu_node()
-    try:
-        yield env
-    finally:
-        env.close()
-
-
-@pytest.fixture
 def faulty(tmp_path: Path) -> Iterator[Cluster]:
     env = Cluster(tmp_path, faults=True)
     env.add_gpu_node()

@@ -4,11 +4,7 @@ AttributeError in the shell, an InternalError, or a stopped operator — and a v
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kit.inprocess import Cluster, condition
 
@@ -20,16 +16,6 @@ def deep(levels: int) -> dict[str, Any]:
     for _ in range(levels):
         value = {"a": value}
     return value
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    env = Cluster(tmp_path)
-    env.add_gpu_node()
-    try:
-        yield env
-    finally:
-        env.close()
 
 
 HOSTILE: dict[str, tuple[dict[str, Any], str]] = {

@@ -5,8 +5,6 @@ and deployed. The slow plan is a controllable fake (it waits for the test to rel
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,16 +13,6 @@ from kit.inprocess import Cluster, condition
 from vllm_operator import reconcile
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    env = Cluster(tmp_path)
-    env.add_gpu_node()
-    try:
-        yield env
-    finally:
-        env.close()
 
 
 def test_a_second_service_is_planned_while_a_slow_plan_runs(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
