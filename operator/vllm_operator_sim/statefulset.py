@@ -492,13 +492,16 @@ class StatefulSetController:
         labels = {**(tmeta.get("labels") or {}), POD_NAME: pod_name, POD_INDEX: str(ordinal),
                   REVISION: _meta(revision)["name"]}
         pod_spec = dict(template.get("spec") or {})
+        pod_spec.setdefault("restartPolicy", "Always")  # the API server's pod defaults, as for the other controllers
+        pod_spec.setdefault("schedulerName", "default-scheduler")
         pod_spec["hostname"] = pod_name
         if spec.get("serviceName"):
             pod_spec["subdomain"] = spec["serviceName"]
         claims = self._claim_names(sts, ordinal)
         volumes = [{"name": volume, "persistentVolumeClaim": {"claimName": claim}} for volume, claim in claims.items()]
         pod_spec["volumes"] = volumes + [v for v in pod_spec.get("volumes") or [] if v.get("name") not in claims]
-        pod_meta: dict[str, Any] = {"name": pod_name, "namespace": namespace, "labels": labels,
+        pod_meta: dict[str, Any] = {"name": pod_name, "generateName": f"{meta['name']}-", "namespace": namespace,
+                                    "labels": labels,
                                     "annotations": dict(tmeta.get("annotations") or {}),
                                     "ownerReferences": [_owner_ref("StatefulSet", "apps/v1", meta, controller=True)]}
         if tmeta.get("finalizers"):

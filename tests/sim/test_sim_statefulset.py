@@ -9,12 +9,15 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from simkit import SimHarness, deployment
 
 from kit.api import emulated_api
+from kit.kubectl import Kubectl
 from vllm_operator_sim.emulator import APIError, EmulatedAPIServer, KubeEmulator
 from vllm_operator_sim.statefulset import POD_INDEX, POD_NAME, REVISION, StatefulSetController
 
@@ -418,6 +421,40 @@ def test_scale_subresource_table_columns_and_discovery() -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             _http(server, base, method="PATCH", body={"spec": {"serviceName": "other"}})
         assert refused.value.code == 422
+
+
+def test_kubectl_applies_lists_scales_and_rolls_back_a_statefulset(tmp_path: Path) -> None:
+    """The real kubectl: `get sts` columns, a 422 for an immutable field, `scale`, and `rollout history`/`undo`,
+    which read and apply the controller's ControllerRevisions."""
+    with emulated_api(tmp_path / "kubeconfig") as server:
+        assert server.kubeconfig_path is not None
+        kubectl = Kubectl(server.kubeconfig_path, tmp_path)
+        manifest = tmp_path / "web.yaml"
+        manifest.write_text(yaml.safe_dump(_sts(replicas=1)))
+        assert "statefulset.apps/web created" in kubectl("apply", "-f", str(manifest))
+        controller = StatefulSetController(server.emulator)
+        controller.control()
+        header, row = kubectl("get", "sts").splitlines()
+        assert header.split() == ["NAME", "READY", "AGE"] and row.split()[:2] == ["web", "0/1"]
+        assert kubectl("get", "statefulsets", "-o", "wide").splitlines()[0].split() == [
+            "NAME", "READY", "AGE", "CONTAINERS", "IMAGES"]
+        refused = kubectl.run("patch", "sts", "web", "-p", '{"spec":{"serviceName":"other"}}')
+        assert refused.returncode != 0 and "Forbidden: updates to statefulset spec" in refused.stderr
+        created = server.emulator.get_object("statefulsets", "web", NS)
+        assert created is not None
+        first = created["status"]["updateRevision"]
+        kubectl("set", "image", "statefulset/web", "c=img:2")
+        controller.control()
+        history = kubectl("rollout", "history", "statefulset/web")
+        assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["1", "2"]
+        kubectl("rollout", "undo", "statefulset/web")
+        controller.control()
+        stored = server.emulator.get_object("statefulsets", "web", NS)
+        assert stored is not None and stored["spec"]["template"]["spec"]["containers"][0]["image"] == "img:1"
+        assert stored["status"]["updateRevision"] == first
+        kubectl("scale", "statefulset", "web", "--replicas=2")
+        controller.control()
+        assert sorted(p["metadata"]["name"] for p in server.emulator.list_objects("pods", NS)) == ["web-0"]  # ordered
 
 
 # --- through the simulated kubelet: the operator's pod template, a claim per pod ----------------------------------
