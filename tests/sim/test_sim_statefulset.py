@@ -243,15 +243,48 @@ def test_on_delete_replaces_a_pod_only_when_it_is_deleted(api: KubeEmulator) -> 
     assert web.revision("web-1") == old
 
 
-def test_a_failed_pod_is_deleted_and_made_again(api: KubeEmulator) -> None:
+@pytest.mark.parametrize(("phase", "event"), [
+    ("Failed", ("Warning", "RecreatingFailedPod", "StatefulSet default/web is recreating failed Pod web-0")),
+    ("Succeeded", ("Normal", "RecreatingTerminatedPod", "StatefulSet default/web is recreating terminated Pod web-0"))])
+def test_a_failed_or_finished_pod_is_deleted_and_made_again(api: KubeEmulator, phase: str,
+                                                            event: tuple[str, str, str]) -> None:
     web = _Set(api, _sts(replicas=1))
     web.sync()
     before = web.pods()["web-0"]["metadata"]["uid"]
-    web.set_pod("web-0", ready=False, phase="Failed")
+    web.set_pod("web-0", ready=False, phase=phase)
     web.sync()
     assert web.pods()["web-0"]["metadata"]["uid"] != before
-    assert ("Warning", "RecreatingFailedPod", "StatefulSet default/web is recreating failed Pod web-0") in web.events
+    assert event in web.events
     assert [c["metadata"]["name"] for c in api.list_objects("persistentvolumeclaims", NS)] == ["data-web-0"]
+
+
+def test_ordinals_start_and_an_orphan_with_a_members_name_is_adopted(api: KubeEmulator) -> None:
+    orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-5", "namespace": NS,
+                                                               "labels": {"app": "web", "role": "server"}},
+              "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    api.create_object("pods", orphan)
+    web = _Set(api, _sts(replicas=2, podManagementPolicy="Parallel", ordinals={"start": 5}))
+    web.sync()
+    assert web.names() == ["web-5", "web-6"]
+    adopted = web.pods()["web-5"]
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == web.obj()["metadata"]["uid"]
+    assert "create Pod web-5 in StatefulSet web successful" not in {m for _, _, m in web.events}
+    # a Pending pod gets its missing claims (createMissingPersistentVolumeClaims), the adopted one too
+    assert sorted(web.claims()) == ["data-web-5", "data-web-6"]
+
+
+def test_revision_history_keeps_only_the_live_revisions_beyond_the_limit(api: KubeEmulator) -> None:
+    web = _Set(api, _sts(replicas=1, podManagementPolicy="Parallel", revisionHistoryLimit=0))
+    web.sync()
+    for image in ("img:2", "img:3"):
+        template = _sts()["spec"]["template"]
+        template["spec"]["containers"][0]["image"] = image
+        web.edit({"template": template})
+        web.sync(2)
+        web.all_ready()
+        web.sync()
+    [kept] = api.list_objects("controllerrevisions", NS)  # the first two: neither current, updated nor used
+    assert kept["metadata"]["name"] == web.status()["updateRevision"] == web.revision("web-0")
 
 
 @pytest.mark.parametrize("when_scaled", ["Retain", "Delete"])
@@ -500,6 +533,7 @@ def test_each_pod_downloads_into_its_own_claim_once_and_finds_it_again(sim: SimH
                                      ("cache-hit", "chat-0", "vllm"), ("cache-hit", "chat-1", "vllm")]
     downloads = [e for e in sim.events if e.service == "chat" and e.kind == "download"]
     assert sorted(str(e.details["volume"]) for e in downloads) == ["pvc:model-cache-chat-0", "pvc:model-cache-chat-1"]
+    assert sim.kubelet.cached_on("model-cache-chat-1") == {LLAMA3_8B} and sim.kubelet.cached_on("other") == set()
     status = _sts_status(sim, "chat")
     assert (status["readyReplicas"], status["availableReplicas"], status["updatedReplicas"]) == (2, 2, 2)
     posted = [e for e in sim.api.list_objects("events", NS) if e["involvedObject"].get("kind") == "StatefulSet"]
