@@ -50,7 +50,9 @@ simulator for any workload: the kubelet keys cached weights and compile caches b
 
 **The API server** (:func:`set_defaults`, :func:`validation_errors`, called by the emulator for writes through
 HTTP): defaults as `SetDefaults_StatefulSet` (`replicas` 1, `podManagementPolicy` OrderedReady, `updateStrategy`
-RollingUpdate with `partition` 0, retention Retain/Retain, `revisionHistoryLimit` 10); a 422 as
+RollingUpdate with `partition` 0, retention Retain/Retain, `revisionHistoryLimit` 10, and each claim template's
+`volumeMode: Filesystem` and `status.phase: Pending`, so a client comparing what it rendered with what is stored
+sees what it would see on a cluster); a 422 as
 `ValidateStatefulSetSpec` / `ValidateStatefulSetUpdate` word it: a selector that is missing, empty or does not match
 the template's labels, a `restartPolicy` other than Always, an unknown policy or strategy, a negative count, and on
 update any change of the spec outside `replicas`, `ordinals`, `template`, `updateStrategy`,
@@ -136,6 +138,11 @@ def set_defaults(obj: dict[str, Any]) -> None:
             if not policy.get(key):
                 policy[key] = RETAIN
     spec.setdefault("revisionHistoryLimit", 10)
+    for claim in spec.get("volumeClaimTemplates") or []:  # PersistentVolumeClaim defaults, as stored by the server
+        if isinstance(claim, dict) and isinstance(claim.setdefault("spec", {}), dict):
+            claim["spec"].setdefault("volumeMode", "Filesystem")
+            if not (claim.get("status") or {}).get("phase"):
+                claim["status"] = {**(claim.get("status") or {}), "phase": "Pending"}
 
 
 def _go(value: Any) -> str:

@@ -18,6 +18,7 @@ from simkit import SimHarness, deployment
 
 from kit.api import emulated_api
 from kit.kubectl import Kubectl
+from vllm_operator_sim.cluster import NodePool, SimulatedCluster
 from vllm_operator_sim.emulator import APIError, EmulatedAPIServer, KubeEmulator
 from vllm_operator_sim.statefulset import POD_INDEX, POD_NAME, REVISION, StatefulSetController
 
@@ -116,7 +117,7 @@ def test_pods_are_named_labelled_owned_and_mount_a_claim_each(api: KubeEmulator)
     assert claims["data-web-1"]["metadata"]["labels"] == {"tier": "cache", "app": "web"}
     assert "ownerReferences" not in claims["data-web-1"]["metadata"] or not claims["data-web-1"]["metadata"][
         "ownerReferences"]
-    assert claims["data-web-1"]["spec"] == CLAIM_TEMPLATE["spec"]
+    assert claims["data-web-1"]["spec"] == {**CLAIM_TEMPLATE["spec"], "volumeMode": "Filesystem"}  # the stored one
     assert web.events == [
         ("Normal", "SuccessfulCreate", "create Claim data-web-0 Pod web-0 in StatefulSet web success"),
         ("Normal", "SuccessfulCreate", "create Pod web-0 in StatefulSet web successful"),
@@ -406,6 +407,16 @@ def test_immutable_fields_are_refused_on_update(api: KubeEmulator, patch: dict[s
                                   "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")
 
 
+def test_claim_templates_are_stored_defaulted_and_the_same_manifest_applies_again(api: KubeEmulator) -> None:
+    created = api.create_object("statefulsets", _sts(), manager="kubectl")
+    [claim] = created["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["volumeMode"] == "Filesystem" and claim["status"] == {"phase": "Pending"}
+    assert claim != CLAIM_TEMPLATE  # what a client rendered differs from what is stored …
+    again = api.patch_object("statefulsets", "web", {"spec": _sts()["spec"]}, NS, manager="kubectl")
+    assert again["metadata"]["generation"] == 1  # … yet sending it again changes nothing (defaulted again)
+    assert again["spec"]["volumeClaimTemplates"] == created["spec"]["volumeClaimTemplates"]
+
+
 def test_the_mutable_fields_change(api: KubeEmulator) -> None:
     api.create_object("statefulsets", _sts(), manager="kubectl")
     template = _sts()["spec"]["template"]
@@ -491,6 +502,24 @@ def test_kubectl_applies_lists_scales_and_rolls_back_a_statefulset(tmp_path: Pat
 
 
 # --- through the simulated kubelet: the operator's pod template, a claim per pod ----------------------------------
+
+
+def test_a_cluster_without_leaderworkerset_runs_a_statefulset_in_order(tmp_path: Path) -> None:
+    """The whole simulated cluster (HTTP admission, the paced clock): OrderedReady starts chat-1 once chat-0 serves;
+    each pod downloads into its own claim."""
+    with SimulatedCluster([NodePool("L4", 1, 2)], leaderworkerset=False, speed=200, workdir=tmp_path) as cluster:
+        assert cluster.api.get_object("customresourcedefinitions", "leaderworkersets.leaderworkerset.x-k8s.io") is None
+        cluster.apply(_operator_sts("chat", 2, policy="OrderedReady"))
+
+        def status() -> dict[str, Any]:
+            found = cluster.api.get_object("statefulsets", "chat", NS)
+            return dict((found or {}).get("status") or {})
+
+        cluster.wait_for(lambda: status().get("readyReplicas") == 2, timeout=60, message=str(status()))
+        events = [(e.pod, e.kind) for e in cluster.kubelet.events if e.kind in ("scheduled", "ready", "download")]
+        assert events == [("chat-0", "scheduled"), ("chat-0", "download"), ("chat-0", "ready"),
+                          ("chat-1", "scheduled"), ("chat-1", "download"), ("chat-1", "ready")]
+        assert status()["currentRevision"] == status()["updateRevision"] and status()["availableReplicas"] == 2
 
 
 def _operator_sts(name: str, replicas: int, *, policy: str = "Parallel", **extra: Any) -> dict[str, Any]:
