@@ -295,6 +295,7 @@ class StatefulSetController:
         self.on_event = on_event          # (namespace, the set's metadata, type, reason, message)
         self.on_available = on_available  # (namespace, the set's metadata): every replica updated and Ready
         self.now = now or (lambda: datetime.datetime.now(datetime.UTC))
+        self.errors: list[str] = []  # what a pass failed on (kept for tests; the next pass tries again)
 
     def control(self) -> None:
         for sts in self.api.list_objects(PLURAL):
@@ -302,6 +303,7 @@ class StatefulSetController:
                 self._sync(sts)
             except Exception as exc:  # one bad object must not stop the others
                 log.debug("statefulset %s: %s", _meta(sts).get("name"), exc)
+                self.errors.append(f"{_meta(sts).get('name')}: {exc!r}")
 
     # --- one StatefulSet ------------------------------------------------------------------------------------------
 

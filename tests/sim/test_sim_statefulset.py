@@ -54,6 +54,7 @@ class _Set:
     def sync(self, times: int = 1) -> None:
         for _ in range(times):
             self.controller.control()
+        assert self.controller.errors == []
 
     def obj(self) -> dict[str, Any]:
         found = self.api.get_object("statefulsets", self.name, NS)
@@ -606,6 +607,7 @@ def test_a_rolling_update_and_a_scale_down_and_up_start_from_the_cached_weights(
     sim.api.delete_object("statefulsets", "roll", NS)
     sim.run(1.0)
     assert sim.pods("roll") == []
+    assert sim.kubelet.statefulsets.errors == []
 
 
 def test_ordered_ready_starts_the_next_pod_only_once_the_previous_one_serves(sim: SimHarness) -> None:
