@@ -392,6 +392,12 @@ class Kubelet:
         with self._lock:
             self._traffic.pop((namespace, service), None)
 
+    def cached_on(self, claim: str, namespace: str = "default") -> set[str]:
+        """The models whose weights the claim holds: what a pod mounting it as its `model-cache` volume (a
+        Deployment's claim, or a StatefulSet's or LeaderWorkerSet's claim per pod) finds without a download."""
+        with self._lock:
+            return {model for ns, volume, model in self._cached if (ns, volume) == (namespace, f"pvc:{claim}")}
+
     def pod_outcome(self, name: str, namespace: str = "default") -> StartupOutcome | None:
         with self._lock:
             for pod in self._pods.values():

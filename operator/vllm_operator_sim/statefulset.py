@@ -50,7 +50,9 @@ simulator for any workload: the kubelet keys cached weights and compile caches b
 
 **The API server** (:func:`set_defaults`, :func:`validation_errors`, called by the emulator for writes through
 HTTP): defaults as `SetDefaults_StatefulSet` (`replicas` 1, `podManagementPolicy` OrderedReady, `updateStrategy`
-RollingUpdate with `partition` 0, retention Retain/Retain, `revisionHistoryLimit` 10); a 422 as
+RollingUpdate with `partition` 0, retention Retain/Retain, `revisionHistoryLimit` 10, and each claim template's
+`volumeMode: Filesystem` and `status.phase: Pending`, so a client comparing what it rendered with what is stored
+sees what it would see on a cluster); a 422 as
 `ValidateStatefulSetSpec` / `ValidateStatefulSetUpdate` word it: a selector that is missing, empty or does not match
 the template's labels, a `restartPolicy` other than Always, an unknown policy or strategy, a negative count, and on
 update any change of the spec outside `replicas`, `ordinals`, `template`, `updateStrategy`,
@@ -136,6 +138,11 @@ def set_defaults(obj: dict[str, Any]) -> None:
             if not policy.get(key):
                 policy[key] = RETAIN
     spec.setdefault("revisionHistoryLimit", 10)
+    for claim in spec.get("volumeClaimTemplates") or []:  # PersistentVolumeClaim defaults, as stored by the server
+        if isinstance(claim, dict) and isinstance(claim.setdefault("spec", {}), dict):
+            claim["spec"].setdefault("volumeMode", "Filesystem")
+            if not (claim.get("status") or {}).get("phase"):
+                claim["status"] = {**(claim.get("status") or {}), "phase": "Pending"}
 
 
 def _go(value: Any) -> str:
@@ -288,6 +295,7 @@ class StatefulSetController:
         self.on_event = on_event          # (namespace, the set's metadata, type, reason, message)
         self.on_available = on_available  # (namespace, the set's metadata): every replica updated and Ready
         self.now = now or (lambda: datetime.datetime.now(datetime.UTC))
+        self.errors: list[str] = []  # what a pass failed on (kept for tests; the next pass tries again)
 
     def control(self) -> None:
         for sts in self.api.list_objects(PLURAL):
@@ -295,6 +303,7 @@ class StatefulSetController:
                 self._sync(sts)
             except Exception as exc:  # one bad object must not stop the others
                 log.debug("statefulset %s: %s", _meta(sts).get("name"), exc)
+                self.errors.append(f"{_meta(sts).get('name')}: {exc!r}")
 
     # --- one StatefulSet ------------------------------------------------------------------------------------------
 

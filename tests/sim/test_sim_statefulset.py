@@ -18,6 +18,7 @@ from simkit import SimHarness, deployment
 
 from kit.api import emulated_api
 from kit.kubectl import Kubectl
+from vllm_operator_sim.cluster import NodePool, SimulatedCluster
 from vllm_operator_sim.emulator import APIError, EmulatedAPIServer, KubeEmulator
 from vllm_operator_sim.statefulset import POD_INDEX, POD_NAME, REVISION, StatefulSetController
 
@@ -53,6 +54,7 @@ class _Set:
     def sync(self, times: int = 1) -> None:
         for _ in range(times):
             self.controller.control()
+        assert self.controller.errors == []
 
     def obj(self) -> dict[str, Any]:
         found = self.api.get_object("statefulsets", self.name, NS)
@@ -116,7 +118,7 @@ def test_pods_are_named_labelled_owned_and_mount_a_claim_each(api: KubeEmulator)
     assert claims["data-web-1"]["metadata"]["labels"] == {"tier": "cache", "app": "web"}
     assert "ownerReferences" not in claims["data-web-1"]["metadata"] or not claims["data-web-1"]["metadata"][
         "ownerReferences"]
-    assert claims["data-web-1"]["spec"] == CLAIM_TEMPLATE["spec"]
+    assert claims["data-web-1"]["spec"] == {**CLAIM_TEMPLATE["spec"], "volumeMode": "Filesystem"}  # the stored one
     assert web.events == [
         ("Normal", "SuccessfulCreate", "create Claim data-web-0 Pod web-0 in StatefulSet web success"),
         ("Normal", "SuccessfulCreate", "create Pod web-0 in StatefulSet web successful"),
@@ -243,15 +245,48 @@ def test_on_delete_replaces_a_pod_only_when_it_is_deleted(api: KubeEmulator) -> 
     assert web.revision("web-1") == old
 
 
-def test_a_failed_pod_is_deleted_and_made_again(api: KubeEmulator) -> None:
+@pytest.mark.parametrize(("phase", "event"), [
+    ("Failed", ("Warning", "RecreatingFailedPod", "StatefulSet default/web is recreating failed Pod web-0")),
+    ("Succeeded", ("Normal", "RecreatingTerminatedPod", "StatefulSet default/web is recreating terminated Pod web-0"))])
+def test_a_failed_or_finished_pod_is_deleted_and_made_again(api: KubeEmulator, phase: str,
+                                                            event: tuple[str, str, str]) -> None:
     web = _Set(api, _sts(replicas=1))
     web.sync()
     before = web.pods()["web-0"]["metadata"]["uid"]
-    web.set_pod("web-0", ready=False, phase="Failed")
+    web.set_pod("web-0", ready=False, phase=phase)
     web.sync()
     assert web.pods()["web-0"]["metadata"]["uid"] != before
-    assert ("Warning", "RecreatingFailedPod", "StatefulSet default/web is recreating failed Pod web-0") in web.events
+    assert event in web.events
     assert [c["metadata"]["name"] for c in api.list_objects("persistentvolumeclaims", NS)] == ["data-web-0"]
+
+
+def test_ordinals_start_and_an_orphan_with_a_members_name_is_adopted(api: KubeEmulator) -> None:
+    orphan = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-5", "namespace": NS,
+                                                               "labels": {"app": "web", "role": "server"}},
+              "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    api.create_object("pods", orphan)
+    web = _Set(api, _sts(replicas=2, podManagementPolicy="Parallel", ordinals={"start": 5}))
+    web.sync()
+    assert web.names() == ["web-5", "web-6"]
+    adopted = web.pods()["web-5"]
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == web.obj()["metadata"]["uid"]
+    assert "create Pod web-5 in StatefulSet web successful" not in {m for _, _, m in web.events}
+    # a Pending pod gets its missing claims (createMissingPersistentVolumeClaims), the adopted one too
+    assert sorted(web.claims()) == ["data-web-5", "data-web-6"]
+
+
+def test_revision_history_keeps_only_the_live_revisions_beyond_the_limit(api: KubeEmulator) -> None:
+    web = _Set(api, _sts(replicas=1, podManagementPolicy="Parallel", revisionHistoryLimit=0))
+    web.sync()
+    for image in ("img:2", "img:3"):
+        template = _sts()["spec"]["template"]
+        template["spec"]["containers"][0]["image"] = image
+        web.edit({"template": template})
+        web.sync(2)
+        web.all_ready()
+        web.sync()
+    [kept] = api.list_objects("controllerrevisions", NS)  # the first two: neither current, updated nor used
+    assert kept["metadata"]["name"] == web.status()["updateRevision"] == web.revision("web-0")
 
 
 @pytest.mark.parametrize("when_scaled", ["Retain", "Delete"])
@@ -373,6 +408,16 @@ def test_immutable_fields_are_refused_on_update(api: KubeEmulator, patch: dict[s
                                   "'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")
 
 
+def test_claim_templates_are_stored_defaulted_and_the_same_manifest_applies_again(api: KubeEmulator) -> None:
+    created = api.create_object("statefulsets", _sts(), manager="kubectl")
+    [claim] = created["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["volumeMode"] == "Filesystem" and claim["status"] == {"phase": "Pending"}
+    assert claim != CLAIM_TEMPLATE  # what a client rendered differs from what is stored …
+    again = api.patch_object("statefulsets", "web", {"spec": _sts()["spec"]}, NS, manager="kubectl")
+    assert again["metadata"]["generation"] == 1  # … yet sending it again changes nothing (defaulted again)
+    assert again["spec"]["volumeClaimTemplates"] == created["spec"]["volumeClaimTemplates"]
+
+
 def test_the_mutable_fields_change(api: KubeEmulator) -> None:
     api.create_object("statefulsets", _sts(), manager="kubectl")
     template = _sts()["spec"]["template"]
@@ -460,6 +505,24 @@ def test_kubectl_applies_lists_scales_and_rolls_back_a_statefulset(tmp_path: Pat
 # --- through the simulated kubelet: the operator's pod template, a claim per pod ----------------------------------
 
 
+def test_a_cluster_without_leaderworkerset_runs_a_statefulset_in_order(tmp_path: Path) -> None:
+    """The whole simulated cluster (HTTP admission, the paced clock): OrderedReady starts chat-1 once chat-0 serves;
+    each pod downloads into its own claim."""
+    with SimulatedCluster([NodePool("L4", 1, 2)], leaderworkerset=False, speed=200, workdir=tmp_path) as cluster:
+        assert cluster.api.get_object("customresourcedefinitions", "leaderworkersets.leaderworkerset.x-k8s.io") is None
+        cluster.apply(_operator_sts("chat", 2, policy="OrderedReady"))
+
+        def status() -> dict[str, Any]:
+            found = cluster.api.get_object("statefulsets", "chat", NS)
+            return dict((found or {}).get("status") or {})
+
+        cluster.wait_for(lambda: status().get("readyReplicas") == 2, timeout=60, message=str(status()))
+        events = [(e.pod, e.kind) for e in cluster.kubelet.events if e.kind in ("scheduled", "ready", "download")]
+        assert events == [("chat-0", "scheduled"), ("chat-0", "download"), ("chat-0", "ready"),
+                          ("chat-1", "scheduled"), ("chat-1", "download"), ("chat-1", "ready")]
+        assert status()["currentRevision"] == status()["updateRevision"] and status()["availableReplicas"] == 2
+
+
 def _operator_sts(name: str, replicas: int, *, policy: str = "Parallel", **extra: Any) -> dict[str, Any]:
     """The operator's Deployment pod template (model-download init container, the vLLM container) as a StatefulSet
     whose `model-cache` volume comes from a claim template: a claim per pod."""
@@ -500,6 +563,7 @@ def test_each_pod_downloads_into_its_own_claim_once_and_finds_it_again(sim: SimH
                                      ("cache-hit", "chat-0", "vllm"), ("cache-hit", "chat-1", "vllm")]
     downloads = [e for e in sim.events if e.service == "chat" and e.kind == "download"]
     assert sorted(str(e.details["volume"]) for e in downloads) == ["pvc:model-cache-chat-0", "pvc:model-cache-chat-1"]
+    assert sim.kubelet.cached_on("model-cache-chat-1") == {LLAMA3_8B} and sim.kubelet.cached_on("other") == set()
     status = _sts_status(sim, "chat")
     assert (status["readyReplicas"], status["availableReplicas"], status["updatedReplicas"]) == (2, 2, 2)
     posted = [e for e in sim.api.list_objects("events", NS) if e["involvedObject"].get("kind") == "StatefulSet"]
@@ -543,6 +607,7 @@ def test_a_rolling_update_and_a_scale_down_and_up_start_from_the_cached_weights(
     sim.api.delete_object("statefulsets", "roll", NS)
     sim.run(1.0)
     assert sim.pods("roll") == []
+    assert sim.kubelet.statefulsets.errors == []
 
 
 def test_ordered_ready_starts_the_next_pod_only_once_the_previous_one_serves(sim: SimHarness) -> None:
