@@ -10,6 +10,7 @@ well before the watchdog (first run after 60 s, then every 120 s) could have tak
 from __future__ import annotations
 
 import collections
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from kit.inprocess import (  # noqa: F401 (`cluster`: faulty_cluster_fixture)
     plan_annotation,
     remediation,
 )
+from vllm_operator.api.v1alpha1 import PLURAL
 
 NAME = "qwen"
 PROMPT = 20.0  # seconds: far below the watchdog's first run (60 s)
@@ -86,6 +88,37 @@ def test_a_failed_status_write_of_a_step_is_retried_promptly_and_recorded_once(
     steps = assert_ladder_invariants(cluster, NAME, max_steps=5)
     assert len(steps) == 1 and remediation(cluster.service(NAME))["step"] == 1
     assert stepped is not None
+
+
+def test_a_step_write_refused_for_a_stale_read_is_written_again_and_recorded_once(cluster: Cluster) -> None:
+    """The interleaving behind the landed-then-500 case's rare failure on a busy machine ("fault fired 2 != 1"):
+    kopf's own patch after the creation (its last-handled annotation) landed between the ladder's read and its
+    write. The API refuses that write (409, nothing landed), so it is not the planned "landed, then 500": the
+    ladder reads again, builds the step again and writes it once more — that write lands and answers 500 — and the
+    step is recorded once. The order is forced: the proxy holds the first write until the test has moved the
+    resourceVersion."""
+    deployment, service = deploy(cluster, NAME)
+    cluster.wait_settled(NAME)
+    faults = proxy(cluster)
+    rule = faults.add(method="PATCH", path=STATUS, body='"history"', times=8, land_then=500, hold=PROMPT)
+    start = len(faults.log)
+    cluster.crashed_pod(deployment, "qwen-a", message=no_kv_crash(service))
+    cluster.wait_for(lambda: rule.seen >= 1, PROMPT, "the step's write is held")
+    # another writer (kopf's bookkeeping: its `dummy` touch) moves the resourceVersion past the ladder's read
+    cluster.server.patch_object(PLURAL, NAME, {"status": {"kopf": {"dummy": "moved"}}}, cluster.namespace,
+                                subresource="status")
+    faults.release()
+    cluster.wait_for(lambda: rule.seen >= 2, PROMPT, "the step written again from a new read")
+    faults.release()
+    cluster.wait_history(NAME, 1, timeout=PROMPT)
+    cluster.wait_events(NAME, "RemediatedNoKVCacheMemory", timeout=PROMPT)
+    cluster.wait_quiet(0.5, timeout=30)
+    writes = [(entry.rule, entry.status) for entry in faults.log[start:]
+              if entry.method == "PATCH" and re.search(STATUS, entry.path)]
+    assert writes[:2] == [(None, 409), (rule.name, 500)], writes  # refused (passed on), then landed-then-500
+    assert rule.seen == 2 and rule.fired == 1
+    steps = assert_ladder_invariants(cluster, NAME, max_steps=5)
+    assert len(steps) == 1 and remediation(cluster.service(NAME))["step"] == 1
 
 
 def test_a_rollout_that_fails_after_the_record_is_completed_not_undone(cluster: Cluster) -> None:
