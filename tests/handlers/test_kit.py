@@ -1,4 +1,6 @@
-"""The fault proxy (`kit.faults`) does what its rules say — the handler tests' counts of faults rest on it."""
+"""The test kit does what it says — the handler tests' counts and waits rest on it: the fault proxy (`kit.faults`)
+fires a rule only where its fault happened, and `Cluster.wait_settled` waits for kopf to have handled the spec as it
+is now, not the one before an edit."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
+
 from kit.faults import FaultProxy
+from kit.inprocess import QWEN_7B, Cluster
 from vllm_operator_sim.emulator import EmulatedAPIServer
 
 PATH = "/api/v1/namespaces/default/configmaps/c"
@@ -42,3 +47,16 @@ def test_a_landed_then_500_rule_fires_only_on_a_write_that_landed(emulator: Emul
         # exhausted: passed through
         assert _patch(proxy, {"data": {"a": "4"}}) == 200
         assert rule.fired == 1
+
+
+def test_wait_settled_waits_for_the_edit_not_the_configuration_handled_before_it(cluster: Cluster) -> None:
+    cluster.start_operator()
+    cluster.create_service("qwen", {"model": {"name": QWEN_7B}})
+    assert cluster.wait_settled("qwen")["status"]["observedGeneration"] == 1
+    cluster.stop_operator()
+    cluster.patch_spec("qwen", {"replicas": 2})  # nobody handles it: the stored configuration is the old spec's
+    with pytest.raises(AssertionError, match="kopf finished handling qwen"):
+        cluster.wait_settled("qwen", timeout=1.0)
+    cluster.start_operator()
+    settled = cluster.wait_settled("qwen")
+    assert settled["metadata"]["generation"] == settled["status"]["observedGeneration"] == 2
