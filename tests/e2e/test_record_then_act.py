@@ -52,6 +52,9 @@ POINTS = {
 @pytest.mark.parametrize("point", POINTS.values(), ids=list(POINTS))
 def test_kill_9_inside_a_step_finishes_it_exactly_once_after_restart(cluster: Cluster, point: KillPoint) -> None:
     deployment, service = deploy(cluster, NAME, process=True, timeout=TIMEOUT)
+    # kopf's own patch after the creation (its last-handled annotation) comes after the plan: let it land first,
+    # or, landing while the step's write is held, it makes that write stale — refused (409), not "landed after death"
+    cluster.wait_settled(NAME, timeout=TIMEOUT)
     before = flag(args_of(deployment), "--gpu-memory-utilization")
     faults = cluster.faults
     assert faults is not None

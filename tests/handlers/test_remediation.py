@@ -404,6 +404,7 @@ def test_the_same_failure_redelivered_never_causes_two_steps(cluster: Cluster) -
     cluster.crash_again("qwen-a", restart_count=2, message=kv)
     obj = cluster.wait_history(NAME, 2)
     assert history(obj)[-1]["podUID"] == pod["metadata"]["uid"] and history(obj)[-1]["restartCount"] == 2
+    cluster.wait_events(NAME, "RemediatedKVCacheTooSmall", count=2)  # posted after the record: wait, then count
     cluster.wait_quiet()
     assert len(history(cluster.service(NAME))) == 2
     assert len(cluster.events(NAME, "RemediatedKVCacheTooSmall")) == 2

@@ -5,7 +5,9 @@ the emulator directly, so only the operator sees the faults. A `Rule` matches re
 expression searched in the path) and whether it is a watch, and does one of:
 
 * ``status=503`` — answer that status with a Kubernetes `Status` body; the request never reaches the API;
-* ``land_then=500`` — forward the request (the write lands), then answer that status instead of the API's reply;
+* ``land_then=500`` — forward the request; if the API accepts it (2xx: the write landed), answer that status
+  instead of the API's reply. A request the API refuses (a 409 on a stale resourceVersion) did not land: its answer
+  is passed on and the rule does not count it as fired, so it fires on a later match (the write that lands);
 * ``hold=2.0`` — hold the request that many seconds (or until `release()`), then forward it — or, with
   ``status``, answer that without forwarding (a request that never lands, e.g. when its client was killed);
 * ``cut_after=0.5`` — for watches: stream for that long, then cut the connection (kopf must re-list/re-watch).
@@ -144,6 +146,11 @@ class FaultProxy:
                 return rule
         return None
 
+    def _unfire(self, rule: Rule) -> None:
+        """Take back a firing that did not happen (a `land_then` write the API refused)."""
+        with self._lock:
+            rule.fired -= 1
+
     def _record(self, entry: Logged) -> None:
         with self._lock:
             self.log.append(entry)
@@ -227,9 +234,15 @@ class FaultProxy:
             assert self._session is not None
             upstream = await self._session.request(request.method, url, data=body or None, headers=headers)
         except aiohttp.ClientError as exc:
+            if rule is not None and rule.land_then is not None:
+                self._unfire(rule)  # nothing landed
+                name = None
             self._record(Logged(request.method, path, query, watch, name, 502))
             return aiohttp.web.json_response(_status_body(502, f"upstream: {exc}"), status=502)
         async with upstream:
+            if rule is not None and rule.land_then is not None and not 200 <= upstream.status <= 299:
+                self._unfire(rule)  # refused, so not landed: the client hears the API's own answer
+                rule, name = None, None
             if rule is not None and rule.land_then is not None:
                 await upstream.read()  # the write landed; the client is told otherwise
                 self._record(Logged(request.method, path, query, watch, name, rule.land_then))

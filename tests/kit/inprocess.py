@@ -50,6 +50,7 @@ from vllm_operator.api.v1alpha1 import GROUP, PLURAL, VERSION
 from vllm_operator.handlers import kube
 from vllm_operator.handlers import remediation as remediation_handlers
 from vllm_operator.handlers.registry import registry
+from vllm_operator.handlers.service import LeanAnnotationsDiffBaseStorage
 from vllm_operator.planner import messages
 from vllm_operator.planner.gpus import load_gpu_catalog
 from vllm_operator.planner.versions import profile_for
@@ -62,6 +63,8 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 CRD_PATH = REPO / "crds" / "vllmservices.vllm-operator.dev.yaml"
 CORPUS_PATH = REPO / "tests" / "unit" / "data" / "vllm_failure_texts.yaml"
 TIMEOUT = 15.0
+#: Where kopf keeps the configuration it handled last, as the operator configures it (service.operator_startup).
+_DIFFBASE = LeanAnnotationsDiffBaseStorage(prefix="vllm-operator.dev", key="last-handled-configuration")
 # The kubelet's FallbackToLogsOnError: the last 80 lines of the log, at most 2048 bytes (kubelet/kuberuntime).
 FALLBACK_LINES = 80
 FALLBACK_BYTES = 2048
@@ -504,15 +507,19 @@ class Cluster:
 
     def wait_settled(self, name: str, namespace: str | None = None, timeout: float = TIMEOUT,
                      quiet: float = 0.5) -> dict[str, Any]:
-        """Wait until kopf has finished with the object (its last-handled annotation is there, no handler
-        progress is pending) and the API has seen no request for `quiet` seconds."""
+        """Wait until kopf has finished with the object as it is now (the last-handled configuration it stored is
+        this spec's, no handler progress is pending) and the API has seen no request for `quiet` seconds.
+
+        The stored configuration is compared, not merely found: after an edit the previous one is still there, and
+        on a busy machine the operator may not have looked at the edit before the API was quiet for `quiet` s."""
         def handled() -> dict[str, Any] | None:
             obj = self.service(name, namespace)
             if obj is None:
                 return None
-            annotations = obj["metadata"].get("annotations") or {}
+            body = kopf.Body(obj)
             progress = ((obj.get("status") or {}).get("kopf") or {}).get("progress")
-            done = "vllm-operator.dev/last-handled-configuration" in annotations and not progress
+            stored = _DIFFBASE.fetch(body=body)
+            done = stored is not None and stored == _DIFFBASE.build(body=body) and not progress
             return obj if done and (obj.get("status") or {}).get("observedGeneration") else None
         self.wait_for(handled, timeout, f"kopf finished handling {name}")
         self.wait_quiet(quiet, timeout)
