@@ -37,7 +37,8 @@ def run(spec: dict[str, Any], *, lws: bool | None = False, status: dict[str, Any
     spec = {"model": {"name": QWEN}, "gpu": {"product": "NVIDIA-L4"}, **spec}
     return reconcile.desired_state(reconcile.Observed(
         name=name, namespace="ns", uid=f"uid-{name}", generation=1, spec=spec, status=status or {},
-        now=datetime(2026, 1, 1, tzinfo=UTC), nodes=(L4,), model_files=load_model_files(QWEN, offline=True),
+        now=datetime(2026, 1, 1, tzinfo=UTC), nodes=(L4,),
+        model_files=load_model_files(spec["model"]["name"], offline=True),
         cache_settings=CacheSettings(), default_storage_class="standard", lws_installed=lws))
 
 
@@ -256,3 +257,19 @@ def test_a_switch_whose_first_pod_cannot_be_placed_beside_the_serving_pods_is_he
     room = decide_switch(previous, target, ready=1, nodes=nodes, pods=full[:1], why="x")
     assert room.verdict == "proceed"
     assert decide_switch(previous, target, ready=0, nodes=nodes, pods=full, why="x").verdict == "proceed"
+
+
+def test_an_edit_keeps_what_the_api_server_refuses_to_change() -> None:
+    """A new model renders claims of another size: apps/v1 refuses a change of volumeClaimTemplates (and selector,
+    serviceName, podManagementPolicy), so the applied StatefulSet keeps them — and the render's spec hash, so the
+    next reconcile applies nothing — while the pod template changes."""
+    from vllm_operator.render.statefulset import IMMUTABLE_FIELDS, keep_immutable
+
+    before = kinds(run({"replicas": 2}))["StatefulSet"]
+    after = kinds(run({"replicas": 2, "model": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}}))["StatefulSet"]
+    assert after["spec"]["volumeClaimTemplates"] != before["spec"]["volumeClaimTemplates"]
+    applied = keep_immutable(after, before)
+    assert all(applied["spec"][f] == before["spec"][f] for f in IMMUTABLE_FIELDS)
+    assert applied["spec"]["template"] == after["spec"]["template"] != before["spec"]["template"]
+    assert applied["metadata"]["annotations"] == after["metadata"]["annotations"]
+    assert keep_immutable(after, None) is after

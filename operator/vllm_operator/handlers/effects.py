@@ -39,6 +39,7 @@ from ..render.lws import lws_name
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
 from ..render.pods import statefulset_name
 from ..render.sharing import GROUP_LABEL
+from ..render.statefulset import keep_immutable
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -240,7 +241,8 @@ def takes_over(target: Mapping[str, Any] | None, previous: Mapping[str, Any] | N
     if _behind(target):
         return False
     have = min(int(status.get("readyReplicas") or 0), int(status.get("updatedReplicas", 0) or 0)
-               if "updatedReplicas" in status else int(status.get("readyReplicas") or 0))
+               if "updatedReplicas" in status or target.get("kind") == "StatefulSet"
+               else int(status.get("readyReplicas") or 0))
     before = int(((previous or {}).get("status") or {}).get("readyReplicas") or 0)
     return int(spec.get("replicas", 1) or 0) > 0 and have >= max(before, 1)
 
@@ -254,7 +256,8 @@ def ready(workload: Mapping[str, Any] | None) -> bool:
     want = int(spec.get("replicas", 1) or 0)
     if _behind(workload):
         return False
-    updated = status.get("updatedReplicas", status.get("readyReplicas"))
+    # a StatefulSet's counts are absent when 0 (`omitempty`); a Deployment's updatedReplicas of older API servers
+    updated = status.get("updatedReplicas", 0 if workload.get("kind") == "StatefulSet" else status.get("readyReplicas"))
     return int(status.get("readyReplicas") or 0) >= want and int(updated or 0) >= want
 
 
@@ -375,6 +378,8 @@ def _converge(namespace: str, child: dict[str, Any], existing: Mapping[str, Any]
         _create(resource, namespace, child, what)
         return [f"created {kind} {name}"]
     if kind not in IMMUTABLE and _hash(child) != _hash(existing):
+        if kind == "StatefulSet":  # its selector, claims, serviceName and pod policy stay as they were created
+            child = keep_immutable(child, dict(existing))
         _apply(resource, namespace, child, existing, what)
         return [f"updated {kind} {name}"]
     return []

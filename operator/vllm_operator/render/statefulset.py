@@ -43,6 +43,8 @@ from .pods import WORKLOAD_LABEL as WORKLOAD_LABEL
 from .pods import serving_pods, statefulset_name, statefulset_pod_labels
 
 KIND = "StatefulSet"
+#: The fields of a StatefulSet's spec the API server refuses to change (apps/v1 `ValidateStatefulSetUpdate`).
+IMMUTABLE_FIELDS = ("selector", "serviceName", "volumeClaimTemplates", "podManagementPolicy")
 #: What happens to the claims when the StatefulSet scales down or is deleted.
 RETENTION = {"whenDeleted": "Delete", "whenScaled": "Retain"}
 
@@ -83,3 +85,17 @@ def build_statefulset_children(inp: RenderInput) -> list[dict[str, Any]]:
     pvc = build_cache_pvc(inp)
     service = build_service(inp, serving_pods(inp.name, inp.namespace, kind=KIND))
     return ([pvc] if pvc else []) + [build_statefulset(inp), service]
+
+
+def keep_immutable(rendered: dict[str, Any], existing: dict[str, Any] | None) -> dict[str, Any]:
+    """`rendered` as it can be applied over `existing`: the fields the API server refuses to change keep their
+    values (a new model's claim size, say: the pods keep their claims and the weights on them). The spec-hash
+    annotation stays the render's, so the next reconcile finds the StatefulSet as rendered and applies nothing."""
+    if existing is None:
+        return rendered
+    out = copy.deepcopy(rendered)
+    before = existing.get("spec") or {}
+    for field in IMMUTABLE_FIELDS:
+        if field in before:
+            out["spec"][field] = copy.deepcopy(before[field])
+    return out
