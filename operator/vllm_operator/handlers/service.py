@@ -271,7 +271,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         for line in apply(desired.children, namespace):
             written.append(line)
             logger.info(line)
-            if line.startswith("updated Deployment ") and _profile_changed(status, desired):
+            if line.startswith(("updated Deployment ", "updated StatefulSet ")) and _profile_changed(status, desired):
                 # a new profile: none of its pods runs yet, whatever readyReplicas says
                 desired.status = cond.fold_status(
                     desired.status, conditions=rollout.started_conditions(
