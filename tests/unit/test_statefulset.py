@@ -252,7 +252,7 @@ def test_a_switch_whose_first_pod_cannot_be_placed_beside_the_serving_pods_is_he
     held = decide_switch(previous, target, ready=2, nodes=nodes, pods=full, why="each pod needs a claim")
     assert held.verdict == "hold"
     assert "Free 1 GPU of nvidia.com/gpu.product=NVIDIA-L4" in held.message
-    assert "scale the service down" in held.message and "ReadWriteMany" in held.message
+    assert "spec.modelCache" in held.message and "ReadWriteMany" in held.message
     assert "Deployment svc keeps serving" in held.message
     room = decide_switch(previous, target, ready=1, nodes=nodes, pods=full[:1], why="x")
     assert room.verdict == "proceed"

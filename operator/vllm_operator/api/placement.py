@@ -229,6 +229,7 @@ def decide_switch(previous: Mapping[str, Any], desired: Mapping[str, Any], *, re
         f"{why}, so it switches from its {before} to a {kind}, which starts beside the serving pods (make before "
         f"break); {first} on nodes of {pool} and {slots} fit{'s' if slots == 1 else ''} ({seen}); the {before} "
         f"{name} keeps serving as it is instead of waiting for a {kind} that would stay Pending. Free {short} "
-        f"GPU{'s' if short != 1 else ''} of {pool} (the switch proceeds at the next reconcile), scale the service "
-        "down, or give it a cache that needs no switch: spec.modelCache (a claim), or a StorageClass that gives "
+        f"GPU{'s' if short != 1 else ''} of {pool} (the switch proceeds at the next reconcile; while it is held "
+        f"the {before} is not changed, its replica count included), or give the service a cache that needs no "
+        "switch: spec.modelCache (a claim of its own or a ReadWriteMany one), or a StorageClass that gives "
         "ReadWriteMany claims"))
