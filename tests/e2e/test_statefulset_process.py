@@ -139,17 +139,18 @@ def test_a_service_that_may_run_two_pods_gets_a_claim_each_without_lws(tmp_path:
 
 def test_an_empty_dir_deployment_moves_to_a_claim_per_pod_and_waits_for_a_free_gpu(tmp_path: Path) -> None:
     """The operator ran with an ephemeral cache (an emptyDir Deployment of two pods); restarted with the default
-    mode, the service needs a claim per pod: a StatefulSet beside the Deployment (make before break). With every
-    GPU of the pool taken (the Deployment's two pods and another service) the switch is held — the Deployment keeps
-    serving, nothing Pending is created — and proceeds once a GPU is free."""
-    with SimulatedCluster([NodePool("L4", 1, 3)], speed=100, workdir=tmp_path, leaderworkerset=False) as cluster:
+    mode, the service needs a claim per pod: a StatefulSet beside the Deployment (make before break), which takes
+    over once two of its pods serve. With the GPUs of the pool taken (the Deployment's two pods and another service's
+    two) the switch is held — the Deployment keeps serving, nothing Pending is created — and proceeds once two GPUs
+    are free."""
+    with SimulatedCluster([NodePool("L4", 1, 4)], speed=100, workdir=tmp_path, leaderworkerset=False) as cluster:
         api = cluster.api
         log = cluster.operator_log
         cluster.start_operator("--model-cache-mode", "ephemeral")
         spec = {"model": {"name": MODEL}, "gpu": {"product": L4}, "replicas": 2}
-        cluster.apply(_service({"model": {"name": MODEL}, "gpu": {"product": L4}}, name="other"))
+        cluster.apply(_service({"model": {"name": MODEL}, "gpu": {"product": L4}, "replicas": 2}, name="other"))
         cluster.apply(_service(spec))
-        cluster.wait_for(lambda: _settled(cluster, 2) and _serving(cluster, "other") or None, timeout=WAIT,
+        cluster.wait_for(lambda: _settled(cluster, 2) and len(_serving(cluster, "other")) == 2 or None, timeout=WAIT,
                          message="never served:\n" + log()[-3000:])
         assert _status(cluster)["workload"] == "Deployment" and _sts(cluster) is None
         deployment_pods = _serving(cluster)
@@ -159,11 +160,11 @@ def test_an_empty_dir_deployment_moves_to_a_claim_per_pod_and_waits_for_a_free_g
         cluster.wait_for(lambda: _condition({"status": _status(cluster)}, "Progressing").get("reason")
                          == "RolloutHeld" or None, timeout=WAIT, message="not held:\n" + log()[-3000:])
         held = _condition({"status": _status(cluster)}, "Progressing")
-        assert "StatefulSet" in held["message"] and "Free 1 GPU" in held["message"]
+        assert "StatefulSet" in held["message"] and "Free 2 GPUs" in held["message"]
         assert _sts(cluster) is None and _status(cluster)["workload"] == "Deployment"
         assert _serving(cluster) == deployment_pods
 
-        api.delete_object("vllmservices", "other", "default")  # a GPU frees up
+        api.delete_object("vllmservices", "other", "default")  # two GPUs free up
         cluster.wait_for(lambda: not _pods(cluster, "other") or None, timeout=WAIT, message="other's pod stayed")
         # the next reconcile (an edit here; the watchdog's round otherwise) finds the GPU and switches
         cluster.apply({**_service(spec), "metadata": {"name": "chat", "namespace": "default",

@@ -244,19 +244,26 @@ def test_a_statefulset_rollout_never_surges_and_one_pod_says_it_interrupts() -> 
     assert held.verdict == "hold" and "Free a GPU" in held.message
 
 
-def test_a_switch_whose_first_pod_cannot_be_placed_beside_the_serving_pods_is_held() -> None:
+def test_a_switch_whose_pods_cannot_be_placed_beside_the_serving_pods_is_held() -> None:
+    """The new workload takes over once it serves as many replicas as the previous one: that many pods must fit
+    beside the serving ones, or the switch would wait forever."""
     previous = {"kind": "Deployment", "metadata": {"name": "svc"}, "spec": {"template": _template_of(1)}}
-    target = {"kind": "StatefulSet", "metadata": {"name": "svc-set"}, "spec": {"template": _template_of(1)}}
-    nodes = [_node("n1", 1), _node("n2", 1)]
-    full = [_running("svc-abc-d2f4g", "n1"), _running("svc-abc-h5j6k", "n2")]  # the emptyDir Deployment holds both
-    held = decide_switch(previous, target, ready=2, nodes=nodes, pods=full, why="each pod needs a claim")
+    target = {"kind": "StatefulSet", "metadata": {"name": "svc-set"},
+              "spec": {"replicas": 2, "template": _template_of(1)}}
+    nodes = [_node("n1", 1), _node("n2", 1), _node("n3", 1)]
+    serving = [_running("svc-abc-d2f4g", "n1"), _running("svc-abc-h5j6k", "n2")]  # the emptyDir Deployment's pods
+    held = decide_switch(previous, target, ready=2, nodes=nodes, pods=serving, why="each pod needs a claim")
     assert held.verdict == "hold"
+    assert "2 pods of it must serve before it takes over" in held.message and "and 1 fits" in held.message
     assert "Free 1 GPU of nvidia.com/gpu.product=NVIDIA-L4" in held.message
     assert "spec.modelCache" in held.message and "ReadWriteMany" in held.message
     assert "Deployment svc keeps serving" in held.message
-    room = decide_switch(previous, target, ready=1, nodes=nodes, pods=full[:1], why="x")
-    assert room.verdict == "proceed"
-    assert decide_switch(previous, target, ready=0, nodes=nodes, pods=full, why="x").verdict == "proceed"
+    assert decide_switch(previous, target, ready=2, nodes=[*nodes, _node("n4", 1)], pods=serving,
+                         why="x").verdict == "proceed"
+    # one serving pod: one new pod must fit (the rest may wait for the GPU the previous pod frees)
+    assert decide_switch(previous, target, ready=1, nodes=nodes[:2], pods=serving[:1], why="x").verdict == "proceed"
+    assert decide_switch(previous, target, ready=1, nodes=nodes[:1], pods=serving[:1], why="x").verdict == "hold"
+    assert decide_switch(previous, target, ready=0, nodes=nodes, pods=serving, why="x").verdict == "proceed"
 
 
 def test_an_edit_keeps_what_the_api_server_refuses_to_change() -> None:

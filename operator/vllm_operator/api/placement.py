@@ -19,8 +19,9 @@ pod without LeaderWorkerSet) rolls the same way, one pod at a time from the high
 with one pod every rollout interrupts service (said before it starts); with more the others serve.
 
 `decide_switch` is asked before a switch between workload kinds creates its new workload beside the serving one
-(make before break): its first pod (group) must fit beside the serving pods, which stay until it is Ready; when it
-cannot, the switch would wait forever, serving but never converging, so it is held with the previous workload kept.
+(make before break): as many of its pods (groups) as now serve must fit beside the serving pods, which stay until the
+new workload serves as many; when they cannot, the switch would wait forever, serving but never converging, so it is
+held with the previous workload kept.
 
 GPUs in use on a node are the `nvidia.com/gpu` requests of its pods that have not ended. What the operator cannot see
 (pods in namespaces it does not watch) is not counted: then a rollout may still wait for a GPU, as before.
@@ -209,25 +210,30 @@ def _gpus_text(need: int) -> str:
 def decide_switch(previous: Mapping[str, Any], desired: Mapping[str, Any], *, ready: int,
                   nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], why: str) -> Placement:
     """Before a switch creates `desired` (a workload of another kind) beside `previous` (`ready` pods or groups
-    serving): `proceed` when its first pod (group) fits on the nodes its nodeSelector allows with every pod there
-    staying (`pods`, the serving ones included), or nothing serves (nothing to keep); else `hold`, saying what would
-    let it proceed. `why`: why the service switches (for the message)."""
+    serving): `proceed` when as many of its replicas as now serve — what it must serve before it takes over
+    (handlers/effects.py `takes_over`), at most its own replica count — fit on the nodes its nodeSelector allows with
+    every pod there staying (`pods`, the serving ones included), or nothing serves (nothing to keep); else `hold`,
+    saying what would let it proceed. `why`: why the service switches (for the message)."""
     if ready <= 0:
         return Placement("proceed")
+    replicas = _int((desired.get("spec") or {}).get("replicas", 1))
+    wanted = max(min(replicas, ready), 1)
     need, size = _gpus(desired), group_size(desired)
     free = free_gpus(nodes, pods)
     _, slots = _fitting(free, need)
-    if slots >= size:
+    if slots >= wanted * size:
         return Placement("proceed")
     pool, gpus = _pool(desired), _gpus_text(need)
     seen = ", ".join(f"{n}: {max(f, 0)} free" for n, f in sorted(free.items())) or "no node matches"
-    first = f"its first group needs {size} pods of {gpus} each" if size > 1 else f"its first pod needs {gpus}"
-    short = max(size - slots, 1) * need
+    unit = "group" if size > 1 else "pod"
+    first = (f"{wanted} {unit}{'s' if wanted != 1 else ''} of it must serve before it takes over "
+             f"({wanted * size} pod{'s' if wanted * size != 1 else ''} of {gpus} each)")
+    short = max(wanted * size - slots, 1) * need
     kind, before = desired.get("kind"), previous.get("kind")
     name = (previous.get("metadata") or {}).get("name")
     return Placement("hold", (
         f"{why}, so it switches from its {before} to a {kind}, which starts beside the serving pods (make before "
-        f"break); {first} on nodes of {pool} and {slots} fit{'s' if slots == 1 else ''} ({seen}); the {before} "
+        f"break): {first} on nodes of {pool}, and {slots} fit{'s' if slots == 1 else ''} ({seen}); the {before} "
         f"{name} keeps serving as it is instead of waiting for a {kind} that would stay Pending. Free {short} "
         f"GPU{'s' if short != 1 else ''} of {pool} (the switch proceeds at the next reconcile; while it is held "
         f"the {before} is not changed, its replica count included), or give the service a cache that needs no "

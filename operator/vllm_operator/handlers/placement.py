@@ -13,7 +13,8 @@ A StatefulSet (a claim per pod without LeaderWorkerSet) is checked like the grou
 the highest ordinal without surge, so the pod it replaces first is the one with the highest ordinal.
 
 Before a switch between workload kinds creates its new workload (make before break: the previous one serves until
-the new one is Ready), the new workload's first pod must fit beside the serving pods (`api.placement.decide_switch`).
+the new one serves as many replicas), that many of its pods must fit beside the serving pods
+(`api.placement.decide_switch`).
 When it cannot — the previous workload holds every GPU of the pool — the switch would wait forever, serving but never
 converging: it is held instead. Nothing is applied (the Service and the autoscaler keep addressing the previous
 workload's pods), `status.workload` and `status.selector` stay the previous workload's, and Progressing says
@@ -184,7 +185,7 @@ def _switching(status: Mapping[str, Any], desired: Desired) -> bool:
 
 def _guard_switch(namespace: str, name: str, status: Mapping[str, Any], desired: Desired,
                   target: Mapping[str, Any], now: datetime) -> Desired | None:
-    """The desired state with the switch held when the new workload does not exist yet and its first pod cannot be
+    """The desired state with the switch held when the new workload does not exist yet and its pods cannot be
     placed beside the serving one's pods; None when the switch may go on (or there is none)."""
     kind = str(target.get("kind"))
     with kube.api_errors(f"read {kind} {target['metadata']['name']}"):
