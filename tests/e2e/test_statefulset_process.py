@@ -173,3 +173,31 @@ def test_an_empty_dir_deployment_moves_to_a_claim_per_pod_and_waits_for_a_free_g
                          timeout=WAIT * 2, message="the switch never completed:\n" + log()[-3000:])
         assert api.get_object("deployments", "chat", "default") is None
         assert _serving(cluster) == ["chat-set-0", "chat-set-1"]
+
+
+def test_a_one_pod_service_scaled_past_its_bounds_switches_once_and_its_own_claim_goes(tmp_path: Path) -> None:
+    """A plain one-replica service is a Deployment with its own claim `chat-model-cache`; `spec.replicas: 2` (what
+    `kubectl scale` writes) makes it a service of several pods: one switch to a StatefulSet, make before break, and
+    once the Deployment is deleted its claim, which nothing mounts any more, is deleted too."""
+    with SimulatedCluster([NodePool("L4", 1, 2)], speed=100, workdir=tmp_path, leaderworkerset=False) as cluster:
+        api = cluster.api
+        log = cluster.operator_log
+        cluster.start_operator()
+        spec: dict[str, Any] = {"model": {"name": MODEL}, "gpu": {"product": L4}}
+        cluster.apply(_service(spec))
+        cluster.wait_for(lambda: _settled(cluster, 1), timeout=WAIT, message="never served:\n" + log()[-3000:])
+        assert _status(cluster)["workload"] == "Deployment" and "chat-model-cache" in _claims(cluster)
+        deployment_pod = _serving(cluster)
+        seen: list[int] = []
+
+        def switched() -> bool:
+            seen.append(len(_serving(cluster)))
+            return _settled(cluster, 2) and _status(cluster).get("workload") == "StatefulSet"
+        _scale(cluster, 2, spec)
+        cluster.wait_for(switched, timeout=WAIT * 2, message="the switch never completed:\n" + log()[-3000:])
+        assert min(seen) >= 1, seen  # a Ready endpoint all along
+        assert api.get_object("deployments", "chat", "default") is None
+        assert _serving(cluster) == ["chat-set-0", "chat-set-1"] and deployment_pod[0] not in _serving(cluster)
+        cluster.wait_for(lambda: "chat-model-cache" not in _claims(cluster) or None, timeout=WAIT,
+                         message=f"the Deployment's claim stayed: {_claims(cluster)}")
+        assert {"model-cache-chat-set-0", "model-cache-chat-set-1"} <= _claims(cluster)
