@@ -153,8 +153,8 @@ def _first_replaced_group(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired, now: datetime) -> Desired:
     """The desired state, with the Deployment held back (and said) when its new pod could not be placed, or the
-    interruption said when it can; a switch to another workload kind held (and said) when the new workload's first
-    pod could not be placed beside the serving pods."""
+    interruption said when it can; a switch to another workload kind held (and said) when the new workload's pods
+    could not be placed beside the serving pods."""
     children = desired.children
     deployment = _deployment(children) if children is not None else None
     if deployment is not None and _switching(status, desired):
@@ -191,6 +191,10 @@ def _guard_switch(namespace: str, name: str, status: Mapping[str, Any], desired:
     with kube.api_errors(f"read {kind} {target['metadata']['name']}"):
         if kube.get(kube.KIND_RESOURCES[kind], namespace, str(target["metadata"]["name"])) is not None:
             return None  # created already: the switch waits for it (or it is this kind's own rollout)
+    meta = target.get("metadata") or {}
+    owner: Mapping[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
+    uid = str(owner.get("uid") or "")
+    label = str((meta.get("labels") or {}).get(LABEL_SERVICE) or "")
     previous = None
     for other in switch.others(kind):
         if other == "LeaderWorkerSet" and not kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE):
@@ -198,8 +202,7 @@ def _guard_switch(namespace: str, name: str, status: Mapping[str, Any], desired:
         other_name = effects.workload_names(name)[other]
         with kube.api_errors(f"read {other} {other_name}"):
             found = kube.get(kube.KIND_RESOURCES[other], namespace, other_name)
-        if found is not None and effects.owned(found, str(((target.get("metadata") or {}).get("ownerReferences")
-                                                              or [{}])[0].get("uid")), child_label(target)):
+        if found is not None and effects.owned(found, uid, label):
             previous = found
             break
     if previous is None:
@@ -218,10 +221,6 @@ def _guard_switch(namespace: str, name: str, status: Mapping[str, Any], desired:
             else serving_pods(name, namespace, kind=previous_kind).label_selector(), "workload_switch": None}
     desired.status = desired.status.model_copy(update=keep)
     return _apply(desired, placement, status, now)
-
-
-def child_label(child: Mapping[str, Any]) -> str:
-    return str(((child.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVICE) or "")
 
 
 def _apply(desired: Desired, placement: Placement, status: Mapping[str, Any], now: datetime) -> Desired:
