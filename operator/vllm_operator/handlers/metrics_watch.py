@@ -43,6 +43,7 @@ import kopf
 
 from .. import metrics
 from ..api import conditions as cond
+from ..api import switch
 from ..api.v1alpha1 import (
     MetricsStatus,
     RemediationEvent,
@@ -271,8 +272,11 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
 
     available = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.TRUE, cond.METRICS_OBSERVED,
                                      f"{observation.pod_count} pod(s) reporting to {url}")
-    with kube.api_errors("read the Deployment"):
-        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+    # the workload whose replicas the watch may change: a Deployment's or a StatefulSet's (a claim per pod); a
+    # LeaderWorkerSet's groups are not scaled from metrics (no Deployment: None, as before)
+    kind = "StatefulSet" if switch.target_kind(service.get("status") or {}) == "StatefulSet" else "Deployment"
+    with kube.api_errors(f"read the {kind}"):
+        deployment = kube.get(kube.KIND_RESOURCES[kind], namespace, effects.workload_names(name)[kind])
     replicas = _replicas(deployment)
     decision = decide(observation, spec=spec, status=status, replicas=replicas, now=now, settings=settings)
     log.debug("%s/%s: %s", namespace, name, decision.message)
