@@ -592,9 +592,11 @@ def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:
               lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"strategy": strategy}}))
 
 
-def scale_deployment(namespace: str, name: str, replicas: int) -> None:
-    _retrying(f"scale Deployment {name}",
-              lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": replicas}}))
+def scale_deployment(namespace: str, name: str, replicas: int, kind: str = "Deployment") -> None:
+    """Set the replicas of service `name`'s Deployment (or StatefulSet, `kind`) in place (a merge patch)."""
+    workload = workload_names(name)[kind]
+    _retrying(f"scale {kind} {workload}", lambda: kube.patch(kube.KIND_RESOURCES[kind], namespace, workload,
+                                                             {"spec": {"replicas": replicas}}))
 
 
 # --------------------------------------------------------------------------------------------------
