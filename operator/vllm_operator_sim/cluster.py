@@ -11,7 +11,9 @@ Each pool entry is one node type: ``(gpu, gpus_per_node)`` or ``(gpu, gpus_per_n
 ``.memory``, ``.count``, ``.family``, ``.compute.major/minor``, ``.present``), ``nvidia.com/gpu`` capacity and
 allocatable, host memory and CPU, and the usual ``nvidia.com/gpu:NoSchedule`` taint. The VLLMService CRD is
 registered from the package's own definition (``vllm_operator.api.crd.build_crd``), so no repository files are
-needed. Everything listens on 127.0.0.1 only; :meth:`SimulatedCluster.stop` stops all of it.
+needed. Deployments, StatefulSets (:mod:`vllm_operator_sim.statefulset`) and DaemonSets are always served and
+controlled; the LeaderWorkerSet API only with ``leaderworkerset=True`` (the default), so ``leaderworkerset=False`` is
+a cluster without it. Everything listens on 127.0.0.1 only; :meth:`SimulatedCluster.stop` stops all of it.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ import attrs
 import kmock
 import yaml
 
+from vllm_operator_sim import statefulset
 from vllm_operator_sim.emulator_admission import (
     FieldError,
     annotation_errors,
@@ -104,6 +105,7 @@ Obj = dict[str, Any]
 ObjKey = tuple[str, str]  # (namespace or '' for cluster-scoped, name)
 _NS = next(r for r in BUILTIN_RESOURCES if r.plural == 'namespaces')
 _CRD = next(r for r in BUILTIN_RESOURCES if r.plural == 'customresourcedefinitions')
+_STS = next(r for r in BUILTIN_RESOURCES if r.plural == 'statefulsets')
 _SYSTEM_META = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds',
                 'generation', 'resourceVersion', 'name', 'namespace', 'managedFields')
 _APPLY_PATCH = 'application/apply-patch+yaml'
@@ -482,7 +484,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
             errors = schema_errors(view, crd_schema=schema, old=old) + cel_errors(view, schema, old)
         elif builtin is not None:
             dropped = prune_unknown(view, {'$ref': f'#/$defs/{builtin}'}, builtin=True)
+            if rdef.storage_key == _STS.storage_key:  # the apps/v1 defaults and semantic rules of a StatefulSet
+                statefulset.set_defaults(view)
             errors = schema_errors(view, builtin=builtin, old=old)
+            if rdef.storage_key == _STS.storage_key:
+                errors += statefulset.validation_errors(view, old)
         if dropped and opts.field_validation == 'Strict':
             raise _bad_request('strict decoding error: ' + ', '.join(f'unknown field "{f}"' for f in dropped))
         if opts.field_validation == 'Warn':
@@ -611,6 +617,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         elif rdef.storage_key in (('apps', 'deployments'), ('apps', 'replicasets')):
             obj.setdefault('spec', {}).setdefault('replicas', 1)
             obj.setdefault('status', {})
+        elif rdef.storage_key == _STS.storage_key:
+            statefulset.set_defaults(obj)
+            obj.setdefault('status', {'replicas': 0, 'availableReplicas': 0})  # apps/v1 JSON: not omitempty
         elif rdef.storage_key == _CRD.storage_key:
             self._register_crd(obj)
 

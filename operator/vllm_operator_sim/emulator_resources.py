@@ -76,6 +76,8 @@ BUILTIN_RESOURCES: tuple[ResourceDef, ...] = (
     _builtin('apps/v1', 'deployments', 'Deployment', short=['deploy'], sub=['status', 'scale']),
     _builtin('apps/v1', 'replicasets', 'ReplicaSet', short=['rs'], sub=['status', 'scale']),
     _builtin('apps/v1', 'daemonsets', 'DaemonSet', short=['ds'], sub=['status']),
+    _builtin('apps/v1', 'statefulsets', 'StatefulSet', short=['sts'], sub=['status', 'scale']),
+    _builtin('apps/v1', 'controllerrevisions', 'ControllerRevision'),
     _builtin('storage.k8s.io/v1', 'storageclasses', 'StorageClass', namespaced=False, short=['sc']),
     _builtin('autoscaling/v2', 'horizontalpodautoscalers', 'HorizontalPodAutoscaler', short=['hpa'], sub=['status']),
     _builtin('events.k8s.io/v1', 'events', 'Event', short=['ev']),

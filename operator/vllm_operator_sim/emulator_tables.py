@@ -1,8 +1,8 @@
 """Server-side printing (``meta.k8s.io/v1 Table``) for ``kubectl get`` without ``-o`` (and ``-o wide``).
 
 The columns are those the real API server prints: pods (READY, STATUS, RESTARTS, AGE; wide: IP, NODE),
-events (LAST SEEN, TYPE, REASON, OBJECT, MESSAGE), deployments, services, namespaces; a CRD's
-``additionalPrinterColumns``. Ages are measured against the cluster's clock (see ``KubeEmulator.now``).
+events (LAST SEEN, TYPE, REASON, OBJECT, MESSAGE), deployments, statefulsets (READY, AGE), controllerrevisions,
+services, namespaces; a CRD's ``additionalPrinterColumns``. Ages are measured against the cluster's clock (see ``KubeEmulator.now``).
 """
 
 from __future__ import annotations
@@ -164,6 +164,25 @@ def _deployment_cells(obj: Mapping[str, Any], now: Now) -> list[Any]:
             ','.join(f'{k}={v}' for k, v in selector.items()) or '<none>']
 
 
+def _statefulset_cells(obj: Mapping[str, Any], now: Now) -> list[Any]:
+    """kubectl's printStatefulSet: READY is readyReplicas/spec.replicas."""
+    spec, status = obj.get('spec') or {}, obj.get('status') or {}
+    containers = ((spec.get('template') or {}).get('spec') or {}).get('containers') or []
+    return [f'{status.get("readyReplicas") or 0}/{spec.get("replicas", 1)}',
+            _age(obj.get('metadata', {}).get('creationTimestamp'), now),
+            ','.join(c.get('name', '') for c in containers), ','.join(c.get('image', '') for c in containers)]
+
+
+def _controllerrevision_cells(obj: Mapping[str, Any], now: Now) -> list[Any]:
+    """kubectl's printControllerRevision: CONTROLLER is <kind>.<group>/<name> of its controller."""
+    owner = next((r for r in (obj.get('metadata') or {}).get('ownerReferences') or [] if r.get('controller')), None)
+    controller = '<none>'
+    if owner is not None:
+        group = str(owner.get('apiVersion', '')).rpartition('/')[0]
+        controller = f'{str(owner.get("kind", "")).lower()}{"." + group if group else ""}/{owner.get("name", "")}'
+    return [controller, obj.get('revision', 0), _age(obj.get('metadata', {}).get('creationTimestamp'), now)]
+
+
 def _service_cells(obj: Mapping[str, Any], now: Now) -> list[Any]:
     spec = obj.get('spec') or {}
     ports = ','.join(f'{p.get("port")}/{p.get("protocol", "TCP")}' for p in spec.get('ports') or []) or '<none>'
@@ -189,6 +208,8 @@ _BUILTIN: dict[tuple[str, str], tuple[Columns, Callable[[Mapping[str, Any], Now]
                                   _event_cells),
     ('apps', 'deployments'): ([('Ready', 0), ('Up-to-date', 0), ('Available', 0), ('Age', 0), ('Containers', 1),
                                ('Images', 1), ('Selector', 1)], _deployment_cells),
+    ('apps', 'statefulsets'): ([('Ready', 0), ('Age', 0), ('Containers', 1), ('Images', 1)], _statefulset_cells),
+    ('apps', 'controllerrevisions'): ([('Controller', 0), ('Revision', 0), ('Age', 0)], _controllerrevision_cells),
     ('', 'services'): ([('Type', 0), ('Cluster-IP', 0), ('External-IP', 0), ('Port(s)', 0), ('Age', 0),
                         ('Selector', 1)], _service_cells),
     ('', 'namespaces'): ([('Status', 0), ('Age', 0)], _namespace_cells),

@@ -20,6 +20,8 @@ through the emulator's thread-safe direct API:
   back-off 10 s, 20 s, 40 s … capped at 300 s (simulated) and a growing ``restartCount``. Each vLLM container run goes through
   :func:`vllm_operator_sim.startup.simulate_startup` with the node's GPU and the service's hidden facts; its log is
   revealed line by line as simulated time passes (``GET pods/log``).
+* **StatefulSets** (:mod:`vllm_operator_sim.statefulset`): pods `<sts>-<ordinal>` with a claim per pod from
+  `volumeClaimTemplates`, OrderedReady or Parallel, rolling updates from the highest ordinal (with a partition).
 * **DaemonSets** (:mod:`vllm_operator_sim.daemonsets`, e.g. the operator's prewarm DaemonSet): a pod per matching
   node, bound to it; its init containers' images are pulled like any other.
 * **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
@@ -75,6 +77,8 @@ from .startup import (
     termination_message,
     worker_network_exit,
 )
+from .statefulset import COMPONENT as STATEFULSET_COMPONENT
+from .statefulset import StatefulSetController
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_INITIAL_S", "Kubelet", "ServiceStats", "SimEvent", "backoff_delay"]
 
@@ -328,7 +332,10 @@ class Kubelet:
         self._cached: set[tuple[str, str, str]] = set()  # (namespace, cache volume, model) already downloaded
         self._compiled: set[tuple[str, str]] = set()  # (namespace, claim|compile root) holding compiled graphs
         self._worker_exits: dict[tuple[str, str], int] = {}  # (namespace, service) → workers died behind a leader
-        self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._lws_available)
+        self.lws = LWSController(cast(Any, api), on_event=self._lws_event, on_available=self._workload_available)
+        self.statefulsets = StatefulSetController(cast(Any, api), on_event=self._statefulset_event,
+                                                  on_available=self._workload_available,
+                                                  now=lambda: self.clock.datetime_at(self.clock.now()))
         self.daemonsets = DaemonSetController(cast(Any, api))
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -385,6 +392,12 @@ class Kubelet:
         with self._lock:
             self._traffic.pop((namespace, service), None)
 
+    def cached_on(self, claim: str, namespace: str = "default") -> set[str]:
+        """The models whose weights the claim holds: what a pod mounting it as its `model-cache` volume (a
+        Deployment's claim, or a StatefulSet's or LeaderWorkerSet's claim per pod) finds without a download."""
+        with self._lock:
+            return {model for ns, volume, model in self._cached if (ns, volume) == (namespace, f"pvc:{claim}")}
+
     def pod_outcome(self, name: str, namespace: str = "default") -> StartupOutcome | None:
         with self._lock:
             for pod in self._pods.values():
@@ -410,6 +423,7 @@ class Kubelet:
                 self.real.keep_only(set(self._pods))
             self._control_deployments(now)
             self.lws.control()
+            self.statefulsets.control()
             self.daemonsets.control()
             self._sync_pods()
             self._schedule(now)
@@ -418,6 +432,7 @@ class Kubelet:
                 self._write_pod(pod, now)
             self._control_deployments(now, status_only=True)
             self.lws.control()
+            self.statefulsets.control()
 
     # --- events --------------------------------------------------------------------------------------------
 
@@ -448,8 +463,9 @@ class Kubelet:
         with contextlib.suppress(Exception):
             self.api.create_object("events", body, namespace=pod.namespace)
 
-    def _lws_available(self, namespace: str, meta: Mapping[str, Any]) -> None:
-        """Every group of a LeaderWorkerSet is ready: the service's time to Ready, as for a Deployment."""
+    def _workload_available(self, namespace: str, meta: Mapping[str, Any]) -> None:
+        """Every group of a LeaderWorkerSet (every pod of a StatefulSet) is ready and updated: the service's time to
+        Ready, as for a Deployment."""
         service = ((meta.get("labels") or {}).get(LABEL_SERVICE)) or meta.get("name", "")
         stats = self._stats.setdefault((namespace, service), ServiceStats())
         if stats.ready_at is None:
@@ -457,12 +473,25 @@ class Kubelet:
 
     def _lws_event(self, namespace: str, name: str, reason: str, message: str) -> None:
         """An Event of the simulated LeaderWorkerSet controller (RecreateGroup)."""
+        self._controller_event({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name,
+                                "namespace": namespace}, "Normal", reason, message, "lws-controller")
+
+    def _statefulset_event(self, namespace: str, meta: Mapping[str, Any], kind: str, reason: str,
+                           message: str) -> None:
+        """An Event of the simulated StatefulSet controller (SuccessfulCreate, SuccessfulDelete, …)."""
+        self._controller_event({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta.get("name", ""),
+                                "namespace": namespace, "uid": meta.get("uid", "")}, kind, reason, message,
+                               STATEFULSET_COMPONENT)
+
+    def _controller_event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str,
+                          component: str) -> None:
+        """A core/v1 Event a controller posts about its object (`involved`)."""
         stamp = self.clock.timestamp()
-        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
-                "involvedObject": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                                   "name": name, "namespace": namespace},
-                "type": "Normal", "reason": reason, "message": message[:1024],
-                "source": {"component": "lws-controller"}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        namespace = str(involved.get("namespace", "default"))
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{involved.get('name', '')}.", "namespace": namespace},
+                "involvedObject": dict(involved), "type": kind, "reason": reason, "message": message[:1024],
+                "source": {"component": component}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
         with contextlib.suppress(Exception):
             self.api.create_object("events", body, namespace=namespace)
 

@@ -202,3 +202,15 @@ def test_the_pull_is_a_phase_of_the_start_apart_from_the_volume() -> None:
     # no Events readable: the rest is measured all the same, the pull is not invented
     alone = coldstart.cold_start_from_pod(pod, LOG, download_container=DOWNLOAD_CONTAINER)
     assert alone is not None and "imagePullSeconds" not in alone and alone["podStartSeconds"] == 20.0
+
+
+def test_scale_from_zero_states_the_image_pull_apart_from_the_volume() -> None:
+    from vllm_operator.render.autoscaling import cold_start_message
+    measured = {"readySeconds": 231.0, "podStartSeconds": 49.0, "imagePullSeconds": 41.0, "loadSeconds": 38.0,
+                "compileSeconds": 0.0, "measuredPod": "qwen-0"}
+    said = cold_start_message(14.2, 2.0, 600.0, True, measured)
+    assert "image pull 41s" in said and "volume and container creation 8s" in said
+    assert "image pull and volume" not in said and "compile 0s" in said and "on pod qwen-0" in said
+    # a kubelet that printed no Pulled Event: the two are one figure, as measured
+    said = cold_start_message(14.2, 2.0, 600.0, False, {k: v for k, v in measured.items() if k != "imagePullSeconds"})
+    assert "image pull and volume 49s" in said and "every start downloads the weights" in said

@@ -108,7 +108,7 @@ def cold_start_message(checkpoint_gib: float, load_seconds_per_gib: float, engin
     the weights (and downloading them without a persistent cache) at the assumed rates."""
     total = (measured or {}).get("readySeconds")
     if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
-        phases = [(label, (measured or {}).get(key)) for label, key in _PHASE_LABELS]
+        phases = _phases(measured or {})
         said = ", ".join(f"{label} {format_seconds(v)}" for label, v in phases
                          if isinstance(v, (int, float)) and not isinstance(v, bool))
         cache = "" if persistent_cache else "; the model cache is ephemeral: every start downloads the weights"
@@ -121,9 +121,25 @@ def cold_start_message(checkpoint_gib: float, load_seconds_per_gib: float, engin
             f"{minutes:.0f} min before the first request is served")
 
 
-_PHASE_LABELS = (("image pull and volume", "podStartSeconds"), ("download", "downloadSeconds"),
-                 ("weights load", "loadSeconds"), ("compile", "compileSeconds"),
+_PHASE_LABELS = (("download", "downloadSeconds"), ("weights load", "loadSeconds"), ("compile", "compileSeconds"),
                  ("CUDA graphs", "graphCaptureSeconds"))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _phases(measured: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The measured phases in start order: the image pull apart from the volume attach and container creation when
+    the kubelet's Pulled Events told it (imagePullSeconds), else the two together (podStartSeconds)."""
+    pod_start, pull = _number(measured.get("podStartSeconds")), _number(measured.get("imagePullSeconds"))
+    if pull is None:
+        head: list[tuple[str, Any]] = [("image pull and volume", pod_start)]
+    else:
+        head = [("image pull", pull)]
+        if pod_start is not None:
+            head.append(("volume and container creation", max(pod_start - pull, 0.0)))
+    return head + [(label, measured.get(key)) for label, key in _PHASE_LABELS]
 
 
 def format_seconds(seconds: float) -> str:
