@@ -22,7 +22,8 @@ a warm compile cache loads the compiled graphs instead). Run it on two checkouts
 
 `--shared-class` adds a StorageClass with a shared-filesystem provisioner (ReadWriteMany claims). `--max-replicas N`
 declares the service's bounds from its creation (`spec.maxReplicas`: it may run N pods); `--no-lws` runs the
-cluster without the LeaderWorkerSet API (on ReadWriteOnce storage several pods then share no persistent cache).
+cluster without the LeaderWorkerSet API (on ReadWriteOnce storage several pods then run as a StatefulSet, a claim
+per pod; before it they shared no persistent cache).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import sharegroup
 from .api import conditions as cond
+from .api.switch import Kind
 from .api.v1alpha1 import (
     DEFAULT_IMAGE,
     ColdStartStatus,
@@ -891,7 +892,13 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       labels=labels_for(observed.name),
                       owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s(),
                       shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1,
-                      lws_served=bool(observed.lws_installed))
+                      lws_served=bool(observed.lws_installed), previous_workload=_running_kind(observed))
+
+
+def _running_kind(observed: Observed) -> str | None:
+    """The workload kind the service runs on as its status records it (None for a status without one)."""
+    kind = observed.status.get("workload")
+    return str(kind) if isinstance(kind, str) else None
 
 
 @dataclass(frozen=True)
@@ -958,7 +965,8 @@ def _render_input(observed: Observed, planned: _Planned, cache: CachePlan, downl
         env=tuple(e.to_dict() for e in spec.env),
         hf_token_secret=spec.hf_token_secret_ref.name if spec.hf_token_secret_ref else None,
         hf_token_key=spec.hf_token_secret_ref.key if spec.hf_token_secret_ref else "HF_TOKEN",
-        cache_volume=cache.volume, cache_claim_template=cache.claim_template, roll_without_surge=cache.exclusive,
+        cache_volume=cache.volume, cache_claim_template=cache.claim_template,
+        per_pod_workload=cache.per_pod_workload or "LeaderWorkerSet", roll_without_surge=cache.exclusive,
         download_init=download.init, compile_cache=cache.persistent,
         startup_failure_threshold=startup_failure_threshold(
             checkpoint_bytes(planned.arch) / 2**30, download_mib_per_s=observed.cache_settings.download_mib_per_s,
@@ -982,16 +990,18 @@ class _Rendered:
 
     render: RenderInput
     children: list[dict[str, Any]]
-    groups: bool    # the workload is a LeaderWorkerSet (a plan over nodes, or one-pod groups with their own claims)
+    kind: Kind      # the workload: a Deployment, a LeaderWorkerSet (a plan over nodes, or one-pod groups with their
+    #                 own claims) or a StatefulSet (a claim per pod where the LeaderWorkerSet API is not served)
     updates: list[cond.ConditionUpdate]
     stale: list[tuple[str, str]]
     model_cache: ModelCacheStatus
     cold_start: ColdStartStatus | None
 
 
-def _serving(observed: Observed, groups: bool) -> ServingPods:
-    """The pods that serve the service in this plan's shape (a Deployment's pods, or a LeaderWorkerSet's leaders)."""
-    return serving_pods(observed.name, observed.namespace, multinode=groups)
+def _serving(observed: Observed, kind: Kind) -> ServingPods:
+    """The pods that serve the service in this plan's shape (a Deployment's or StatefulSet's pods, or a
+    LeaderWorkerSet's leaders)."""
+    return serving_pods(observed.name, observed.namespace, kind=kind)
 
 
 def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
@@ -1002,14 +1012,15 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     cache = _model_cache(observed, planned)
     download = _download(observed, planned, cache)
     render = _render_input(observed, planned, cache, download)
-    # a Deployment, or a LeaderWorkerSet when one replica spans nodes (issue 13) or each pod needs a claim (issue 25)
-    groups = multinode.runs_as_groups(render, planned.nodes_per_replica)
+    # a Deployment; a LeaderWorkerSet when one replica spans nodes (issue 13) or each pod needs a claim (issue 25),
+    # a StatefulSet for that claim where the LeaderWorkerSet API is not served
+    kind = multinode.workload_kind(render, planned.nodes_per_replica)
     children = ([cache.claim] if cache.claim else []) + multinode.children_for(
         render, planned.nodes_per_replica, multinode.group_options(spec, planned.spread))
     deployment = child_names(observed.name).deployment
     extras = ecosystem_children(
         name=observed.name, child_name=deployment, namespace=observed.namespace, spec=spec,
-        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, groups),
+        owner=render.owner.to_k8s(), labels=labels_for(observed.name), pods=_serving(observed, kind),
         served=observed.served_kinds,
         conditions=observed.status.get("conditions") or [], checkpoint_gib=checkpoint_bytes(planned.arch) / 2**30,
         persistent_cache=cache.persistent, cold_start=observed.status.get("coldStart"))
@@ -1020,7 +1031,7 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
                     f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
     updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
                                     message), *extras.updates]
-    return _Rendered(render=render, children=children + extras.children, groups=groups, updates=updates,
+    return _Rendered(render=render, children=children + extras.children, kind=kind, updates=updates,
                      stale=extras.stale,
                      model_cache=download.status(observed),
                      cold_start=_cold_start_status(observed, _engine_budget(observed, planned)))
@@ -1061,10 +1072,10 @@ def _deployable_status(observed: Observed, planned: _Planned, rendered: _Rendere
     events.extend(planned.secret_events + planned.budget_events)
     updates.extend(planned.secret_updates + planned.budget_updates)
     endpoint = f"http://{child_names(observed.name).service}.{observed.namespace}.svc:{spec.service.port}/v1"
-    selector = _serving(observed, rendered.groups).label_selector()  # the /scale subresource's: the HPA's pods
+    selector = _serving(observed, rendered.kind).label_selector()  # the /scale subresource's: the HPA's pods
     status = _status(observed, updates, plan=planned.status_plan, gpu=planned.gpu_status, endpoint=endpoint,
                      selector=selector, replicas=render.replicas, ready_replicas=ready, multi_node=planned.multi,
-                     workload="LeaderWorkerSet" if rendered.groups else "Deployment",
+                     workload=rendered.kind,
                      model_cache=rendered.model_cache, cold_start=rendered.cold_start)
     return Desired(status=status, children=children, events=events, plan=result, stale=rendered.stale)
 

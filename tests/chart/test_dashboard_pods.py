@@ -1,5 +1,6 @@
-"""The chart's Grafana dashboard addresses the serving pods as render/pods.py defines them: a Deployment's pods and a
-LeaderWorkerSet's leaders, never a group's headless workers nor a neighbour whose name starts alike. Fails when the
+"""The chart's Grafana dashboard addresses the serving pods as render/pods.py defines them: a Deployment's pods, a
+LeaderWorkerSet's leaders and a StatefulSet's pods, never a group's headless workers nor a neighbour whose name starts
+alike. Fails when the
 dashboard's pod matchers and `render.pods` disagree."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def test_every_vllm_series_is_read_through_the_serving_pods_matcher() -> None:
         matchers = POD_MATCHER.findall(expr)
         assert len(matchers) == expr.count("vllm:"), expr  # every vLLM series selects pods
         assert set(matchers) == {dashboard_pod_regex("${service:regex}")}, expr
-        assert set(LABEL_REPLACE.findall(expr)) <= {dashboard_pod_regex(".+")}, expr
+        assert set(LABEL_REPLACE.findall(expr)) <= {dashboard_pod_regex(".+?")}, expr
 
 
 def _safe(rng: random.Random, n: int) -> str:
@@ -49,20 +50,25 @@ def _safe(rng: random.Random, n: int) -> str:
 
 
 def test_the_matcher_selects_exactly_the_serving_pods_of_the_chosen_services() -> None:
-    """`qwen` runs on a Deployment, `big` on a LeaderWorkerSet (2 groups of 3); `qwen-2` and `bigger` are neighbours
-    a loose matcher catches. Grafana's `${service:regex}` for the choice {qwen, big} is `(qwen|big)`."""
+    """`qwen` runs on a Deployment, `big` on a LeaderWorkerSet (2 groups of 3), `many` on a StatefulSet
+    (`many-set-<n>`); `qwen-2`, `bigger` and `many-2` are neighbours a loose matcher catches. Grafana's
+    `${service:regex}` for the choice {qwen, big, many} is `(qwen|big|many)`."""
     rng = random.Random(7)
     names = [f"{d}-{_safe(rng, rng.randint(1, 10))}-{_safe(rng, 5)}" for d in ("qwen", "qwen", "qwen-2", "bigger")]
     names += [f"{lws}-{g}" + (f"-{w}" if w else "") for lws in ("big", "bigger") for g in range(2) for w in range(3)]
-    expected = {n for n in names if serving_pods("qwen", "team", multinode=False).selects_name("team", n)
-                or serving_pods("big", "team", multinode=True).selects_name("team", n)}
-    assert len(expected) == 4  # two Deployment pods, two leaders
-    matcher = dashboard_pod_regex("${service:regex}").replace("${service:regex}", "(qwen|big)")
+    names += [f"{sts}-set-{n}" for sts in ("many", "many-2") for n in (0, 1, 12)]
+    expected = {n for n in names if serving_pods("qwen", "team", kind="Deployment").selects_name("team", n)
+                or serving_pods("big", "team", kind="LeaderWorkerSet").selects_name("team", n)
+                or serving_pods("many", "team", kind="StatefulSet").selects_name("team", n)}
+    assert len(expected) == 7  # two Deployment pods, two leaders, three StatefulSet pods
+    matcher = dashboard_pod_regex("${service:regex}").replace("${service:regex}", "(qwen|big|many)")
     assert {n for n in names if re.fullmatch(matcher, n)} == expected
-    # `label_replace` names each serving pod's service (the `service` label the panels sum by)
-    capture = dashboard_pod_regex(".+")
+    # `label_replace` names each serving pod's service (the `service` label the panels sum by); the shortest name
+    # that fits: `many-set-1` is `many`'s StatefulSet pod (only a LeaderWorkerSet of a service named `many-set` would
+    # name a leader alike)
+    capture = dashboard_pod_regex(".+?")
     services = {n: m.group(1) for n in expected if (m := re.fullmatch(capture, n))}
-    assert services == {n: ("qwen" if n.startswith("qwen") else "big") for n in expected}
+    assert services == {n: n.split("-")[0] for n in expected}
 
 
 def test_the_pod_monitor_scrapes_exactly_the_serving_pods(chart: Any) -> None:

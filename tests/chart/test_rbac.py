@@ -68,6 +68,11 @@ ALLOWED_UNUSED[("", "events", "get")] = (
 ALLOWED_UNUSED.update({("apps", "daemonsets", verb): (
     "only for services with spec.modelCache.prewarm (issue 25; tests/e2e/test_prewarm_process.py runs them)")
     for verb in ("get", "create", "patch", "delete")})
+ALLOWED_UNUSED.update({("apps", "statefulsets", verb): (
+    "only for services that may run several pods on ReadWriteOnce storage without the LeaderWorkerSet API (issue 25; "
+    "tests/e2e/test_statefulset_process.py runs them)") for verb in ("create", "patch", "delete")})
+ALLOWED_UNUSED[("", "persistentvolumeclaims", "delete")] = (
+    "only when a switch to a claim per pod leaves a service's own claim unused (tests/handlers/test_switch_claims.py)")
 ALLOWED_UNUSED[("apps", "deployments", "delete")] = (
     "only when a service moves from one node to a LeaderWorkerSet (tests/handlers/test_lws_handlers.py)")
 

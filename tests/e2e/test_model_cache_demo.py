@@ -79,9 +79,12 @@ def test_a_remediation_step_reuses_the_cache() -> None:
     assert cache["bytesPerSecond"] == int(download["bytes"] / cache["downloadSeconds"]) and cache["downloadInit"]
 
 
-def test_an_ephemeral_cache_downloads_again_on_every_new_pod() -> None:
-    """The contrast (what the ModelCache condition warns about): replicas > 1 with the ReadWriteOnce default, on a
-    cluster without the LeaderWorkerSet API (with it, each pod gets a claim of its own: test_pod_claims_process)."""
+def test_an_ephemeral_cache_downloads_again_on_every_new_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contrast (what the ModelCache condition warns about): an emptyDir, which the operator gives only when
+    asked (its ephemeral mode, here from the environment its process inherits) or without a StorageClass — with the
+    ReadWriteOnce default each pod gets a claim of its own (one-pod groups, or a StatefulSet without the
+    LeaderWorkerSet API: the tests below and test_pod_claims_process)."""
+    monkeypatch.setenv("VLLM_OPERATOR_MODEL_CACHE_MODE", "ephemeral")
     spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
             "remediation": {"minIntervalSeconds": 0}}
     # the first start dies after loading the weights (CUDA graphs need more than estimated: capture runs out of
@@ -112,4 +115,18 @@ def test_a_remediation_step_of_a_one_pod_group_reuses_its_own_claim() -> None:
     assert "one-pod groups" in condition.get("message", ""), condition
     assert len([e for e in events if e[0] == "download"]) == 1, events  # one download, ever
     assert {e[2] for e in events} == {"pvc:model-cache-groups-0"}, events
+    assert [e for e in events if e[0] == "cache-hit"], events
+
+
+def test_a_remediation_step_of_a_statefulset_pod_reuses_its_own_claim() -> None:
+    """The same service on a cluster without the LeaderWorkerSet API: it runs as a StatefulSet, and the remediation
+    step's new pod (`<service>-set-0`, recreated by the StatefulSet controller) finds the weights in its own claim."""
+    spec = {"model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "gpu": {"product": "NVIDIA-L4"}, "maxReplicas": 2,
+            "remediation": {"minIntervalSeconds": 0}}
+    result, events, condition = _run("sts", spec, HiddenFacts(extra_cudagraph_gib=3.0), leaderworkerset=False)
+    assert result.outcome == "Ready" and result.remediation_steps >= 1, result
+    assert condition.get("status") == "True" and condition.get("reason") == "PersistentVolumeClaim", condition
+    assert "StatefulSet" in condition.get("message", ""), condition
+    assert len([e for e in events if e[0] == "download"]) == 1, events  # one download, ever
+    assert {e[2] for e in events} == {"pvc:model-cache-sts-set-0"}, events
     assert [e for e in events if e[0] == "cache-hit"], events

@@ -117,15 +117,17 @@ def test_operator_setting_chooses_the_default() -> None:
     assert claim["spec"]["resources"]["requests"]["storage"] == "500Gi"
 
 
-def test_several_pods_need_a_shared_claim() -> None:
+def test_several_pods_on_read_write_once_storage_get_a_claim_each() -> None:
+    """No ReadWriteMany class and no LeaderWorkerSet API (not asked here): a StatefulSet, a claim per pod."""
     desired = run({"model": {"name": QWEN}, "replicas": 2})
     status, reason, message = cache_condition(desired)
-    assert (status, reason) == (cond.FALSE, EPHEMERAL) and "ReadWriteMany" in message
-    assert "PersistentVolumeClaim" not in kinds(desired)
+    assert (status, reason) == (cond.TRUE, PERSISTENT) and "StatefulSet" in message
+    assert "PersistentVolumeClaim" not in kinds(desired) and "Deployment" not in kinds(desired)
+    assert kinds(desired)["StatefulSet"]["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "model-cache"
 
 
 def test_the_ephemeral_condition_says_what_each_start_downloads() -> None:
-    _, _, message = cache_condition(run({"model": {"name": QWEN}, "replicas": 2}))
+    _, _, message = cache_condition(run({"model": {"name": QWEN}, "replicas": 2}, storage_class=None))
     assert re.search(r"downloads them again \(\d+\.\d GiB each time\)", message)
 
 
@@ -178,7 +180,8 @@ def test_a_scale_back_to_one_pod_keeps_the_shared_cache() -> None:
     assert cache_volume(one) == cache_volume(two)
     assert pod_spec(one) == pod_spec(two)
     # an ephemeral multi-pod shape is not kept: one pod gets its claim back (nothing persistent to lose)
-    ephemeral = run({"model": {"name": QWEN}, "replicas": 2}).status.model_dump(by_alias=True, exclude_none=True)
+    ephemeral = run({"model": {"name": QWEN}, "replicas": 2}, settings=CacheSettings(mode="ephemeral")).status \
+        .model_dump(by_alias=True, exclude_none=True)
     assert "shapePods" not in ephemeral.get("modelCache", {})
     assert "persistentVolumeClaim" in cache_volume(run({"model": {"name": QWEN}}, status=ephemeral))
 

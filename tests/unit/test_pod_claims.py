@@ -70,10 +70,13 @@ def test_the_shape_follows_what_the_service_may_become_and_what_the_cluster_offe
     shared = _plan(3, lws_served=True, shared="nfs")  # a ReadWriteMany class wins: one claim for every pod
     assert shared.claim_template is None and shared.claim is not None
     assert shared.claim["spec"]["accessModes"] == ["ReadWriteMany"]
-    nowhere = _plan(3, lws_served=False)  # no LWS API, no RWX class: an emptyDir, and what would fix it
-    assert not nowhere.persistent and nowhere.volume == {"emptyDir": {}} and nowhere.reason == EPHEMERAL
-    assert "install LeaderWorkerSet" in nowhere.message and "ReadWriteMany" in nowhere.message
-    assert "14.2 GiB each time" in nowhere.message
+    assert several.per_pod_workload == "LeaderWorkerSet"
+    # no LWS API, no RWX class: a claim per pod all the same, from a StatefulSet's volumeClaimTemplates
+    nowhere = _plan(3, lws_served=False)
+    assert nowhere.persistent and nowhere.reason == PERSISTENT and nowhere.volume == {} and nowhere.claim is None
+    assert nowhere.per_pod_workload == "StatefulSet" and nowhere.claim_template == several.claim_template
+    assert "StatefulSet" in nowhere.message and "kept when the service scales down" in nowhere.message
+    assert "deleted with the service" in nowhere.message and "install" not in nowhere.message
 
 
 @pytest.mark.parametrize("spec", [{"replicas": 2}, {"maxReplicas": 4},
@@ -153,13 +156,24 @@ def test_a_one_pod_service_scaled_past_its_bounds_switches_once_and_stays() -> N
     assert _lws_template(back) == _lws_template(three)
 
 
-def test_without_the_lws_api_several_pods_get_an_empty_dir_that_says_what_would_help() -> None:
+def test_without_the_lws_api_several_pods_get_a_claim_each_from_a_statefulset() -> None:
     for lws in (False, None):  # not served, or not asked
         desired = run({"replicas": 2}, lws=lws)
+        assert "Deployment" not in kinds(desired) and "LeaderWorkerSet" not in kinds(desired)
+        assert "StatefulSet" in kinds(desired) and stored(desired)["workload"] == "StatefulSet"
+        status, reason, message = cache_condition(desired)
+        assert (status, reason) == (cond.TRUE, PERSISTENT) and "StatefulSet" in message
+
+
+def test_the_empty_dir_is_left_for_no_storage_class_or_the_ephemeral_mode() -> None:
+    """The issue allows an emptyDir only when asked for or without a StorageClass; its message no longer points at
+    LeaderWorkerSet for a claim per pod."""
+    for desired in (run({"replicas": 2}, lws=False, storage_class=None),
+                    run({"replicas": 2}, lws=True, storage_class=None)):
         assert "Deployment" in kinds(desired) and stored(desired)["workload"] == "Deployment"
         status, reason, message = cache_condition(desired)
-        assert (status, reason) == (cond.FALSE, EPHEMERAL)
-        assert "LeaderWorkerSet" in message and "ReadWriteMany" in message
+        assert (status, reason) == (cond.FALSE, EPHEMERAL) and "no default StorageClass" in message
+        assert "LeaderWorkerSet" not in message
 
 
 def test_a_read_write_many_class_keeps_a_deployment() -> None:

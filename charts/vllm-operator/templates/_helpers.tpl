@@ -74,9 +74,16 @@ never called.
   resources: [vllmservices/status]
   verbs: [patch]
 # The children of a VLLMService (garbage-collected by their ownerReferences). A Deployment is deleted by the
-# operator only when the service moved to a LeaderWorkerSet (its plan spans nodes now), and only its own.
+# operator only when the service moved to a LeaderWorkerSet or StatefulSet (its plan spans nodes now, or each pod
+# needs a cache claim of its own), and only its own.
 - apiGroups: [apps]
   resources: [deployments]
+  verbs: [get, list, watch, create, patch, delete]
+# A claim per pod on ReadWriteOnce storage where the LeaderWorkerSet API is not served: one StatefulSet per such
+# service (its volumeClaimTemplates); watched for its rollout; deleted by the operator only when the service moved
+# to another workload kind, and only its own.
+- apiGroups: [apps]
+  resources: [statefulsets]
   verbs: [get, list, watch, create, patch, delete]
 # spec.modelCache.prewarm: a DaemonSet per service that pulls the image (and fills a shared cache) on the pool's
 # nodes before its workload is created; deleted once done unless spec.modelCache.prewarm.keep.
@@ -86,9 +93,11 @@ never called.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch]
+# Model cache claims; a service's own claim is deleted by the operator when a switch to a claim per pod leaves it
+# unused (only a claim with an ownerReference to that service).
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, create]
+  verbs: [get, create, delete]
 # spec.gpu.maxNodes > 1: one LeaderWorkerSet (kubernetes-sigs/lws, installed separately) per multi-node service;
 # deleted by the operator when the service is back on one node (a Deployment), and only its own.
 - apiGroups: [leaderworkerset.x-k8s.io]

@@ -14,7 +14,14 @@ before its replacement starts, and the new group needs a node for each of its po
   pods): the old template keeps serving, and the condition says what would let the rollout proceed.
 
 A LeaderWorkerSet with more than one group ready keeps serving while one group rolls: it proceeds unsaid when the new
-group fits (the GPUs freed are those of the group the rollout replaces first, `own_pods`).
+group fits (the GPUs freed are those of the group the rollout replaces first, `own_pods`). A StatefulSet (a claim per
+pod without LeaderWorkerSet) rolls the same way, one pod at a time from the highest ordinal and never with a surge:
+with one pod every rollout interrupts service (said before it starts); with more the others serve.
+
+`decide_switch` is asked before a switch between workload kinds creates its new workload beside the serving one
+(make before break): as many of its pods (groups) as now serve must fit beside the serving pods, which stay until the
+new workload serves as many; when they cannot, the switch would wait forever, serving but never converging, so it is
+held with the previous workload kept.
 
 GPUs in use on a node are the `nvidia.com/gpu` requests of its pods that have not ended. What the operator cannot see
 (pods in namespaces it does not watch) is not counted: then a rollout may still wait for a GPU, as before.
@@ -30,7 +37,7 @@ from . import conditions as cond
 from .labels import ANNOTATION_PLAN
 from .rollout import GPU_RESOURCE, surges
 
-__all__ = ["Placement", "decide", "free_gpus", "pod_template", "surges_any", "template_gpus"]
+__all__ = ["Placement", "decide", "decide_switch", "free_gpus", "pod_template", "surges_any", "template_gpus"]
 
 #: Condition reasons (Progressing) of the two outcomes that change what happens (api/conditions.py).
 ROLLOUT_HELD, ROLLOUT_INTERRUPTS = cond.ROLLOUT_HELD, cond.ROLLOUT_INTERRUPTS
@@ -116,7 +123,10 @@ def _templates(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def surges_any(workload: Mapping[str, Any]) -> bool:
     """Whether the workload's rollout adds pods before removing old ones: a Deployment's strategy, or a
-    LeaderWorkerSet's `rolloutStrategy.rollingUpdateConfiguration.maxSurge` (0 when unset, as in its API)."""
+    LeaderWorkerSet's `rolloutStrategy.rollingUpdateConfiguration.maxSurge` (0 when unset, as in its API); a
+    StatefulSet never does (it replaces a pod, then the next)."""
+    if workload.get("kind") == "StatefulSet":
+        return False
     if not _is_group(workload):
         return surges(workload)
     strategy = (workload.get("spec") or {}).get("rolloutStrategy") or {}
@@ -150,12 +160,8 @@ def decide(current: Mapping[str, Any] | None, desired: Mapping[str, Any], *, rea
         return Placement("proceed")
     need, size, group = _gpus(desired), group_size(desired), _is_group(desired)
     free = free_gpus(nodes, pods, leaving=own_pods)
-    fitting = sorted(n for n, f in free.items() if f >= need)
-    # pods of the new group that fit: a node with room for two takes two (the scheduler spreads nothing here)
-    slots = sum(free[n] // need for n in fitting) if need > 0 else len(fitting)
-    selector = (pod_template(desired).get("spec") or {}).get("nodeSelector") or {}
-    pool = ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "any node"
-    gpus = f"{need} GPU{'s' if need != 1 else ''}"
+    fitting, slots = _fitting(free, need)
+    pool, gpus = _pool(desired), _gpus_text(need)
     if slots < size:
         seen = ", ".join(f"{n}: {max(f, 0)} free" for n, f in sorted(free.items())) or "no node matches"
         wants = (f"the new group needs {size} pods of {gpus} each on nodes of {pool} and {slots} "
@@ -166,10 +172,16 @@ def decide(current: Mapping[str, Any] | None, desired: Mapping[str, Any], *, rea
             f"{wants} ({seen}); the serving pods stay on the previous profile instead of stopping for "
             f"{'a group' if group else 'a pod'} that would stay Pending. Free {frees} in that pool (the rollout "
             "proceeds at the next reconcile), or edit the spec back"))
-    if group and ready > 1:
-        return Placement("proceed")  # the other groups serve while one rolls
+    stateful = desired.get("kind") == "StatefulSet"
+    if (group or stateful) and ready > 1:
+        return Placement("proceed")  # the other groups (pods) serve while one rolls
     downtime = f"about {int(round(start_seconds))} s, the last measured start" if start_seconds else (
         "until the new pod is Ready")
+    if stateful:
+        return Placement("interrupt", (
+            f"the rollout stops the serving pod before its replacement starts (a StatefulSet replaces its pods one "
+            f"at a time without surge: each pod's claim is ReadWriteOnce): the service is unavailable for "
+            f"{downtime}; the new pod fits on {fitting[0]}"))
     if group:
         return Placement("interrupt", (
             f"the rollout stops the serving group before its replacement starts (a LeaderWorkerSet rolls without "
@@ -177,3 +189,53 @@ def decide(current: Mapping[str, Any] | None, desired: Mapping[str, Any], *, rea
     return Placement("interrupt", (
         f"the rollout stops the serving pod before its replacement starts (the model cache is a ReadWriteOnce claim: "
         f"one node mounts it): the service is unavailable for {downtime}; the new pod fits on {fitting[0]}"))
+
+
+def _fitting(free: Mapping[str, int], need: int) -> tuple[list[str], int]:
+    """The nodes with room for one pod of `need` GPUs, and how many such pods fit on them in all (a node with room
+    for two takes two: the scheduler spreads nothing here)."""
+    fitting = sorted(n for n, f in free.items() if f >= need)
+    return fitting, (sum(free[n] // need for n in fitting) if need > 0 else len(fitting))
+
+
+def _pool(workload: Mapping[str, Any]) -> str:
+    selector = (pod_template(workload).get("spec") or {}).get("nodeSelector") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(selector.items())) or "any node"
+
+
+def _gpus_text(need: int) -> str:
+    return f"{need} GPU{'s' if need != 1 else ''}"
+
+
+def decide_switch(previous: Mapping[str, Any], desired: Mapping[str, Any], *, ready: int,
+                  nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], why: str) -> Placement:
+    """Before a switch creates `desired` (a workload of another kind) beside `previous` (`ready` pods or groups
+    serving): `proceed` when as many of its replicas as now serve — what it must serve before it takes over
+    (handlers/effects.py `takes_over`), at most its own replica count — fit on the nodes its nodeSelector allows with
+    every pod there staying (`pods`, the serving ones included), or nothing serves (nothing to keep); else `hold`,
+    saying what would let it proceed. `why`: why the service switches (for the message)."""
+    if ready <= 0:
+        return Placement("proceed")
+    replicas = _int((desired.get("spec") or {}).get("replicas", 1))
+    wanted = max(min(replicas, ready), 1)
+    need, size = _gpus(desired), group_size(desired)
+    free = free_gpus(nodes, pods)
+    _, slots = _fitting(free, need)
+    if slots >= wanted * size:
+        return Placement("proceed")
+    pool, gpus = _pool(desired), _gpus_text(need)
+    seen = ", ".join(f"{n}: {max(f, 0)} free" for n, f in sorted(free.items())) or "no node matches"
+    unit = "group" if size > 1 else "pod"
+    first = (f"{wanted} {unit}{'s' if wanted != 1 else ''} of it must serve before it takes over "
+             f"({wanted * size} pod{'s' if wanted * size != 1 else ''} of {gpus} each)")
+    short = max(wanted * size - slots, 1) * need
+    kind, before = desired.get("kind"), previous.get("kind")
+    name = (previous.get("metadata") or {}).get("name")
+    return Placement("hold", (
+        f"{why}, so it switches from its {before} to a {kind}, which starts beside the serving pods (make before "
+        f"break): {first} on nodes of {pool}, and {slots} fit{'s' if slots == 1 else ''} ({seen}); the {before} "
+        f"{name} keeps serving as it is instead of waiting for a {kind} that would stay Pending. Free {short} "
+        f"GPU{'s' if short != 1 else ''} of {pool} (the switch proceeds at the next reconcile; while it is held "
+        f"the {before} is not changed, its replica count included), or give the service a cache that needs no "
+        "switch: spec.modelCache (a claim of its own or a ReadWriteMany one), or a StorageClass that gives "
+        "ReadWriteMany claims"))

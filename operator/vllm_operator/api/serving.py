@@ -1,8 +1,8 @@
 """Whether a service serves, decided once from whichever of its workloads exist (pure).
 
-The Deployment's rollout (handlers/rollouts.py) and the LeaderWorkerSet's groups (handlers/lws.py) each compute
-conditions from their own workload; both fold them into the service's status through `serving`, so that during a
-Deployment ↔ LeaderWorkerSet switch (api/switch.py) they never disagree: the workload the recorded plan runs on
+The Deployment's or StatefulSet's rollout (handlers/rollouts.py) and the LeaderWorkerSet's groups (handlers/lws.py)
+each compute conditions from their own workload; both fold them into the service's status through `serving`, so that during a
+switch between workload kinds (api/switch.py) they never disagree: the workload the recorded plan runs on
 (`switch.target_kind`: `status.workload`, which the reconcile records with the plan) speaks, the other stays
 silent; while the new one is not Ready and the previous one still has ready pods, Ready is False with
 `ServingPreviousProfile`, naming the previous workload.
@@ -40,7 +40,7 @@ def switching(switch: WorkloadSwitch, *, previous_name: str, previous_ready: int
     has no ready pods or groups either: then the new workload's own word stands)."""
     if previous_ready <= 0:
         return None
-    unit = "pod" if switch.previous == "Deployment" else "group"
+    unit = "group" if switch.previous == "LeaderWorkerSet" else "pod"
     return cond.ConditionUpdate(
         cond.READY, cond.FALSE, cond.SERVING_PREVIOUS_PROFILE,
         f"the previous {switch.previous} {previous_name} still serves ({previous_ready} {unit}"

@@ -409,13 +409,16 @@ class VLLMServiceStatus(_StatusModel):
     multi_node: MultiNodeStatus | None = Field(
         default=None, description="How one replica spans nodes, when the plan spans more than one."
     )
-    workload: Literal["Deployment", "LeaderWorkerSet"] | None = Field(
+    workload: Literal["Deployment", "LeaderWorkerSet", "StatefulSet"] | None = Field(
         default=None, description="The workload kind the recorded plan runs on: a LeaderWorkerSet when one replica "
                                   "spans nodes, or when each pod needs a cache claim of its own (several pods on "
-                                  "ReadWriteOnce storage: one pod per group); a Deployment otherwise."
+                                  "ReadWriteOnce storage: one pod per group) and the LeaderWorkerSet API is served; "
+                                  "a StatefulSet for that claim per pod where it is not (volumeClaimTemplates); a "
+                                  "Deployment otherwise."
     )
     workload_switch: WorkloadSwitch | None = Field(
-        default=None, description="A Deployment <-> LeaderWorkerSet switch under way: each step is recorded here "
+        default=None, description="A switch between workload kinds (Deployment, LeaderWorkerSet, StatefulSet) under "
+                                  "way: each step is recorded here "
                                   "before it acts (docs/convergence.md)."
     )
     replicas: int | None = Field(

@@ -1,8 +1,9 @@
-"""A Deployment ↔ LeaderWorkerSet switch as a sequence of recorded steps, and which workload says whether the service
-serves while both exist (pure).
+"""A switch between workload kinds (Deployment, LeaderWorkerSet, StatefulSet) as a sequence of recorded steps, and
+which workload says whether the service serves while two exist (pure).
 
-A service runs on exactly one workload kind: a Deployment, or a LeaderWorkerSet when one replica spans nodes or each
-pod needs a cache claim of its own (render/cache.py: several pods on ReadWriteOnce storage, one pod per group). When
+A service runs on exactly one workload kind: a Deployment; a LeaderWorkerSet when one replica spans nodes, or when
+each pod needs a cache claim of its own and the LeaderWorkerSet API is served (render/cache.py: several pods on
+ReadWriteOnce storage, one pod per group); a StatefulSet for such a claim per pod where that API is not served. When
 its plan changes kind the switch makes before it breaks, one idempotent step at a time, each recorded in
 `status.workloadSwitch` *before* it acts, so that a process killed at any point resumes from what the API shows:
 
@@ -26,8 +27,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-Kind = Literal["Deployment", "LeaderWorkerSet"]
-WORKLOADS: Final[tuple[Kind, Kind]] = ("Deployment", "LeaderWorkerSet")
+Kind = Literal["Deployment", "LeaderWorkerSet", "StatefulSet"]
+WORKLOADS: Final[tuple[Kind, Kind, Kind]] = ("Deployment", "LeaderWorkerSet", "StatefulSet")
 
 CREATE_TARGET: Final = "CreateTarget"
 WAIT_READY: Final = "WaitReady"
@@ -37,7 +38,7 @@ STEPS: Final = (CREATE_TARGET, WAIT_READY, SWITCH_ADDRESSING, DELETE_PREVIOUS)
 
 
 class WorkloadSwitch(BaseModel):
-    """`status.workloadSwitch`: a Deployment ↔ LeaderWorkerSet switch under way, and its step."""
+    """`status.workloadSwitch`: a switch between workload kinds under way, and its step."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
@@ -49,9 +50,9 @@ class WorkloadSwitch(BaseModel):
                     "InferencePool move to the new workload's pods), DeletePrevious.")
 
 
-def other(kind: str) -> Kind:
-    """The workload kind a service switches from/to."""
-    return WORKLOADS[1] if kind == WORKLOADS[0] else WORKLOADS[0]
+def others(kind: str) -> tuple[Kind, ...]:
+    """The workload kinds a service running on `kind` may switch from (to `kind`)."""
+    return tuple(k for k in WORKLOADS if k != kind)
 
 
 def next_step(*, previous_exists: bool, target_applied: bool, target_ready: bool,
@@ -80,11 +81,13 @@ def record(previous: str, target: str, step: str | None) -> WorkloadSwitch | Non
 
 def target_kind(status: Mapping[str, Any]) -> Kind:
     """The workload kind the recorded plan runs on: `status.workload` as the reconcile recorded it (a LeaderWorkerSet
-    when one replica spans nodes, or when each pod needs a cache claim of its own); for a status written before that
-    field existed, a LeaderWorkerSet exactly when the status has `multiNode`."""
+    when one replica spans nodes, or when each pod needs a cache claim of its own; a StatefulSet for that claim where
+    the LeaderWorkerSet API is not served); for a status written before that field existed, a LeaderWorkerSet exactly
+    when the status has `multiNode`."""
     kind = status.get("workload")
-    if kind in WORKLOADS:
-        return "LeaderWorkerSet" if kind == "LeaderWorkerSet" else "Deployment"
+    for known in WORKLOADS:
+        if kind == known:
+            return known
     return "LeaderWorkerSet" if status.get("multiNode") else "Deployment"
 
 

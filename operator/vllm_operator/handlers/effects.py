@@ -37,7 +37,9 @@ from ..api.switch import WorkloadSwitch
 from ..api.v1alpha1 import GROUP, VERSION, VLLMServiceStatus
 from ..render.lws import lws_name
 from ..render.manifests import ANNOTATION_SPEC_HASH, LABEL_SERVICE, MANAGED_BY, child_names
+from ..render.pods import statefulset_name
 from ..render.sharing import GROUP_LABEL
+from ..render.statefulset import keep_immutable
 from . import kube
 
 log = logging.getLogger("vllm_operator.effects")
@@ -82,8 +84,9 @@ def involved(service: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-#: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes switches it.
-WORKLOADS = ("Deployment", "LeaderWorkerSet")
+#: The workload kinds: a service runs on exactly one; a plan that starts (or stops) spanning nodes, or whose cache
+#: becomes a claim per pod, switches it.
+WORKLOADS = switch.WORKLOADS
 #: The children that address the serving pods (a selector, or KEDA's PromQL pod matcher): during a workload switch
 #: they keep addressing the old workload's pods until the new one is Ready, then all of them switch before the old
 #: workload is deleted.
@@ -209,6 +212,20 @@ def _apply(resource: kube.Resource, namespace: str, child: dict[str, Any], exist
     _retrying(what, partial(kube.apply, resource, namespace, name, child, discard=True))
 
 
+def _behind(workload: Mapping[str, Any]) -> bool:
+    """Whether a Deployment's or StatefulSet's controller has not yet seen its current spec (`observedGeneration`),
+    so its counters are of the previous one; a StatefulSet whose rollout is under way (`updateRevision` differs from
+    `currentRevision`) is behind too."""
+    if workload.get("kind") not in ("Deployment", "StatefulSet"):
+        return False
+    status = workload.get("status") or {}
+    generation, seen = (workload.get("metadata") or {}).get("generation"), status.get("observedGeneration")
+    if generation is not None and seen is not None and seen < generation:
+        return True
+    update, current = status.get("updateRevision"), status.get("currentRevision")
+    return workload.get("kind") == "StatefulSet" and bool(update) and bool(current) and update != current
+
+
 def takes_over(target: Mapping[str, Any] | None, previous: Mapping[str, Any] | None) -> bool:
     """Whether a switch's new workload may take over from the previous one: it serves with all its replicas, or at
     least as many ready replicas (pods; groups) of its current revision as the previous one has ready now, and at
@@ -221,31 +238,43 @@ def takes_over(target: Mapping[str, Any] | None, previous: Mapping[str, Any] | N
     if not target:
         return False
     spec, status = target.get("spec") or {}, target.get("status") or {}
-    generation, seen = (target.get("metadata") or {}).get("generation"), status.get("observedGeneration")
-    if target.get("kind") == "Deployment" and generation is not None and seen is not None and seen < generation:
+    if _behind(target):
         return False
     have = min(int(status.get("readyReplicas") or 0), int(status.get("updatedReplicas", 0) or 0)
-               if "updatedReplicas" in status else int(status.get("readyReplicas") or 0))
+               if "updatedReplicas" in status or target.get("kind") == "StatefulSet"
+               else int(status.get("readyReplicas") or 0))
     before = int(((previous or {}).get("status") or {}).get("readyReplicas") or 0)
     return int(spec.get("replicas", 1) or 0) > 0 and have >= max(before, 1)
 
 
 def ready(workload: Mapping[str, Any] | None) -> bool:
-    """Whether a workload serves with all its replicas (Deployment: pods of its current generation; LWS: groups)."""
+    """Whether a workload serves with all its replicas (Deployment, StatefulSet: pods of its current generation and
+    revision; LWS: groups)."""
     if not workload:
         return False
     spec, status = workload.get("spec") or {}, workload.get("status") or {}
     want = int(spec.get("replicas", 1) or 0)
-    generation = (workload.get("metadata") or {}).get("generation")
-    seen = status.get("observedGeneration")
-    if workload.get("kind") == "Deployment" and generation is not None and seen is not None and seen < generation:
+    if _behind(workload):
         return False
-    updated = status.get("updatedReplicas", status.get("readyReplicas"))
+    # a StatefulSet's counts are absent when 0 (`omitempty`); a Deployment's updatedReplicas of older API servers
+    updated = status.get("updatedReplicas", 0 if workload.get("kind") == "StatefulSet" else status.get("readyReplicas"))
     return int(status.get("readyReplicas") or 0) >= want and int(updated or 0) >= want
 
 
-def _workload_names(service: str) -> dict[str, str]:
-    return {"Deployment": child_names(service).deployment, "LeaderWorkerSet": lws_name(service)}
+def workload_names(service: str) -> dict[str, str]:
+    """The name of each workload kind of a service."""
+    return {"Deployment": child_names(service).deployment, "LeaderWorkerSet": lws_name(service),
+            "StatefulSet": statefulset_name(service)}
+
+
+def _previous(namespace: str, kind: str, service: str, uid: str, label: str) -> dict[str, Any] | None:
+    """The service's own workload of another kind than `kind` (a switch's previous one), if one exists."""
+    for other in switch.others(kind):
+        name = workload_names(service)[other]
+        found = _retrying(f"read {other} {name}", partial(kube.get, kube.KIND_RESOURCES[other], namespace, name))
+        if owned(found, uid, label):
+            return dict(found or {})
+    return None
 
 
 #: Kinds whose spec cannot change once created (claims): created once, never re-applied.
@@ -301,12 +330,7 @@ def apply_children(children: list[dict[str, Any]], namespace: str, record: Switc
         return []
     service, uid, label = _owner(children)
     target = next((c for c in children if c["kind"] in WORKLOADS), None)
-    old = None
-    if target is not None:
-        old_kind = switch.other(target["kind"])
-        name = _workload_names(service)[old_kind]
-        found = _retrying(f"read {old_kind} {name}", partial(kube.get, kube.KIND_RESOURCES[old_kind], namespace, name))
-        old = found if owned(found, uid, label) else None
+    old = _previous(namespace, target["kind"], service, uid, label) if target is not None else None
     written: list[str] = []
     conflicts: list[str] = []
     live: dict[int, Mapping[str, Any] | None] = {}
@@ -354,6 +378,8 @@ def _converge(namespace: str, child: dict[str, Any], existing: Mapping[str, Any]
         _create(resource, namespace, child, what)
         return [f"created {kind} {name}"]
     if kind not in IMMUTABLE and _hash(child) != _hash(existing):
+        if kind == "StatefulSet":  # its selector, claims, serviceName and pod policy stay as they were created
+            child = keep_immutable(child, dict(existing))
         _apply(resource, namespace, child, existing, what)
         return [f"updated {kind} {name}"]
     return []
@@ -398,10 +424,39 @@ def _switch(namespace: str, children: list[dict[str, Any]], live: Mapping[int, M
             moved = True
         elif step == switch.DELETE_PREVIOUS and old is not None:
             written.extend(_delete_owned(namespace, previous, old, f"replaced by a {kind}"))
+            written.extend(_release_claims(namespace, children, old, kind))
             old = None
         else:
             converge(others)  # complete: whatever else the render changed
             return written
+
+
+def _claims(obj: Mapping[str, Any]) -> set[str]:
+    """The PersistentVolumeClaims a child mounts through its pod template's (templates') volumes."""
+    spec = obj.get("spec") or {}
+    group = spec.get("leaderWorkerTemplate") or {}
+    templates = [spec.get("template"), group.get("leaderTemplate"), group.get("workerTemplate")]
+    return {str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+            for t in templates if isinstance(t, Mapping)
+            for v in ((t.get("spec") or {}).get("volumes") or []) if isinstance(v, Mapping)
+            and isinstance(v.get("persistentVolumeClaim"), Mapping)}
+
+
+def _release_claims(namespace: str, children: list[dict[str, Any]], old: Mapping[str, Any], kind: str) -> list[str]:
+    """After a switch deleted the previous workload: the claims it mounted that the service created for itself (an
+    ownerReference to the service, its labels) and that no rendered child mounts any more — a Deployment's own
+    `<service>-model-cache` after a switch to a claim per pod — deleted too, so they do not stay unused until the
+    service is deleted. Never a claim without that owner (a model's shared ReadWriteMany claim, the user's)."""
+    service, uid, label = _owner(children)
+    still = set().union(*(_claims(c) for c in children)) | {
+        str(c["metadata"]["name"]) for c in children if c["kind"] == "PersistentVolumeClaim"}
+    written: list[str] = []
+    for name in sorted(_claims(old) - still):
+        found = _retrying(f"read PersistentVolumeClaim {name}", partial(kube.get, kube.PVCS, namespace, name))
+        if found is not None and owned(found, uid, label):
+            written.extend(_delete_owned(namespace, "PersistentVolumeClaim", found,
+                                         f"{service}'s {kind} gives each pod a claim of its own"))
+    return written
 
 
 def _hash(obj: Mapping[str, Any]) -> str | None:
@@ -526,11 +581,9 @@ def switch_pending(namespace: str, workload: Mapping[str, Any]) -> bool:
     ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == "VLLMService"), None)
     if kind not in WORKLOADS or ref is None or not takes_over(workload, None):
         return False  # not even one ready replica: no need to read the other workload
-    other = WORKLOADS[1] if kind == WORKLOADS[0] else WORKLOADS[0]
-    name = _workload_names(str(ref.get("name")))[other]
-    found = _retrying(f"read {other} {name}", partial(kube.get, kube.KIND_RESOURCES[other], namespace, name))
-    return owned(found, str(ref.get("uid")), str((meta.get("labels") or {}).get(LABEL_SERVICE))) and takes_over(
-        workload, found)
+    found = _previous(namespace, str(kind), str(ref.get("name")), str(ref.get("uid")),
+                      str((meta.get("labels") or {}).get(LABEL_SERVICE)))
+    return found is not None and takes_over(workload, found)
 
 
 def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:
@@ -539,9 +592,11 @@ def set_strategy(namespace: str, name: str, strategy: dict[str, Any]) -> None:
               lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"strategy": strategy}}))
 
 
-def scale_deployment(namespace: str, name: str, replicas: int) -> None:
-    _retrying(f"scale Deployment {name}",
-              lambda: kube.patch(kube.DEPLOYMENTS, namespace, name, {"spec": {"replicas": replicas}}))
+def scale_deployment(namespace: str, name: str, replicas: int, kind: str = "Deployment") -> None:
+    """Set the replicas of service `name`'s Deployment (or StatefulSet, `kind`) in place (a merge patch)."""
+    workload = workload_names(name)[kind]
+    _retrying(f"scale {kind} {workload}", lambda: kube.patch(kube.KIND_RESOURCES[kind], namespace, workload,
+                                                             {"spec": {"replicas": replicas}}))
 
 
 # --------------------------------------------------------------------------------------------------

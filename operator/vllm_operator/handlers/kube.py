@@ -91,6 +91,7 @@ class Resource:
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
 DAEMONSETS = Resource("apps", "v1", "daemonsets")  # spec.modelCache.prewarm (handlers/prewarm.py)
+STATEFULSETS = Resource("apps", "v1", "statefulsets")  # a claim per pod without LeaderWorkerSet (render/statefulset.py)
 SERVICES = Resource("", "v1", "services")
 PVCS = Resource("", "v1", "persistentvolumeclaims")
 PODS = Resource("", "v1", "pods")
@@ -112,7 +113,7 @@ DEVICECLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", namespaced=Fa
 KIND_RESOURCES = {"Deployment": DEPLOYMENTS, "Service": SERVICES, "PersistentVolumeClaim": PVCS,
                   "HorizontalPodAutoscaler": HPAS, "ScaledObject": SCALEDOBJECTS, "InferencePool": INFERENCEPOOLS,
                   "LeaderWorkerSet": LEADERWORKERSETS, "ConfigMap": CONFIGMAPS, "ResourceClaim": RESOURCECLAIMS,
-                  "DaemonSet": DAEMONSETS}
+                  "DaemonSet": DAEMONSETS, "StatefulSet": STATEFULSETS}
 
 
 def serves(resource: Resource) -> bool:

@@ -12,7 +12,7 @@ from ..api import lws_status, serving, switch
 from ..api.labels import ANNOTATION_PLAN
 from ..remediation import groups
 from ..render.lws import LWS_NAME_LABEL, lws_name
-from ..render.manifests import child_names, selector_for
+from ..render.manifests import selector_for
 from . import effects, kube, placement
 from .observe import LWS_RECHECK_SECONDS, lws_served
 
@@ -88,14 +88,15 @@ def refresh(namespace: str, service: str) -> bool:
 
 
 def _previous_deployment(namespace: str, service: str, status: Mapping[str, Any]) -> tuple[str, int]:
-    """(name, ready pods) of the Deployment a recorded switch to the LeaderWorkerSet replaces; ("", 0) if none."""
+    """(name, ready pods) of the Deployment or StatefulSet a recorded switch to the LeaderWorkerSet replaces; ("", 0)
+    if none."""
     record = switch.recorded(status)
-    if record is None or record.previous != "Deployment":
+    if record is None or record.previous == "LeaderWorkerSet":
         return "", 0
-    name = child_names(service).deployment
-    with kube.api_errors(f"read Deployment {name}"):
-        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
-    return name, int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+    name = effects.workload_names(service)[record.previous]
+    with kube.api_errors(f"read {record.previous} {name}"):
+        found = kube.get(kube.KIND_RESOURCES[record.previous], namespace, name)
+    return name, int(((found or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
 def _record_failures(multi: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from ..api import conditions as cond
 from ..api.labels import ANNOTATION_PLAN
 from ..api.v1alpha1 import VLLMServiceStatus
 from ..remediation.kvcache import auto_fit_length, context_reduced, fold_measured, measured_tokens
-from ..render.pods import LWS_NAME_LABEL, serving_pods
+from ..render.pods import LWS_NAME_LABEL, STATEFULSET_WORKLOAD, WORKLOAD_LABEL, serving_pods
 from . import effects
 
 log = logging.getLogger("vllm_operator.measured")
@@ -42,7 +42,9 @@ def record_kv_cache(namespace: str, service: str, pod: Mapping[str, Any], text: 
     ready, args = _vllm(pod)
     if not ready or meta.get("deletionTimestamp"):
         return False
-    if not serving_pods(service, namespace, multinode=LWS_NAME_LABEL in labels).selects_labels(labels):
+    kind = ("LeaderWorkerSet" if LWS_NAME_LABEL in labels else
+            "StatefulSet" if labels.get(WORKLOAD_LABEL) == STATEFULSET_WORKLOAD else "Deployment")
+    if not serving_pods(service, namespace, kind=kind).selects_labels(labels):
         return False  # a headless worker: its log has no engine lines
     template = (meta.get("annotations") or {}).get(ANNOTATION_PLAN)
     tokens = measured_tokens(text)

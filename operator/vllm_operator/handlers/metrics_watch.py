@@ -43,6 +43,7 @@ import kopf
 
 from .. import metrics
 from ..api import conditions as cond
+from ..api import switch
 from ..api.v1alpha1 import (
     MetricsStatus,
     RemediationEvent,
@@ -179,12 +180,13 @@ def _scale_back(service: Mapping[str, Any]) -> None:
     except SpecValidationError:
         return
     meta = service.get("metadata") or {}
-    with kube.api_errors("read the Deployment"):
-        deployment = kube.get(kube.DEPLOYMENTS, meta["namespace"], meta["name"])
+    kind = scaled_kind(service)
+    with kube.api_errors(f"read the {kind}"):
+        deployment = kube.get(kube.KIND_RESOURCES[kind], meta["namespace"], effects.workload_names(meta["name"])[kind])
     replicas = _replicas(deployment)
     if replicas is None or replicas <= spec.replicas or spec.autoscaling is not None:
         return  # with an autoscaler the reconcile renders spec.replicas: nothing of ours to undo
-    effects.scale_deployment(meta["namespace"], meta["name"], spec.replicas)
+    effects.scale_deployment(meta["namespace"], meta["name"], spec.replicas, kind)
 
     def cleared(status: dict[str, Any]) -> VLLMServiceStatus | None:
         if (status.get("metrics") or {}).get("desiredReplicas") is None:
@@ -271,8 +273,9 @@ def watch_service(namespace: str, name: str, *, now: datetime | None = None) -> 
 
     available = cond.ConditionUpdate(cond.METRICS_AVAILABLE, cond.TRUE, cond.METRICS_OBSERVED,
                                      f"{observation.pod_count} pod(s) reporting to {url}")
-    with kube.api_errors("read the Deployment"):
-        deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+    kind = scaled_kind(service)
+    with kube.api_errors(f"read the {kind}"):
+        deployment = kube.get(kube.KIND_RESOURCES[kind], namespace, effects.workload_names(name)[kind])
     replicas = _replicas(deployment)
     decision = decide(observation, spec=spec, status=status, replicas=replicas, now=now, settings=settings)
     log.debug("%s/%s: %s", namespace, name, decision.message)
@@ -293,6 +296,13 @@ def serving_pods_of(service: Mapping[str, Any]) -> ServingPods:
     workload's pods while a switch waits for the new one)."""
     meta = service.get("metadata") or {}
     return serving_now(str(meta.get("name") or ""), str(meta.get("namespace") or ""), service.get("status") or {})
+
+
+def scaled_kind(service: Mapping[str, Any]) -> str:
+    """The workload whose replicas the watch may change: the Deployment, or the StatefulSet of a service with a
+    claim per pod; a LeaderWorkerSet's groups are not scaled from metrics (its service has no Deployment: the watch
+    reads None and scales nothing, as before)."""
+    return "StatefulSet" if switch.target_kind(service.get("status") or {}) == "StatefulSet" else "Deployment"
 
 
 def _replicas(deployment: Mapping[str, Any] | None) -> int | None:
@@ -324,17 +334,18 @@ def apply_lower_max_num_seqs(service: Mapping[str, Any], spec: VLLMServiceSpec, 
         log.info("%s/%s: %s — but the re-plan does not fit or keeps max-num-seqs; nothing changed", namespace, name,
                  decision.message)
         return False
-    _keep_replicas(namespace, name, spec, replicas)
+    _keep_replicas(namespace, name, spec, replicas, scaled_kind(service))
     return True
 
 
-def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: int | None) -> None:
-    """A re-rendered Deployment carries spec.replicas; put back replicas the operator had scaled to."""
+def _keep_replicas(namespace: str, name: str, spec: VLLMServiceSpec, replicas: int | None,
+                   kind: str = "Deployment") -> None:
+    """A re-rendered Deployment (StatefulSet) carries spec.replicas; put back replicas the operator had scaled to."""
     if replicas is None or replicas == spec.replicas or spec.max_replicas is None or spec.autoscaling is not None:
         return
     if not spec.replicas < replicas <= spec.max_replicas:
         return
-    effects.scale_deployment(namespace, name, replicas)
+    effects.scale_deployment(namespace, name, replicas, kind)
 
 
 def apply_replicas(service: Mapping[str, Any], observation: Observation, decision: MetricsDecision,
@@ -377,7 +388,7 @@ def apply_replicas(service: Mapping[str, Any], observation: Observation, decisio
 
     update_status(namespace, name, build)
     if decision.action is not MetricsAction.RECOMMEND_REPLICAS:
-        effects.scale_deployment(namespace, name, decision.replicas)
+        effects.scale_deployment(namespace, name, decision.replicas, scaled_kind(service))
         metrics.REMEDIATIONS.labels(failure_class=str(decision.failure_class)).inc()
     _event(service, event_type, reason, decision.message)
     log.info("%s/%s: %s", namespace, name, decision.message)

@@ -9,6 +9,17 @@ it watches, where the chart lets it list pods — GPUs held by pods it cannot se
 may still wait) and the service's own pods (of a LeaderWorkerSet: the group with the highest index, the one its
 rolling update replaces first — its leader StatefulSet's partition counts down).
 
+A StatefulSet (a claim per pod without LeaderWorkerSet) is checked like the groups: it rolls one pod at a time from
+the highest ordinal without surge, so the pod it replaces first is the one with the highest ordinal.
+
+Before a switch between workload kinds creates its new workload (make before break: the previous one serves until
+the new one serves as many replicas), that many of its pods must fit beside the serving pods
+(`api.placement.decide_switch`).
+When it cannot — the previous workload holds every GPU of the pool — the switch would wait forever, serving but never
+converging: it is held instead. Nothing is applied (the Service and the autoscaler keep addressing the previous
+workload's pods), `status.workload` and `status.selector` stay the previous workload's, and Progressing says
+RolloutHeld with what would let it proceed; it is looked at again at every reconcile.
+
 A held rollout leaves the Deployment (LeaderWorkerSet) as it is (it is dropped from the children to apply), says why in
 Progressing (reason RolloutHeld) and in one Warning Event; a rollout that will interrupt service says so (Progressing
 reason RolloutInterrupts, and an Event) in the same status write that records the new plan, before the Deployment is
@@ -23,18 +34,37 @@ from datetime import datetime
 from typing import Any
 
 from ..api import conditions as cond
-from ..api.placement import ROLLOUT_HELD, ROLLOUT_INTERRUPTS, Placement, decide, pod_template, surges_any
+from ..api import switch
+from ..api.placement import (
+    ROLLOUT_HELD,
+    ROLLOUT_INTERRUPTS,
+    Placement,
+    decide,
+    decide_switch,
+    pod_template,
+    surges_any,
+)
 from ..reconcile import EVENT_NORMAL, EVENT_WARNING, Desired, Event
 from ..render.lws import LWS_GROUP_INDEX_LABEL
-from ..render.manifests import selector_for
+from ..render.manifests import LABEL_SERVICE, selector_for
+from ..render.pods import serving_pods
 from . import config, effects, kube
 
 #: The most nodes of a pool whose pods are listed for one decision (a larger pool: the first ones, by name).
 MAX_NODES = 32
+#: How old an answer to "is the LeaderWorkerSet API served?" may be (seconds; as handlers/rollouts.py).
+SERVED_MAX_AGE = 30.0
 
 
 #: The workloads whose rollouts are checked.
-WORKLOADS = ("Deployment", "LeaderWorkerSet")
+WORKLOADS = switch.WORKLOADS
+#: Why a service switches to a workload kind (the held switch's message).
+SWITCH_WHY = {
+    "StatefulSet": "each pod of this service needs a model cache claim of its own (it may run several pods and "
+                   "the storage is ReadWriteOnce; the LeaderWorkerSet API is not served)",
+    "LeaderWorkerSet": "its plan spans nodes, or each of its pods needs a model cache claim of its own",
+    "Deployment": "its plan runs on a Deployment now",
+}
 
 
 def _deployment(children: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -63,12 +93,8 @@ def _changed(status: Mapping[str, Any], desired: Desired) -> bool:
     return after is None or before.get("specHash") != after.spec_hash or before.get("args") != after.args
 
 
-def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
-             ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    kind = str(desired_deployment.get("kind") or "Deployment")
-    resource = kube.LEADERWORKERSETS if kind == "LeaderWorkerSet" else kube.DEPLOYMENTS
-    with kube.api_errors(f"read {kind} {name}"):
-        current = kube.get(resource, namespace, str(desired_deployment["metadata"]["name"]))
+def _pool_pods(desired_deployment: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The nodes the workload's pods may use (at most MAX_NODES) and the pods on them that the operator can see."""
     template_spec = pod_template(desired_deployment).get("spec") or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted((template_spec.get("nodeSelector") or {}).items()))
     with kube.api_errors("list the nodes of the new pool"):
@@ -82,13 +108,36 @@ def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
         for scope in scopes:
             with kube.api_errors(f"list the pods on node {node_name}"):
                 pods.extend(kube.list_objects(kube.PODS, scope, field_selector=f"spec.nodeName={node_name}"))
-    own_selector = ",".join(f"{k}={v}" for k, v in selector_for(name).items())
+    return nodes, pods
+
+
+def _observe(namespace: str, name: str, desired_deployment: Mapping[str, Any]
+             ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    kind = str(desired_deployment.get("kind") or "Deployment")
+    with kube.api_errors(f"read {kind} {name}"):
+        current = kube.get(kube.KIND_RESOURCES[kind], namespace, str(desired_deployment["metadata"]["name"]))
+    nodes, pods = _pool_pods(desired_deployment)
+    if kind == "StatefulSet":
+        own_selector = serving_pods(name, namespace, kind=kind).label_selector()
+    else:
+        own_selector = ",".join(f"{k}={v}" for k, v in selector_for(name).items())
     with kube.api_errors(f"list the pods of {name}"):
         mine = kube.list_objects(kube.PODS, namespace, label_selector=own_selector)
     if kind == "LeaderWorkerSet":
         mine = _first_replaced_group(mine)
+    elif kind == "StatefulSet":
+        mine = _highest_ordinal(mine)
     own = [str((p.get("metadata") or {}).get("name") or "") for p in mine]
     return current, nodes, pods, own
+
+
+def _highest_ordinal(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pod a StatefulSet's rolling update replaces first: the highest ordinal (`<sts>-<n>`)."""
+    def ordinal(pod: Mapping[str, Any]) -> int:
+        tail = str((pod.get("metadata") or {}).get("name") or "").rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+    top = max((ordinal(p) for p in pods), default=-1)
+    return [p for p in pods if ordinal(p) == top and top >= 0]
 
 
 def _first_replaced_group(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,9 +153,14 @@ def _first_replaced_group(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired, now: datetime) -> Desired:
     """The desired state, with the Deployment held back (and said) when its new pod could not be placed, or the
-    interruption said when it can."""
+    interruption said when it can; a switch to another workload kind held (and said) when the new workload's pods
+    could not be placed beside the serving pods."""
     children = desired.children
     deployment = _deployment(children) if children is not None else None
+    if deployment is not None and _switching(status, desired):
+        held_switch = _guard_switch(namespace, name, status, desired, deployment, now)
+        if held_switch is not None:
+            return held_switch
     if (children is None or deployment is None or not _rolls_without_surge(deployment)
             or not (_changed(status, desired) or _held_before(status))):
         return desired
@@ -120,13 +174,62 @@ def guard(namespace: str, name: str, status: Mapping[str, Any], desired: Desired
     return _apply(desired, placement, status, now)
 
 
+def _switching(status: Mapping[str, Any], desired: Desired) -> bool:
+    """Whether this reconcile may start a switch between workload kinds: the plan's kind is not the one the status
+    records, or a switch is recorded at its first step (its new workload may not exist yet)."""
+    record = switch.recorded(status)
+    if record is not None:
+        return record.step == switch.CREATE_TARGET
+    return desired.status.workload is not None and switch.target_kind(status) != desired.status.workload
+
+
+def _guard_switch(namespace: str, name: str, status: Mapping[str, Any], desired: Desired,
+                  target: Mapping[str, Any], now: datetime) -> Desired | None:
+    """The desired state with the switch held when the new workload does not exist yet and its pods cannot be
+    placed beside the serving one's pods; None when the switch may go on (or there is none)."""
+    kind = str(target.get("kind"))
+    with kube.api_errors(f"read {kind} {target['metadata']['name']}"):
+        if kube.get(kube.KIND_RESOURCES[kind], namespace, str(target["metadata"]["name"])) is not None:
+            return None  # created already: the switch waits for it (or it is this kind's own rollout)
+    meta = target.get("metadata") or {}
+    owner: Mapping[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
+    uid = str(owner.get("uid") or "")
+    label = str((meta.get("labels") or {}).get(LABEL_SERVICE) or "")
+    previous = None
+    for other in switch.others(kind):
+        if other == "LeaderWorkerSet" and not kube.served(kube.LEADERWORKERSETS, SERVED_MAX_AGE):
+            continue
+        other_name = effects.workload_names(name)[other]
+        with kube.api_errors(f"read {other} {other_name}"):
+            found = kube.get(kube.KIND_RESOURCES[other], namespace, other_name)
+        if found is not None and effects.owned(found, uid, label):
+            previous = found
+            break
+    if previous is None:
+        return None
+    ready = int((previous.get("status") or {}).get("readyReplicas") or 0)
+    nodes, pods = _pool_pods(target)
+    placement = decide_switch(previous, target, ready=ready, nodes=nodes, pods=pods,
+                              why=SWITCH_WHY.get(kind, f"its plan runs on a {kind} now"))
+    if placement.verdict != "hold":
+        return None
+    # nothing is applied: the previous workload and what addresses its pods stay as they are, and the status keeps
+    # saying that workload runs (the next reconcile plans the switch again and looks again)
+    desired.children = None
+    previous_kind = str(previous.get("kind"))
+    keep = {"workload": previous_kind, "selector": status.get("selector") if isinstance(status.get("selector"), str)
+            else serving_pods(name, namespace, kind=previous_kind).label_selector(), "workload_switch": None}
+    desired.status = desired.status.model_copy(update=keep)
+    return _apply(desired, placement, status, now)
+
+
 def _apply(desired: Desired, placement: Placement, status: Mapping[str, Any], now: datetime) -> Desired:
     if placement.verdict == "proceed":
         return desired
     generation = desired.status.observed_generation
     if placement.verdict == "hold":
-        assert desired.children is not None
-        desired.children = [c for c in desired.children if c.get("kind") not in WORKLOADS]
+        if desired.children is not None:
+            desired.children = [c for c in desired.children if c.get("kind") not in WORKLOADS]
         updates = [cond.ConditionUpdate(cond.PROGRESSING, cond.FALSE, ROLLOUT_HELD, placement.message)]
         said = any(c.get("type") == cond.PROGRESSING and c.get("reason") == ROLLOUT_HELD
                    and c.get("message") == placement.message for c in status.get("conditions") or [])

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api import conditions as cond
+from ..api import switch
 from ..api.status import ModelCacheStatus, PrewarmStatus
 from ..reconcile import EVENT_NORMAL, Desired, Event
 from ..remediation.redact import redact
@@ -33,7 +34,7 @@ from . import kube
 
 #: How soon a reconcile looks again while the nodes are warmed (seconds).
 PREWARM_RECHECK_SECONDS = 10.0
-WORKLOADS = ("Deployment", "LeaderWorkerSet")
+WORKLOADS = switch.WORKLOADS
 
 
 def _settings(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:

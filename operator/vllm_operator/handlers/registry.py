@@ -53,6 +53,14 @@ def deployment_event(**kwargs: Any) -> None:
     service.deployment_event(**kwargs)
 
 
+@kopf.on.event("apps", "v1", "statefulsets", labels=service.MANAGED, field="status", value=kopf.PRESENT,
+               registry=registry)
+def statefulset_event(**kwargs: Any) -> None:
+    """A StatefulSet of ours changed (a claim per pod without LeaderWorkerSet): fold its rollout into the owner's
+    status, as a Deployment's."""
+    service.deployment_event(**kwargs)
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, when=metrics_watch.prometheus_enabled,
              cancellation_backoff=5.0, cancellation_timeout=10.0)
 async def vllmservice_metrics_watch(**kwargs: Any) -> None:

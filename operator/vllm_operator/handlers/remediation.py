@@ -31,6 +31,7 @@ from ..remediation.evidence import ContainerEvidence, evidence_from_pod
 from ..remediation.ladder import STEP_UP, Deferred, Outcome, PodFailure, ProfileChange, step_up_target
 from ..remediation.policy import failure_key
 from ..render.manifests import ANNOTATION_PLAN, LABEL_SERVICE
+from ..render.pods import statefulset_name
 from . import effects, kube
 from .observe import observe_service
 
@@ -214,7 +215,10 @@ def _step(namespace: str, name: str, logger: logging.Logger | kopf.Logger, *, fa
         seen: list[PodFailure] = []
         if failures:
             with kube.api_errors("read the Deployment and pods"):
-                deployment = kube.get(kube.DEPLOYMENTS, namespace, name)
+                # the serving pods' workload: its Deployment, else its StatefulSet (a claim per pod), whose pods'
+                # failures are read alike
+                deployment = kube.get(kube.DEPLOYMENTS, namespace, name) or kube.get(
+                    kube.STATEFULSETS, namespace, statefulset_name(name))
                 pods = kube.list_objects(kube.PODS, namespace, label_selector=f"{LABEL_SERVICE}={name}")
             keys = ladder.recorded_keys(ladder.remediation_of(service.get("status") or {}))
             seen = pod_failures(pods, deployment, keys)

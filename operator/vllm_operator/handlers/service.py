@@ -29,7 +29,7 @@ from ..api.v1alpha1 import DEFAULT_IMAGE, GROUP, VERSION
 from ..remediation import ladder
 from ..render.lws import LWS_NAME_LABEL, lws_name
 from ..render.manifests import LABEL_SERVICE, MANAGED_BY, child_names
-from ..render.pods import serving_now
+from ..render.pods import serving_now, statefulset_name
 from ..render.sharing import GROUP_LABEL
 from . import config, decode, downloads, effects, kube, lws, measured, placement, prewarm, rollouts
 from .effects import apply_children
@@ -271,7 +271,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
         for line in apply(desired.children, namespace):
             written.append(line)
             logger.info(line)
-            if line.startswith("updated Deployment ") and _profile_changed(status, desired):
+            if line.startswith(("updated Deployment ", "updated StatefulSet ")) and _profile_changed(status, desired):
                 # a new profile: none of its pods runs yet, whatever readyReplicas says
                 desired.status = cond.fold_status(
                     desired.status, conditions=rollout.started_conditions(
@@ -290,7 +290,7 @@ def _reconcile_locked(name: str, namespace: str, uid: str, generation: int, spec
 
 
 class SwitchRecorder:
-    """Record, then act: a Deployment ↔ LeaderWorkerSet switch's next step goes into the status (the reconcile's
+    """Record, then act: a switch between workload kinds: its next step goes into the status (the reconcile's
     `desired.status`, through the one status writer) before `effects.apply_children` takes it; the first step,
     `CreateTarget`, together with the plan choosing the new kind. A step the stored status says already is not
     written again. `stored`: the service as last read, the precondition of the next status write."""
@@ -322,7 +322,7 @@ class SwitchRecorder:
             update: cond.ConditionUpdate | None = cond.ConditionUpdate(
                 cond.READY, cond.FALSE, cond.SERVING_PREVIOUS_PROFILE, str(said["message"]))
         else:
-            name = lws_name(self.name) if record.previous == "LeaderWorkerSet" else child_names(self.name).deployment
+            name = effects.workload_names(self.name)[record.previous]
             with kube.api_errors(f"read {record.previous} {name}"):
                 previous = kube.get(kube.KIND_RESOURCES[record.previous], self.namespace, name)
             update = serving.switching(record, previous_name=name, previous_ready=int(
@@ -342,6 +342,10 @@ def previous_workload(namespace: str, name: str) -> tuple[str, str, int] | None:
         deployment = kube.get(kube.DEPLOYMENTS, namespace, names.deployment)
     if deployment is not None and _ours(deployment, name):
         return "Deployment", names.deployment, int((deployment.get("status") or {}).get("readyReplicas") or 0)
+    with kube.api_errors("read the StatefulSet"):
+        pods = kube.get(kube.STATEFULSETS, namespace, statefulset_name(name))
+    if pods is not None and _ours(pods, name):
+        return "StatefulSet", statefulset_name(name), int((pods.get("status") or {}).get("readyReplicas") or 0)
     if lws.api_served():
         with kube.api_errors("read the LeaderWorkerSet"):
             group = kube.get(kube.LEADERWORKERSETS, namespace, lws_name(name))
@@ -562,7 +566,8 @@ def _looks_failed(pod: Mapping[str, Any]) -> bool:
 
 
 def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
-    """Fold the rollout into the owner's status: Ready means the pods of the current profile serve (api.rollout)."""
+    """Fold the rollout of a Deployment or StatefulSet into the owner's status: Ready means the pods of the current
+    profile serve (api.rollout)."""
     if type == "DELETED":
         return
     meta = body.get("metadata") or {}

@@ -265,10 +265,10 @@ def current_from(spec: VLLMServiceSpec, status: Mapping[str, Any], *, host_memor
 
 
 def template_hash(children: Sequence[Mapping[str, Any]] | None) -> str | None:
-    """The plan hash of the Deployment's pod template (a LeaderWorkerSet's leader template) among rendered
-    children."""
+    """The plan hash of the Deployment's or StatefulSet's pod template (a LeaderWorkerSet's leader template) among
+    rendered children."""
     for child in children or ():
-        if child.get("kind") in ("Deployment", "LeaderWorkerSet"):
+        if child.get("kind") in ("Deployment", "LeaderWorkerSet", "StatefulSet"):
             spec = child.get("spec") or {}
             template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
             annotations = (template.get("metadata") or {}).get("annotations") or {}

@@ -15,13 +15,16 @@ not download them again.
   pod gets a claim of its own: the Deployment then rolls without a surge pod (a second pod on another node could
   never attach the volume, and the first would keep it). A service that may run several pods (spec.replicas > 1,
   spec.maxReplicas, spec.autoscaling, or scaled to several before: `status.modelCache.shapePods`) gets a claim per
-  pod where the LeaderWorkerSet API is served: it runs as a LeaderWorkerSet of one-pod groups whose
-  `volumeClaimTemplates` give pod `<lws>-<g>` the claim `model-cache-<lws>-<g>` (kept when groups scale down, so
-  a scale back up finds its weights; deleted with the service). The shape follows those bounds, never the replica
-  count of the moment: within them a scale changes no pod template (a `kubectl scale` of a one-pod service past
-  its bounds switches it once, Deployment → LeaderWorkerSet, make before break; it then stays). Where
-  LeaderWorkerSet is not served such a service gets an emptyDir and a condition saying what each start downloads
-  and what would give it a persistent cache (a ReadWriteMany class, or the LeaderWorkerSet API).
+  pod: where the LeaderWorkerSet API is served it runs as a LeaderWorkerSet of one-pod groups whose
+  `volumeClaimTemplates` give pod `<lws>-<g>` the claim `model-cache-<lws>-<g>`; where it is not, as an apps/v1
+  StatefulSet (render/statefulset.py) whose `volumeClaimTemplates` give pod `<sts>-<n>` the claim
+  `model-cache-<sts>-<n>`. Either way the claims are kept when pods scale down (a scale back up finds its weights)
+  and deleted with the service. The kind is sticky: a service that runs as a StatefulSet stays one when the
+  LeaderWorkerSet API is installed later (a switch would drop every pod's cached weights), one on one-pod groups
+  stays there while that API is served. The shape follows those bounds, never the replica count of the moment: within them a scale changes
+  no pod template (a `kubectl scale` of a one-pod service past its bounds switches it once, Deployment →
+  LeaderWorkerSet or StatefulSet, make before break; it then stays). An emptyDir only when the operator is told so
+  (mode `ephemeral`) or the cluster has no StorageClass.
   A plan that spans nodes is a LeaderWorkerSet anyway: its pods get per-pod claims the same way.
 - The condition `ModelCache` says which it is: True (reason PersistentVolumeClaim) or False (reason Ephemeral,
   with why and the fix).
@@ -167,7 +170,11 @@ class CachePlan(BaseModel):
                                                "empty when each pod gets its own claim from `claim_template`")
     claim: dict[str, Any] | None = Field(None, description="a PersistentVolumeClaim to create when missing")
     claim_template: dict[str, Any] | None = Field(
-        None, description="a claim per pod (a LeaderWorkerSet's volumeClaimTemplates), kept across group recreation")
+        None, description="a claim per pod (the workload's volumeClaimTemplates), kept across recreation and scale "
+                          "down")
+    per_pod_workload: Literal["LeaderWorkerSet", "StatefulSet"] | None = Field(
+        None, description="with `claim_template`, the workload that gives one-node pods their claims (a plan over "
+                          "nodes is a LeaderWorkerSet anyway)")
     persistent: bool
     exclusive: bool = Field(False, description="a ReadWriteOnce claim: roll without a surge pod")
     reason: str
@@ -212,12 +219,14 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                settings: CacheSettings, default_storage_class: str | None, checkpoint_gib: float,
                max_pods: int, labels: dict[str, str], owner: dict[str, Any],
                shared_storage_class: str | None = None, group_pods: bool = False,
-               lws_served: bool = False) -> CachePlan:
+               lws_served: bool = False, previous_workload: str | None = None) -> CachePlan:
     """Where this service's weights live; see the module docstring. `max_pods`: the most pods the service may run
     (its bounds, not the replica count of the moment); `shared_storage_class`: a class of the cluster that gives
     ReadWriteMany claims (see `read_write_many_class`); `group_pods`: the pods are a LeaderWorkerSet's (each pod
-    can have a claim of its own); `lws_served`: the LeaderWorkerSet API is served, so several one-node pods can
-    each have a claim of their own (one-pod groups). A plan with `claim_template` runs as a LeaderWorkerSet."""
+    can have a claim of its own); `lws_served`: the LeaderWorkerSet API is served, so several one-node pods each
+    get a claim of their own as one-pod groups (else as a StatefulSet); `previous_workload`: the kind the service
+    runs on now (`status.workload`), which a claim per pod keeps. A plan with `claim_template` runs as its
+    `per_pod_workload` (a LeaderWorkerSet when `group_pods`)."""
     if spec is not None and spec.claim_name:
         return CachePlan(volume={"persistentVolumeClaim": {"claimName": spec.claim_name}}, persistent=True,
                          reason=PERSISTENT, message=f"weights are cached on the claim {spec.claim_name} "
@@ -249,16 +258,9 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                           "default, or run the operator with --model-cache-storage-class", checkpoint_gib)
     shared = settings.access_mode == "ReadWriteMany" or detected
     access_mode = "ReadWriteMany" if shared else settings.access_mode
-    if not shared and max_pods > 1 and (group_pods or lws_served):
-        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods, group_pods=group_pods)
     if not shared and max_pods > 1:
-        return _ephemeral(f"this service may run {max_pods} pods and the default cache claim is ReadWriteOnce (one "
-                          "node); for a claim per pod install LeaderWorkerSet (the service then runs as one-pod "
-                          f"groups, each with its own claim; {_LWS_HINT}); for one claim shared by every pod add a "
-                          "StorageClass that gives ReadWriteMany claims (an NFS/CephFS/EFS/Filestore/Azure Files "
-                          f"provisioner, or the annotation {ACCESS_MODE_ANNOTATION}: ReadWriteMany), set "
-                          "spec.modelCache.claimName to a ReadWriteMany claim, or run the operator with "
-                          "--model-cache-access-mode ReadWriteMany", checkpoint_gib)
+        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods, group_pods=group_pods,
+                        workload=_per_pod_workload(lws_served, previous_workload))
     name = shared_claim_name(model, revision) if shared else own_claim_name(service)
     claim_labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "model-cache",
                     LABEL_CACHE_MODEL: _hash(f"{model}@{revision or 'main'}")}
@@ -281,11 +283,21 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                      f"storage class {storage_class}): restarts and remediation steps do not download them again")
 
 
+def _per_pod_workload(lws_served: bool, previous: str | None) -> Literal["LeaderWorkerSet", "StatefulSet"]:
+    """Which workload gives one-node pods a claim each: the one they run on (installing or removing LeaderWorkerSet
+    never drops a serving service's cached weights), else one-pod groups where the LeaderWorkerSet API is served,
+    else a StatefulSet (apps/v1: always served)."""
+    if previous == "StatefulSet":
+        return "StatefulSet"
+    return "LeaderWorkerSet" if lws_served else "StatefulSet"
+
+
 def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, settings: CacheSettings,
-             checkpoint_gib: float, max_pods: int, *, group_pods: bool = True) -> CachePlan:
-    """A ReadWriteOnce claim per pod of a LeaderWorkerSet (its volumeClaimTemplates: `model-cache-<pod>`), kept
-    when a group is recreated or scaled down, deleted with the LeaderWorkerSet (so with the service). Without
-    `group_pods` (one-node pods) the LeaderWorkerSet's groups are one pod each."""
+             checkpoint_gib: float, max_pods: int, *, group_pods: bool = True,
+             workload: Literal["LeaderWorkerSet", "StatefulSet"] = "LeaderWorkerSet") -> CachePlan:
+    """A ReadWriteOnce claim per pod from the workload's volumeClaimTemplates (`model-cache-<pod>`), kept when a pod
+    is recreated or scaled down, deleted with the workload (so with the service). With `group_pods` the pods are a
+    LeaderWorkerSet's groups; one-node pods run as one-pod groups (`workload` LeaderWorkerSet) or a StatefulSet."""
     claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                                   "resources": {"requests": {"storage": settings.size or default_size(checkpoint_gib)}}}
     if settings.storage_class:
@@ -296,23 +308,27 @@ def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, se
         message = (f"weights are cached on a claim per pod (the LeaderWorkerSet's volumeClaimTemplates, "
                    f"ReadWriteOnce, storage class {storage_class}; up to {max_pods} pods): a recreated group finds "
                    f"its weights and compiled graphs again; the claims go with the service")
+        workload = "LeaderWorkerSet"
+    elif workload == "StatefulSet":
+        message = (f"weights are cached on a claim per pod (ReadWriteOnce, storage class {storage_class}; this "
+                   f"service may run {max_pods} pods, so it runs as a StatefulSet whose volumeClaimTemplates give "
+                   f"each pod its own claim): a restarted or recreated pod finds its weights and compiled graphs "
+                   f"again; the claims are kept when the service scales down (a scale back up finds its weights) "
+                   f"and deleted with the service; scaling changes no pod template")
     else:
         message = (f"weights are cached on a claim per pod (ReadWriteOnce, storage class {storage_class}; this "
                    f"service may run {max_pods} pods, so it runs as a LeaderWorkerSet of one-pod groups whose "
                    f"volumeClaimTemplates give each pod its own claim): a restarted, recreated or re-added pod finds "
                    f"its weights and compiled graphs again; scaling changes no pod template; the claims go with "
                    f"the service")
-    return CachePlan(volume={}, claim_template=template, persistent=True, reason=PERSISTENT, message=message)
+    return CachePlan(volume={}, claim_template=template, per_pod_workload=workload, persistent=True,
+                     reason=PERSISTENT, message=message)
 
 
 def _ephemeral(why: str, checkpoint_gib: float) -> CachePlan:
     return CachePlan(volume={"emptyDir": {}}, persistent=False, reason=EPHEMERAL,
                      message=f"weights are cached in an emptyDir: every pod start, restart and remediation step "
                      f"downloads them again ({checkpoint_gib:.1f} GiB each time); {why}")
-
-
-#: How to get LeaderWorkerSet (render/lws.py's LWS_INSTALL_HINT pins the chart version; lws.py imports this module).
-_LWS_HINT = "helm install lws oci://registry.k8s.io/lws/charts/lws -n lws-system --create-namespace"
 
 
 #: A StorageClass annotation that says which access mode its claims give (for provisioners not known below).

@@ -194,10 +194,7 @@ def _one_pod_groups(inp: RenderInput) -> dict[str, Any]:
 
 def build_leader_service(inp: RenderInput) -> dict[str, Any]:
     """The Service of a multi-node VLLMService: it selects the leaders only (workers serve no HTTP)."""
-    service = build_service(inp)
-    service["spec"]["selector"] = dict(serving_pods(inp.name, inp.namespace, multinode=True).match_labels)
-    service["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = spec_hash(service["spec"])
-    return service
+    return build_service(inp, serving_pods(inp.name, inp.namespace, kind="LeaderWorkerSet"))
 
 
 def build_multinode_children(inp: RenderInput, nodes: int,

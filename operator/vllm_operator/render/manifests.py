@@ -27,7 +27,7 @@ from .cache import build_download_container
 from .coldstart import compile_cache_root
 from .flags import flag_table
 from .names import dns1035_label, dns1123_subdomain, label_value
-from .pods import deployment_name, deployment_pod_labels, instance_selector, serving_pods
+from .pods import ServingPods, deployment_name, deployment_pod_labels, instance_selector, serving_pods
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PORT = 8000
@@ -86,7 +86,10 @@ class RenderInput(BaseModel):
     cache_mount_path: str = "/root/.cache/huggingface"
     cache_volume: dict[str, Any] | None = Field(None, description="the model-cache volume source (render/cache.py)")
     cache_claim_template: dict[str, Any] | None = Field(
-        None, description="a model-cache claim per pod (LeaderWorkerSet volumeClaimTemplates; render/cache.py)")
+        None, description="a model-cache claim per pod (the workload's volumeClaimTemplates; render/cache.py)")
+    per_pod_workload: Literal["LeaderWorkerSet", "StatefulSet"] = Field(
+        "LeaderWorkerSet", description="with `cache_claim_template` and one-node pods, the workload that gives each "
+                                       "pod its claim (render/cache.py)")
     roll_without_surge: bool = Field(False, description="a ReadWriteOnce cache: one pod at a time")
     download_init: bool = Field(False, description="fill the cache with the model-download init container first")
     compile_cache: bool = Field(False, description="keep vLLM's compile and CUDA-graph caches on the persistent "
@@ -305,7 +308,7 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": inp.shm_size or f"{_shm_gib(inp.gpu_count)}Gi"}},
     ]
-    if inp.cache_claim_template is None:  # else each pod's claim comes from the LeaderWorkerSet's templates
+    if inp.cache_claim_template is None:  # else each pod's claim comes from the workload's volumeClaimTemplates
         volumes.append({"name": "model-cache", **(
             dict(inp.cache_volume) if inp.cache_volume is not None else
             {"persistentVolumeClaim": {"claimName": dns1123_subdomain(inp.cache_claim)}} if inp.cache_claim
@@ -374,7 +377,9 @@ def build_deployment(inp: RenderInput) -> dict[str, Any]:
     return deployment
 
 
-def build_service(inp: RenderInput) -> dict[str, Any]:
+def build_service(inp: RenderInput, pods: ServingPods | None = None) -> dict[str, Any]:
+    """The Service: it selects the serving pods (`pods`; the Deployment's when None)."""
+    pods = pods or serving_pods(inp.name, inp.namespace, kind="Deployment")
     service: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -383,7 +388,7 @@ def build_service(inp: RenderInput) -> dict[str, Any]:
                      "ownerReferences": [inp.owner.to_k8s()]},
         "spec": {
             "type": inp.service_type,
-            "selector": dict(serving_pods(inp.name, inp.namespace, multinode=False).match_labels),
+            "selector": dict(pods.match_labels),
             "ports": [{"name": "http", "port": _clamp(inp.service_port, 1, 65535), "targetPort": "http",
                        "protocol": "TCP"}],
         },

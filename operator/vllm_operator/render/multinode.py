@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import conditions as cond
+from ..api.switch import Kind
 from ..api.v1alpha1 import MultiNodeStatus, StageStatus, VLLMServiceSpec
 from ..planner import Plan, PlanRequest
 from ..planner.multinode import MultiNodePlan, plan_across_nodes, spanning_option
@@ -22,6 +23,7 @@ from .lws import (
     multinode_unsupported_reason,
 )
 from .manifests import RenderInput, build_children
+from .statefulset import build_statefulset_children
 
 #: How often a service waiting for the LeaderWorkerSet API is re-checked (it may be installed at any time).
 LWS_RECHECK_SECONDS = 60.0
@@ -120,13 +122,28 @@ def group_options(spec: VLLMServiceSpec, spread: MultiNodePlan | None) -> GroupO
                         ipc_lock=spec.network.ipc_lock)
 
 
+def workload_kind(render: RenderInput, nodes: int) -> Kind:
+    """The workload the service runs as: a LeaderWorkerSet when one replica spans nodes; when each one-node pod needs
+    a cache claim of its own (render/cache.py), one-pod groups (a LeaderWorkerSet) or a StatefulSet; else a
+    Deployment."""
+    if nodes > 1:
+        return "LeaderWorkerSet"
+    if render.cache_claim_template is not None:
+        return render.per_pod_workload
+    return "Deployment"
+
+
 def runs_as_groups(render: RenderInput, nodes: int) -> bool:
-    """Whether the service runs as a LeaderWorkerSet: one replica spans nodes, or each one-node pod needs a cache
-    claim of its own (render/cache.py: one-pod groups with `volumeClaimTemplates`)."""
-    return nodes > 1 or render.cache_claim_template is not None
+    """Whether the service runs as a LeaderWorkerSet (`workload_kind`)."""
+    return workload_kind(render, nodes) == "LeaderWorkerSet"
 
 
 def children_for(render: RenderInput, nodes: int, group: GroupOptions | None = None) -> list[dict[str, Any]]:
     """A Deployment and its Service for one node; a LeaderWorkerSet and the leaders' Service for more, or for
-    one-pod groups with a claim per pod."""
-    return build_multinode_children(render, nodes, group) if runs_as_groups(render, nodes) else build_children(render)
+    one-pod groups with a claim per pod; a StatefulSet and its Service for a claim per pod without LeaderWorkerSet."""
+    kind = workload_kind(render, nodes)
+    if kind == "LeaderWorkerSet":
+        return build_multinode_children(render, nodes, group)
+    if kind == "StatefulSet":
+        return build_statefulset_children(render)
+    return build_children(render)

@@ -21,7 +21,13 @@ InferencePool then routed to while a Deployment → LeaderWorkerSet switch ran (
     (`k8s.io/apimachinery/pkg/util/rand.SafeEncodeString`: the hash 1–10 characters, the suffix 5), the base cut to
     58 characters by the API server's name generator when longer — so `qwen` never matches `qwen-2`'s pods, nor a
     LeaderWorkerSet's `qwen-0-1`;
-  - LeaderWorkerSet: `<lws>-<group index>` (the leaders' StatefulSet pods), never `<lws>-<group>-<worker>`.
+  - LeaderWorkerSet: `<lws>-<group index>` (the leaders' StatefulSet pods), never `<lws>-<group>-<worker>`;
+  - StatefulSet (a claim per pod where the LeaderWorkerSet API is not served, render/statefulset.py):
+    `<statefulset>-<ordinal>`, the StatefulSet named `<service>-set` — never the same service's Deployment pods (a
+    pod-template-hash has no vowel) nor its LeaderWorkerSet's leaders (`<lws>-<g>`: no `-set-`), so both may run
+    during a make-before-break switch. (Another service of the namespace named `<service>-set` whose pods are a
+    LeaderWorkerSet's leaders would be named alike: a StatefulSet's pods and a LeaderWorkerSet's leaders are both
+    `<name>-<ordinal>`, so no name scheme can keep them apart across services.)
 
 `matches(pod)` is the same definition applied to a pod object (its labels, or its name and namespace), so tests
 check every object against the pods a simulated cluster runs.
@@ -29,6 +35,7 @@ check every object against the pods a simulated cluster runs.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,9 +50,16 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
-#: The label only a Deployment's pods carry (on its pod template, not in its immutable `spec.selector`), and its value.
+#: The label that says which workload a pod is of (on a Deployment's pod template, not in its immutable
+#: `spec.selector`; in a StatefulSet's selector too), and its values. A LeaderWorkerSet's pods carry none.
 WORKLOAD_LABEL = "vllm-operator.dev/workload"
 DEPLOYMENT_WORKLOAD = "deployment"
+STATEFULSET_WORKLOAD = "statefulset"
+#: What a StatefulSet's name adds to the service's (a vowel: no pod-template-hash contains it).
+STATEFULSET_SUFFIX = "-set"
+#: The longest StatefulSet name: its pods carry `controller-revision-hash: <name>-<hash of up to 10 characters>`, a
+#: label value of at most 63 characters (kubernetes/kubernetes#64023).
+STATEFULSET_NAME_LIMIT = 52
 #: The characters of generated name parts (pod-template-hash, generateName suffix): no vowels, no 0/1/3.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SAFE = f"[{SAFE_ALPHABET}]"
@@ -53,7 +67,7 @@ _SAFE = f"[{SAFE_ALPHABET}]"
 _GENERATED_BASE_LIMIT = 58
 _TEMPLATE_HASH_LENGTHS = range(1, 11)  # a uint32 in decimal, one safe character per digit
 
-Shape = Literal["Deployment", "LeaderWorkerSet"]
+Shape = Literal["Deployment", "LeaderWorkerSet", "StatefulSet"]
 
 
 def instance_selector(name: str) -> dict[str, str]:
@@ -75,6 +89,22 @@ def deployment_name(name: str) -> str:
 def lws_name(name: str) -> str:
     """The LeaderWorkerSet's name: a DNS-1035 label (pods are `<name>-<g>` and `<name>-<g>-<w>`)."""
     return dns1035_label(name)
+
+
+def statefulset_name(name: str) -> str:
+    """The StatefulSet's name: `<service>-set`, a DNS-1035 label of at most 52 characters (a longer one keeps a
+    stable hash of the service's name before the suffix, so two long names stay apart)."""
+    base = dns1035_label(name)
+    if len(base) + len(STATEFULSET_SUFFIX) <= STATEFULSET_NAME_LIMIT and base == name:
+        return base + STATEFULSET_SUFFIX
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    keep = base[: STATEFULSET_NAME_LIMIT - len(STATEFULSET_SUFFIX) - len(digest) - 1].rstrip("-")
+    return f"{keep}-{digest}{STATEFULSET_SUFFIX}"
+
+
+def statefulset_pod_labels(name: str) -> dict[str, str]:
+    """The labels of a StatefulSet's pods, and its `spec.selector.matchLabels` (no other workload's pod has them)."""
+    return {**instance_selector(name), WORKLOAD_LABEL: STATEFULSET_WORKLOAD}
 
 
 def _literal(text: str) -> str:
@@ -119,14 +149,20 @@ def leader_pod_regex(lws: str) -> str:
     return f"{_literal(lws)}-{_LEADER_SUFFIX}"
 
 
+def statefulset_pod_regex(statefulset: str) -> str:
+    """An anchored regex of exactly the names of a StatefulSet's pods (`<statefulset>-<ordinal>`)."""
+    return f"{_literal(statefulset)}-{_LEADER_SUFFIX}"
+
+
 def dashboard_pod_regex(services: str) -> str:
     """The serving pods of the services whose names match the regex `services` (a Grafana variable such as
-    `${service:regex}`), for dashboards that address several services in one query: a Deployment's pods or a
-    LeaderWorkerSet's leaders, named as `serving_pods` names them — never a group's headless workers
-    (`<lws>-<g>-<w>`). The first group captures the service's name (`label_replace`). Exact for names whose
-    Deployment and LeaderWorkerSet are named after the service and short enough (46 characters) that the API server
-    does not cut their pods' names."""
-    return f"({services})-(?:{_DEPLOYMENT_POD_SUFFIX}|{_LEADER_SUFFIX})"
+    `${service:regex}`), for dashboards that address several services in one query: a Deployment's pods, a
+    LeaderWorkerSet's leaders or a StatefulSet's pods, named as `serving_pods` names them — never a group's headless
+    workers (`<lws>-<g>-<w>`). The first group captures the service's name (`label_replace`). Exact for names whose
+    Deployment, LeaderWorkerSet and StatefulSet are named after the service and short enough (46 characters) that the
+    API server does not cut their pods' names."""
+    set_suffix = _literal(STATEFULSET_SUFFIX.lstrip("-"))
+    return f"({services})-(?:{_DEPLOYMENT_POD_SUFFIX}|{_LEADER_SUFFIX}|{set_suffix}-{_LEADER_SUFFIX})"
 
 
 def _promql_string(value: str) -> str:
@@ -146,7 +182,7 @@ class ServingPods:
     def describe(self) -> str:
         if self.shape == "LeaderWorkerSet":
             return "the LeaderWorkerSet's leaders (worker-index 0; the headless workers serve nothing)"
-        return "the Deployment's pods"
+        return f"the {self.shape}'s pods"
 
     def label_selector(self) -> str:
         """The selector as a string (`status.selector`, `kubectl get pods -l`)."""
@@ -175,25 +211,31 @@ class ServingPods:
             str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-def serving_pods(name: str, namespace: str, *, multinode: bool) -> ServingPods:
-    """The pods that serve VLLMService `name`: its Deployment's pods, or its LeaderWorkerSet's leaders."""
-    if multinode:
+def serving_pods(name: str, namespace: str, *, multinode: bool = False, kind: str | None = None) -> ServingPods:
+    """The pods that serve VLLMService `name`: its Deployment's pods, its LeaderWorkerSet's leaders (`multinode`, or
+    `kind` "LeaderWorkerSet"), or its StatefulSet's pods (`kind` "StatefulSet")."""
+    shape = kind if kind in ("Deployment", "LeaderWorkerSet", "StatefulSet") else (
+        "LeaderWorkerSet" if multinode else "Deployment")
+    if shape == "LeaderWorkerSet":
         lws = lws_name(name)
         return ServingPods(shape="LeaderWorkerSet", namespace=namespace,
                            match_labels={LWS_NAME_LABEL: lws, LWS_WORKER_INDEX_LABEL: "0"},
                            match_expressions=(), pod_name_regex=leader_pod_regex(lws))
+    if shape == "StatefulSet":
+        return ServingPods(shape="StatefulSet", namespace=namespace, match_labels=statefulset_pod_labels(name),
+                           match_expressions=(), pod_name_regex=statefulset_pod_regex(statefulset_name(name)))
     return ServingPods(shape="Deployment", namespace=namespace, match_labels=deployment_pod_labels(name),
                        match_expressions=((LWS_NAME_LABEL, "DoesNotExist"),),
                        pod_name_regex=deployment_pod_regex(deployment_name(name)))
 
 
 def serving_now(name: str, namespace: str, status: Mapping[str, Any]) -> ServingPods:
-    """The pods that serve VLLMService `name` as its status records it: the recorded plan's shape (`multiNode`: a
-    LeaderWorkerSet), except while a Deployment ↔ LeaderWorkerSet switch waits for its new workload (`api.switch`:
+    """The pods that serve VLLMService `name` as its status records it: the recorded plan's workload
+    (`status.workload`), except while a switch between workload kinds waits for its new workload (`api.switch`:
     created, not yet Ready) — the previous workload's pods serve until the Service moves to the new one."""
     record = switch.recorded(status)
     if record is not None and record.step in (switch.CREATE_TARGET, switch.WAIT_READY):
         kind: str = record.previous
     else:
         kind = switch.target_kind(status)
-    return serving_pods(name, namespace, multinode=kind == "LeaderWorkerSet")
+    return serving_pods(name, namespace, kind=kind)

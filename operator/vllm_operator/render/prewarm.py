@@ -79,8 +79,8 @@ def prewarm_key(daemon_set: Mapping[str, Any]) -> str:
 
 def build_prewarm_daemonset(workload: Mapping[str, Any], children: Sequence[Mapping[str, Any]], *, service: str,
                             namespace: str) -> tuple[dict[str, Any], bool]:
-    """The prewarm DaemonSet for the rendered workload (a Deployment or a LeaderWorkerSet) and whether it fills
-    the cache too (a ReadWriteMany claim among `children`), else pulls the image only."""
+    """The prewarm DaemonSet for the rendered workload (a Deployment, StatefulSet or LeaderWorkerSet) and whether it
+    fills the cache too (a ReadWriteMany claim among `children`), else pulls the image only."""
     template = _pod_template(workload)
     pod_spec = template.get("spec") or {}
     containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, Mapping)]
