@@ -22,6 +22,10 @@ through the emulator's thread-safe direct API:
   revealed line by line as simulated time passes (``GET pods/log``).
 * **StatefulSets** (:mod:`vllm_operator_sim.statefulset`): pods `<sts>-<ordinal>` with a claim per pod from
   `volumeClaimTemplates`, OrderedReady or Parallel, rolling updates from the highest ordinal (with a partition).
+* **Volumes** (:mod:`vllm_operator_sim.volumes`): claims bind (Immediate, or WaitForFirstConsumer when the scheduler
+  places the first pod); a pod whose claim is missing or unbound stays Pending, a node-local volume keeps its pods on
+  its node, and a ReadWriteOnce network volume is attached to one node at a time: a pod on another node stays
+  ContainerCreating (Multi-Attach ``FailedAttachVolume``) until no pod on the first node uses it.
 * **DaemonSets** (:mod:`vllm_operator_sim.daemonsets`, e.g. the operator's prewarm DaemonSet): a pod per matching
   node, bound to it; its init containers' images are pulled like any other.
 * **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
@@ -604,9 +608,9 @@ class Kubelet:
                 self._event(pod, now, "pulling", f'Pulling image "{(pod.images or (pod.image,))[0]}"', "Pulling")
 
     def _claim_users(self, pod: _Pod, claim: str) -> list[str]:
-        """The other pods (scheduled or not) whose volumes include the claim."""
-        return [p.name for p in self._pods.values()
-                if p.uid != pod.uid and p.namespace == pod.namespace and any(c == claim for _, c in p.volumes)]
+        """The other pods on a node whose volumes include the claim (what the scheduler's VolumeRestrictions sees)."""
+        return [p.name for p in self._pods.values() if p.uid != pod.uid and p.node is not None
+                and p.namespace == pod.namespace and any(c == claim for _, c in p.volumes)]
 
     def _attach_volumes(self, now: float) -> None:
         """The attach/detach controller: detach what no pod on its node uses, then attach the volumes of every

@@ -144,8 +144,8 @@ def test_a_read_write_once_pod_claim_refuses_a_second_pod_even_on_the_same_node(
     sim = two
     sim.api.create_object("persistentvolumeclaims", claim("solo", mode="ReadWriteOncePod"), "default")
     make_pod(sim, "a", "solo", gpus=0, node="gpu-l4-0")
+    make_pod(sim, "b", "solo", gpus=0, node="gpu-l4-0")  # both wait for the scheduler: the first placed wins
     sim.run_until(lambda: ready(sim, "a"), limit=120)
-    make_pod(sim, "b", "solo", gpus=0, node="gpu-l4-0")
     sim.run(10)
     assert node_of(sim, "b") is None
     assert ("Warning", "FailedScheduling", "default-scheduler",
