@@ -139,7 +139,8 @@ class SimEvent:
     namespace: str
     service: str
     pod: str
-    kind: str  # scheduled unschedulable pulling started ready failed backoff restarted deleted
+    kind: str  # scheduled unschedulable pulling started ready failed backoff restarted deleted attached attach-failed
+    #            mount-failed (volumes.py) download cache-hit …
     message: str
     details: Mapping[str, Any] = field(default_factory=dict)
 
