@@ -43,6 +43,7 @@ from .kubelet import Kubelet, SimEvent
 from .lws import slim_crd
 from .pacer import DEFAULT_QUIET_S, Pacer
 from .scenarios import ScenarioSet, load_scenarios
+from .volumes import NETWORK_PROVISIONER
 
 __all__ = ["DEFAULT_POOLS", "NodePool", "SimulatedCluster", "gpu_node"]
 
@@ -130,6 +131,7 @@ class SimulatedCluster:
                  paced: bool = True, quiet_s: float = DEFAULT_QUIET_S, dra: bool = False) -> None:
         self.pools = [_pool(p) for p in pools]
         #: a StorageClass marked default, as most clusters have: the operator's default model cache is then a claim
+        #: (network block storage: ReadWriteOnce, attached to one node at a time, reaching every node; volumes.py)
         self.default_storage_class = default_storage_class
         self.leaderworkerset = leaderworkerset
         self.dra = dra  # the resource.k8s.io/v1 API and NVIDIA's DRA driver's device class (vllm_operator_sim.dra)
@@ -170,7 +172,7 @@ class SimulatedCluster:
                     "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                     "metadata": {"name": self.default_storage_class,
                                  "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                    "provisioner": "sim.vllm-operator.dev/local", "volumeBindingMode": "WaitForFirstConsumer"})
+                    "provisioner": NETWORK_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer"})
             if self.leaderworkerset:  # the engine multi-node services run on (vllm_operator_sim.lws)
                 self.api.create_object("customresourcedefinitions", slim_crd())
             if self.dra:  # GPUs shared by share groups (issue 26)

@@ -614,6 +614,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             obj.setdefault('status', {'phase': 'Active'})
         elif rdef.storage_key == ('', 'pods'):
             obj.setdefault('status', {'phase': 'Pending'})
+        elif rdef.storage_key == ('', 'persistentvolumeclaims'):  # bound later by volumes.py's binder
+            obj.setdefault('spec', {}).setdefault('volumeMode', 'Filesystem')
+            obj.setdefault('status', {'phase': 'Pending'})
         elif rdef.storage_key in (('apps', 'deployments'), ('apps', 'replicasets')):
             obj.setdefault('spec', {}).setdefault('replicas', 1)
             obj.setdefault('status', {})

@@ -22,6 +22,10 @@ through the emulator's thread-safe direct API:
   revealed line by line as simulated time passes (``GET pods/log``).
 * **StatefulSets** (:mod:`vllm_operator_sim.statefulset`): pods `<sts>-<ordinal>` with a claim per pod from
   `volumeClaimTemplates`, OrderedReady or Parallel, rolling updates from the highest ordinal (with a partition).
+* **Volumes** (:mod:`vllm_operator_sim.volumes`): claims bind (Immediate, or WaitForFirstConsumer when the scheduler
+  places the first pod); a pod whose claim is missing or unbound stays Pending, a node-local volume keeps its pods on
+  its node, and a ReadWriteOnce network volume is attached to one node at a time: a pod on another node stays
+  ContainerCreating (Multi-Attach ``FailedAttachVolume``) until no pod on the first node uses it.
 * **DaemonSets** (:mod:`vllm_operator_sim.daemonsets`, e.g. the operator's prewarm DaemonSet): a pod per matching
   node, bound to it; its init containers' images are pulled like any other.
 * **Model downloads**: a pod's weights come from its ``model-cache`` volume (a claim outlives the pod, an emptyDir
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -79,6 +84,7 @@ from .startup import (
 )
 from .statefulset import COMPONENT as STATEFULSET_COMPONENT
 from .statefulset import StatefulSetController
+from .volumes import Volumes
 
 __all__ = ["BACKOFF_CAP_S", "BACKOFF_INITIAL_S", "Kubelet", "ServiceStats", "SimEvent", "backoff_delay"]
 
@@ -93,6 +99,7 @@ BACKOFF_CAP_S = 300.0
 BACKOFF_RESET_S = 600.0  # a container that ran this long before dying starts its back-off again at 10 s
 TERMINATED_SHOWN_S = 1.0  # how long state.terminated shows before the kubelet reports CrashLoopBackOff
 SCHEDULE_S = 1.0
+MOUNT_TIMEOUT_S = 120.0  # the kubelet's wait for a pod's volumes to attach and mount before its FailedMount Warning
 CREATE_S = 2.0
 GENERIC_READY_S = 2.0
 DOWNLOAD_MIB_PER_S = 10240.0  # the simulated network to the weights: a cluster-local mirror on 100 GbE (10 GiB/s)
@@ -132,7 +139,8 @@ class SimEvent:
     namespace: str
     service: str
     pod: str
-    kind: str  # scheduled unschedulable pulling started ready failed backoff restarted deleted
+    kind: str  # scheduled unschedulable pulling started ready failed backoff restarted deleted attached attach-failed
+    #            mount-failed (volumes.py) download cache-hit …
     message: str
     details: Mapping[str, Any] = field(default_factory=dict)
 
@@ -205,6 +213,11 @@ class _Pod:
     startup_probe_s: float | None = None     # the vllm container's startup probe budget (realvllm.container_probes)
     probed: bool = True                      # it has a readiness or startup probe (without: Ready once it runs)
     grace_s: float = 30.0                    # terminationGracePeriodSeconds
+    volumes: tuple[tuple[str, str], ...] = ()  # (volume, claim) of each persistentVolumeClaim volume
+    mounted: bool = False                    # its volumes are attached to its node (volumes.py)
+    attach_since: float | None = None        # since when it waits for a volume attached to another node
+    create_due: float = 0.0                  # when its creation ends, had it not waited for a volume
+    mount_warnings: int = 0                  # FailedMount Warnings posted while waiting
 
 
 def _cache_volume(spec: Mapping[str, Any], uid: str) -> str:
@@ -337,6 +350,8 @@ class Kubelet:
                                                   on_available=self._workload_available,
                                                   now=lambda: self.clock.datetime_at(self.clock.now()))
         self.daemonsets = DaemonSetController(cast(Any, api))
+        #: claims' binding and the node each ReadWriteOnce volume is attached to (volumes.py)
+        self.volumes = Volumes(cast(Any, api), self._volume_event)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -426,7 +441,9 @@ class Kubelet:
             self.statefulsets.control()
             self.daemonsets.control()
             self._sync_pods()
+            self.volumes.sync([_meta(n)["name"] for n in self._nodes()])
             self._schedule(now)
+            self._attach_volumes(now)
             for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
                 self._advance(pod, now)
                 self._write_pod(pod, now)
@@ -457,7 +474,7 @@ class Kubelet:
                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
                                    "uid": pod.uid},
                 "type": "Warning" if warning else "Normal", "reason": reason, "message": message[:1024],
-                "source": {"component": "kubelet" if reason != "Scheduled" else "default-scheduler",
+                "source": {"component": "default-scheduler" if reason in ("Scheduled", "FailedScheduling") else "kubelet",
                            "host": pod.node or ""},
                 "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
         with contextlib.suppress(Exception):
@@ -534,6 +551,8 @@ class Kubelet:
                    logs_as_message=main.get("terminationMessagePolicy") == "FallbackToLogsOnError",
                    node=spec.get("nodeName"))
         pod.cache_volume = _cache_volume(spec, pod.uid)
+        pod.volumes = tuple((str(v.get("name") or ""), str(v["persistentVolumeClaim"].get("claimName") or ""))
+                            for v in spec.get("volumes") or [] if isinstance(v.get("persistentVolumeClaim"), dict))
         pod.images = tuple(dict.fromkeys(str(c.get("image", "")) for c in [
             *(spec.get("initContainers") or []), *containers] if c.get("image")))
         pod.startup_probe_s, pod.probed = container_probes(main)
@@ -566,7 +585,14 @@ class Kubelet:
             return
         nodes = self._nodes()
         for pod in sorted(waiting, key=lambda p: (p.created, p.name)):
-            chosen, message = self._fit(pod, nodes)
+            refused = self.volumes.refusal(pod.namespace, [c for _, c in pod.volumes],
+                                           functools.partial(self._claim_users, pod))
+            if refused is not None:  # the scheduler's PreFilter: every node fails alike
+                total = len(nodes)
+                chosen, message = None, (f"0/{total} nodes are available: {refused}. preemption: 0/{total} nodes "
+                                         f"are available: {total} Preemption is not helpful for scheduling.")
+            else:
+                chosen, message = self._fit(pod, nodes)
             if chosen is None:
                 if message != pod.unschedulable_message:
                     pod.unschedulable_message = message
@@ -574,12 +600,66 @@ class Kubelet:
                 continue
             if pod.claim is not None:  # the claim is allocated one GPU of this node; its other pods follow it
                 self._claims.setdefault(pod.claim, chosen)
+            self.volumes.bind_for(pod.namespace, [c for _, c in pod.volumes], chosen)  # WaitForFirstConsumer
             self._bind(pod, chosen, now)
             self.api.patch_object("pods", pod.name, {"spec": {"nodeName": chosen}}, pod.namespace)
             self._event(pod, now, "scheduled", f"Successfully assigned {pod.namespace}/{pod.name} to {chosen}",
                         "Scheduled", node=chosen, gpus=pod.gpus)
             if pod.pulling:
                 self._event(pod, now, "pulling", f'Pulling image "{(pod.images or (pod.image,))[0]}"', "Pulling")
+
+    def _claim_users(self, pod: _Pod, claim: str) -> list[str]:
+        """The other pods on a node whose volumes include the claim (what the scheduler's VolumeRestrictions sees)."""
+        return [p.name for p in self._pods.values() if p.uid != pod.uid and p.node is not None
+                and p.namespace == pod.namespace and any(c == claim for _, c in p.volumes)]
+
+    def _attach_volumes(self, now: float) -> None:
+        """The attach/detach controller: detach what no pod on its node uses, then attach the volumes of every
+        scheduled pod still being created (oldest first); a pod whose ReadWriteOnce volume is attached to another
+        node in use waits (ContainerCreating) and starts once it is attached to its own."""
+        users: dict[tuple[str, str], dict[str, list[str]]] = {}
+        in_use = set()
+        for pod in self._pods.values():
+            if pod.node is None:
+                continue
+            for _, claim in pod.volumes:
+                users.setdefault((pod.namespace, claim), {}).setdefault(pod.node, []).append(pod.name)
+                volume = self.volumes.volume_of(pod.namespace, claim)
+                if volume is not None:
+                    in_use.add((volume, pod.node))
+        self.volumes.detach_unused(in_use)
+        for pod in sorted(self._pods.values(), key=lambda p: (p.created, p.name)):
+            if pod.node is None or pod.mounted or pod.state != "Creating":
+                continue
+            involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+            # a pod placed without the scheduler (a DaemonSet's): its WaitForFirstConsumer claims bind to its node
+            self.volumes.bind_for(pod.namespace, [c for _, c in pod.volumes], pod.node)
+            ready = True
+            for _, claim in pod.volumes:
+                others = {node: [n for n in names if n != pod.name]
+                          for node, names in users.get((pod.namespace, claim), {}).items()}
+                if not self.volumes.attach(pod.namespace, claim, pod.node, others, involved):
+                    ready = False
+                    break
+            if ready:
+                pod.mounted = True
+                if pod.attach_since is not None:  # mounted now: the containers are created from here
+                    pod.due = max(pod.create_due, now + CREATE_S)
+                    pod.attach_since = None
+            elif pod.attach_since is None:
+                pod.attach_since, pod.create_due = now, pod.due
+                pod.due = now + MOUNT_TIMEOUT_S
+
+    def _volume_event(self, involved: Mapping[str, Any], kind: str, reason: str, message: str,
+                      component: str) -> None:
+        """An Event of the simulated binder or attach/detach controller (volumes.py); a pod's is a SimEvent too."""
+        if involved.get("kind") == "Pod":
+            pod = self._pods.get(str(involved.get("uid")))
+            if pod is not None:
+                self._event(pod, self.clock.now(), "attach-failed" if kind == "Warning" else "attached", message,
+                            reason=reason)
+        if self.post_events:
+            self._controller_event(involved, kind, reason, message, component)
 
     def _used(self, node: str) -> tuple[int, float]:
         gpus, memory = 0, 0.0
@@ -591,7 +671,7 @@ class Kubelet:
         return gpus, memory
 
     def _fit(self, pod: _Pod, nodes: list[dict[str, Any]]) -> tuple[str | None, str]:
-        no_match = no_gpu = no_memory = tainted = 0
+        no_match = no_gpu = no_memory = tainted = far = 0
         candidates = []
         for node in nodes:
             meta = _meta(node)
@@ -617,6 +697,9 @@ class Kubelet:
             if node_memory is not None and used_memory + pod.memory_request_gib > node_memory:
                 no_memory += 1
                 continue
+            if not self.volumes.reachable(pod.namespace, [c for _, c in pod.volumes], meta["name"]):
+                far += 1
+                continue
             candidates.append((used_gpus, meta["name"]))
         if candidates:
             return min(candidates)[1], ""
@@ -629,6 +712,8 @@ class Kubelet:
             parts.append(f"{no_match} node(s) didn't match Pod's node affinity/selector")
         if tainted:
             parts.append(f"{tainted} node(s) had untolerated taint(s)")
+        if far:
+            parts.append(f"{far} node(s) had volume node affinity conflict")
         total = len(nodes)
         return None, (f"0/{total} nodes are available: {', '.join(parts) or 'no nodes'}. preemption: 0/{total} "
                       f"nodes are available: {total} Preemption is not helpful for scheduling.")
@@ -672,20 +757,8 @@ class Kubelet:
                 return
             t = pod.due
             if pod.state == "Creating":
-                missing = next((name for name in pod.secrets
-                                if self.api.get_object("secrets", name, pod.namespace) is None), None)
-                if missing is not None:
-                    error = f'secret "{missing}" not found'
-                    if error != pod.config_error:
-                        self._event(pod, t, "config-error", f"Error: {error}", "Failed", warning=True)
-                    pod.config_error, pod.due = error, t + 2.0
-                    continue
-                pod.config_error = ""
-                self._pulled(pod, t)
-                if pod.init_model:
-                    self._start_init(pod, t)
-                else:
-                    self._start_run(pod, t)
+                if not self._create_containers(pod, t):
+                    return
             elif pod.state in ("Initializing", "InitFailed", "InitBackOff"):
                 self._advance_init(pod, t)
             elif pod.state == "Running":
@@ -707,6 +780,41 @@ class Kubelet:
                 self._start_run(pod, t)
             else:
                 return
+
+    def _create_containers(self, pod: _Pod, t: float) -> bool:
+        """The end of ContainerCreating: the first container starts, unless a volume is not attached yet or a Secret
+        its env needs is missing (CreateContainerConfigError, retried). False: nothing more is due for now."""
+        if not pod.mounted:
+            return self._mount_timed_out(pod, t)
+        missing = next((name for name in pod.secrets
+                        if self.api.get_object("secrets", name, pod.namespace) is None), None)
+        if missing is not None:
+            error = f'secret "{missing}" not found'
+            if error != pod.config_error:
+                self._event(pod, t, "config-error", f"Error: {error}", "Failed", warning=True)
+            pod.config_error, pod.due = error, t + 2.0
+            return True
+        pod.config_error = ""
+        self._pulled(pod, t)
+        if pod.init_model:
+            self._start_init(pod, t)
+        else:
+            self._start_run(pod, t)
+        return True
+
+    def _mount_timed_out(self, pod: _Pod, t: float) -> bool:
+        """A pod whose volume is attached to another node stays ContainerCreating; each time the kubelet's wait for
+        its volumes times out (2 min) it posts FailedMount. False when the attach pass has not seen the pod yet (it
+        runs before this in each tick)."""
+        if pod.attach_since is None:
+            return False
+        pod.mount_warnings += 1
+        unattached = " ".join(v for v, _ in pod.volumes)
+        self._event(pod, t, "mount-failed", f"Unable to attach or mount volumes: unmounted volumes=[{unattached}], "
+                    f"unattached volumes=[{unattached}], failed to process volumes=[]: context deadline exceeded",
+                    "FailedMount", warning=True)
+        pod.due = pod.attach_since + MOUNT_TIMEOUT_S * (pod.mount_warnings + 1)
+        return True
 
     def _pulled(self, pod: _Pod, t: float) -> None:
         """The kubelet's Pulled Event of the pod's first container (pkg/kubelet/images/image_manager.go, 1.30+): the

@@ -23,6 +23,7 @@ from vllm_operator_sim.cluster import gpu_node
 from vllm_operator_sim.emulator import EmulatedAPIServer, KubeEmulator
 from vllm_operator_sim.kubelet import Kubelet, SimEvent
 from vllm_operator_sim.startup import HiddenFacts
+from vllm_operator_sim.volumes import NETWORK_PROVISIONER
 
 IMAGE_026 = "vllm/vllm-openai:v0.26.0"
 IMAGE_011 = "vllm/vllm-openai:v0.11.0"
@@ -78,6 +79,19 @@ class SimHarness:
     hidden: dict[str, HiddenFacts] = field(default_factory=dict)
     events: list[SimEvent] = field(default_factory=list)
 
+    def create_deployment(self, deploy: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the claims the Deployment's pods mount (ReadWriteOnce, the default class), as the operator creates
+        its cache claim with the Deployment, then the Deployment: without them its pods would stay Pending
+        (`persistentvolumeclaim "…" not found`), as on a cluster."""
+        spec = ((deploy.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for volume in spec.get("volumes") or []:
+            name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if name and self.api.get_object("persistentvolumeclaims", name, "default") is None:
+                self.api.create_object("persistentvolumeclaims", {
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "100Gi"}}}}, "default")
+        return self.api.create_object("deployments", dict(deploy), "default")
+
     def run(self, seconds: float, step: float = 0.5) -> None:
         """Advance simulated time by ``seconds`` in steps, ticking the kubelet after each."""
         self.kubelet.tick()
@@ -113,13 +127,22 @@ class SimHarness:
         return dict(statuses[0])
 
 
+def default_storage_class(name: str = "standard") -> dict[str, Any]:
+    """The simulated cluster's default class (network block storage, WaitForFirstConsumer), as SimulatedCluster
+    creates it: without a class, claims never bind and their pods stay Pending, as on a cluster."""
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": NETWORK_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer"}
+
+
 @pytest.fixture
 def sim() -> Iterator[SimHarness]:
-    """An emulated API (served on 127.0.0.1 for log reads) with one 4×L4 node and one 2×A100-40GB node, and a
-    kubelet on a manual clock, driven by the test."""
+    """An emulated API (served on 127.0.0.1 for log reads) with one 4×L4 node and one 2×A100-40GB node, a default
+    StorageClass, and a kubelet on a manual clock, driven by the test."""
     nodes = [gpu_node("gpu-l4-0", gpu("L4"), 4), gpu_node("gpu-a100-0", gpu("A100-SXM4-40GB"), 2)]
     with emulated_api(nodes=nodes) as server:
         api = server.emulator
+        api.create_object("storageclasses", default_storage_class())
         clock = SimClock.manual()
         hidden: dict[str, HiddenFacts] = {}
         harness_events: list[SimEvent] = []

@@ -34,7 +34,7 @@ def _measured(sim: SimHarness, pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_start_is_measured_phase_by_phase_and_a_restart_skips_compilation(sim: SimHarness) -> None:
-    sim.api.create_object("deployments", deployment("warm", LLAMA3_8B, FLAGS, cached=True, compile_cache=True))
+    sim.create_deployment(deployment("warm", LLAMA3_8B, FLAGS, cached=True, compile_cache=True))
     first = _ready_pod(sim, "warm")
     cold = _measured(sim, first)
     assert set(coldstart.COLD_START_PHASES) <= set(cold)
@@ -55,7 +55,7 @@ def test_a_start_is_measured_phase_by_phase_and_a_restart_skips_compilation(sim:
 
 
 def test_without_the_compile_cache_on_the_claim_every_start_compiles(sim: SimHarness) -> None:
-    sim.api.create_object("deployments", deployment("cold", LLAMA3_8B, FLAGS, cached=True))
+    sim.create_deployment(deployment("cold", LLAMA3_8B, FLAGS, cached=True))
     first = _ready_pod(sim, "cold")
     cold = _measured(sim, first)
     assert coldstart.compile_cache_kind(first) == "ephemeral"
@@ -74,7 +74,7 @@ def test_the_image_pull_is_measured_apart_from_the_volume_from_the_kubelets_even
     """The simulated kubelet's Pulled Events read as the real one's: the first pod on a node pulls the image (30 s
     here), the init container's image is then vLLM's too ("already present"), the next pod on that node pulls
     nothing; the pull is a phase of status.coldStart apart from the pod start (pull + volume + containers)."""
-    sim.api.create_object("deployments", deployment("pull", LLAMA3_8B, FLAGS, cached=True, compile_cache=True))
+    sim.create_deployment(deployment("pull", LLAMA3_8B, FLAGS, cached=True, compile_cache=True))
     first = _ready_pod(sim, "pull")
     events = _pulled_events(sim, first)
     messages = [e["message"] for e in events]

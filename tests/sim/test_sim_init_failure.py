@@ -47,7 +47,7 @@ def _status_column(sim: SimHarness, pod: str) -> str:
 
 def test_a_gated_model_without_a_token_fails_the_init_container(sim: SimHarness) -> None:
     sim.kubelet.gated_models = frozenset({GATED})
-    sim.api.create_object("deployments", _deployment("gated"))
+    sim.create_deployment(_deployment("gated"))
     sim.run_until(lambda: "running" in (_init(_pod(sim, "gated")).get("state") or {}))
     name = _pod(sim, "gated")["metadata"]["name"]
     assert _status_column(sim, name) == "Init:0/1"
@@ -85,7 +85,7 @@ def test_with_a_token_the_gated_model_downloads(sim: SimHarness) -> None:
     sim.api.create_object("secrets", {"apiVersion": "v1", "kind": "Secret",
                                       "metadata": {"name": "hf", "namespace": "default"},
                                       "stringData": {"HF_TOKEN": "hf_simulated_placeholder"}}, namespace="default")
-    sim.api.create_object("deployments", _deployment("tokened", token_secret="hf"))
+    sim.create_deployment(_deployment("tokened", token_secret="hf"))
     sim.run_until(lambda: any(c.get("type") == "Initialized" and c.get("status") == "True"
                               for c in _pod(sim, "tokened")["status"].get("conditions") or []))
     pod = _pod(sim, "tokened")

@@ -24,6 +24,17 @@ def _service(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 
+def _shared_claim(cluster: SimulatedCluster, name: str) -> None:
+    """A ReadWriteMany claim on an NFS class, as a user who names one in spec.modelCache.claimName for a group
+    spanning nodes must have (a ReadWriteOnce volume attaches to one node: the other rank could never start)."""
+    cluster.api.create_object("storageclasses", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                                 "metadata": {"name": "nfs"}, "provisioner": "nfs.csi.k8s.io"})
+    cluster.api.create_object("persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "nfs",
+                 "resources": {"requests": {"storage": "1Ti"}}}}, "default")
+
+
 def test_405b_on_two_h100_nodes_is_ready(tmp_path: Path) -> None:
     with SimulatedCluster([NodePool("H100-SXM-80GB", 8, 2)], speed=200, workdir=tmp_path) as cluster:
         cluster.start_operator()
@@ -338,6 +349,7 @@ def test_a_gated_model_without_a_token_is_model_download_failed_on_the_group_and
         cluster.kubelet.gated_models = frozenset({LLAMA_405B})
         cluster.start_operator()
         api = cluster.api
+        _shared_claim(cluster, "weights")
         cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
                                        "modelCache": {"claimName": "weights"}}))
 
@@ -399,6 +411,7 @@ def test_a_group_downloading_the_model_says_downloading_with_its_ranks_then_read
         cluster.kubelet.download_mib_per_s = 400.0  # 756 GiB: about 1,900 simulated seconds, 10 s here
         cluster.start_operator()
         api = cluster.api
+        _shared_claim(cluster, "weights")
         cluster.apply(_service("big", {"model": {"name": LLAMA_405B}, "gpu": {"maxNodes": 2},
                                        "modelCache": {"claimName": "weights"}}))
 

@@ -35,7 +35,7 @@ def _fetches(sim: SimHarness, service: str) -> list[tuple[str, str, str]]:
 
 def test_the_init_container_downloads_then_vllm_finds_the_weights(sim: SimHarness) -> None:
     size = model(LLAMA3_8B).total_size or 0
-    sim.api.create_object("deployments", _cached_deployment("cached"))
+    sim.create_deployment(_cached_deployment("cached"))
     sim.run_until(lambda: _fetches(sim, "cached"))
     pod = _pod(sim, "cached")
     assert pod["status"]["phase"] == "Pending" and _condition(pod, "Initialized") == "False"
