@@ -1,7 +1,13 @@
 """Where a VLLMService's weights are cached, decided once and purely: so that a restart or a remediation step does
 not download them again.
 
-- `spec.modelCache` (an existing claim, or one the operator creates for the service) always wins.
+- `spec.modelCache` (an existing claim, or one the operator creates for the service) always wins, under the same
+  rule as the default: one node mounts a ReadWriteOnce claim. A size for a service that may run several pods (or a
+  group over several nodes) is a claim per pod of that size and class (as below), or one ReadWriteMany claim
+  `<service>-model-cache-shared` where the class asked (or the default, none asked) is the cluster's ReadWriteMany
+  one; for one pod, its own ReadWriteOnce claim. A user's claim (`claimName`) is read by the shell
+  (`ObservedClaim`): ReadWriteOnce(Pod) rolls without a surge pod, and the condition is False when it is missing
+  (`ClaimNotFound`) or when one node (pod) can mount it and the service may run several pods (`ClaimNotShared`).
 - Otherwise the operator-wide `CacheSettings.mode` decides: `auto` (the default) gives a PersistentVolumeClaim when
   the cluster has a default StorageClass (or the settings name one), `persistent` always does, `ephemeral` never.
 - With `ReadWriteMany` the claim is per model and namespace: every service of that model (and revision) in the
@@ -27,7 +33,7 @@ not download them again.
   (mode `ephemeral`) or the cluster has no StorageClass.
   A plan that spans nodes is a LeaderWorkerSet anyway: its pods get per-pod claims the same way.
 - The condition `ModelCache` says which it is: True (reason PersistentVolumeClaim) or False (reason Ephemeral,
-  with why and the fix).
+  ClaimNotFound or ClaimNotShared, with why and the fix).
 - The startup probe's budget follows the checkpoint: a download at `download_mib_per_s` when the cache is empty
   (or the measured rate, when known), plus loading, plus a fixed allowance for engine start-up.
 - A persistent cache is filled by an init container (`model-download`, the vLLM image itself, `DOWNLOAD_SCRIPT`)
@@ -416,10 +422,12 @@ def _user_claim(name: str, namespace: str, seen: ObservedClaim | None, max_pods:
         return CachePlan(volume=volume, persistent=True, exclusive=True, reason=PERSISTENT,
                          message=f"{base}; {mode}: the service rolls without a surge pod (one pod mounts it at a "
                          "time)")
-    who = "a second pod" if one_pod else "a pod on another node than the one that mounts it"
+    who = ("a second pod cannot mount it and stays Pending" if one_pod else
+           "a pod on another node than the one that mounts it cannot attach it and stays ContainerCreating "
+           "(Multi-Attach)")
     return CachePlan(volume=volume, persistent=True, exclusive=True, fits=False, reason=CLAIM_NOT_SHARED,
                      message=f"the claim {name} (spec.modelCache.claimName) is {mode}, but this service may run "
-                     f"{max_pods} pods: {who} cannot mount it and stays ContainerCreating (Multi-Attach); use a "
+                     f"{max_pods} pods: {who}; use a "
                      "ReadWriteMany claim, or drop claimName (spec.modelCache.size, or the operator's default) "
                      "for a claim per pod")
 
