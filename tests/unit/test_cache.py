@@ -718,3 +718,25 @@ def test_the_shell_reads_the_named_claim_once_and_only_when_named() -> None:
     assert observed({"model": {"name": QWEN}, "modelCache": {"claimName": "mine"}, "replicas": -1}).cache_claim \
         is None  # an invalid spec: nothing is read
     assert asked == ["mine"]
+
+
+def test_a_claim_the_operator_may_not_read_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forbidden (a chart without `get` on claims): unknown, so mounted as asked; any other API error propagates
+    (kopf retries the reconcile)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from vllm_operator.handlers import kube, observe
+    answers: dict[str, Any] = {"mine": {"spec": {"accessModes": ["ReadWriteOnce"]}}, "gone": None}
+
+    def get(resource: Any, namespace: str, name: str) -> Any:
+        assert (resource, namespace) == (kube.PVCS, "ns")
+        if name in answers:
+            return answers[name]
+        raise ApiException(status=403 if name == "forbidden" else 500)
+
+    monkeypatch.setattr(kube, "get", get)
+    assert observe.read_claim("ns", "mine") == _seen("ReadWriteOnce")
+    assert observe.read_claim("ns", "gone") == _seen(found=False, name="gone")
+    assert observe.read_claim("ns", "forbidden") is None
+    with pytest.raises(ApiException):
+        observe.read_claim("ns", "broken")
