@@ -59,6 +59,7 @@ from .render.cache import (
     ENGINE_START_SECONDS,
     CachePlan,
     CacheSettings,
+    ObservedClaim,
     budget_rate,
     download_init_wanted,
     plan_cache,
@@ -120,6 +121,7 @@ class Observed:
     shared_storage_class: str | None = None         # a StorageClass whose claims can be ReadWriteMany, if any
     served_kinds: frozenset[str] | None = None      # optional kinds served (ScaledObject, InferencePool); None: unknown
     share: sharegroup.ShareObserved | None = None   # spec.gpu.share: the group as observed (issue 26)
+    cache_claim: ObservedClaim | None = None        # spec.modelCache.claimName as read; None: not read
 
 
 @dataclass
@@ -722,6 +724,7 @@ class Wants:
     node_selector: dict[str, str]
     nodes_optional: bool
     lws: bool
+    cache_claim: str | None = None  # spec.modelCache.claimName: read it (its access modes decide the rollout)
 
 
 def wants(observed: Observed) -> Wants | None:
@@ -737,7 +740,8 @@ def wants(observed: Observed) -> Wants | None:
     # ReadWriteOnce storage each gets a claim of its own as a one-pod group: render/cache.py)
     return Wants(model=not spec.model.config, node_selector=dict(spec.node_selector),
                  nodes_optional=bool(spec.gpu.product),
-                 lws=spec.gpu.max_nodes > 1 or cache_pods(spec, observed.status) > 1)
+                 lws=spec.gpu.max_nodes > 1 or cache_pods(spec, observed.status) > 1,
+                 cache_claim=spec.model_cache.claim_name if spec.model_cache is not None else None)
 
 
 def renderer(observed: Observed) -> Callable[[Mapping[str, Any]], Desired]:
@@ -892,7 +896,15 @@ def _model_cache(observed: Observed, planned: _Planned) -> CachePlan:
                       labels=labels_for(observed.name),
                       owner=OwnerRef(name=observed.name, uid=observed.uid).to_k8s(),
                       shared_storage_class=observed.shared_storage_class, group_pods=planned.nodes_per_replica > 1,
-                      lws_served=bool(observed.lws_installed), previous_workload=_running_kind(observed))
+                      lws_served=bool(observed.lws_installed), previous_workload=_running_kind(observed),
+                      user_claim=_user_claim(observed, spec))
+
+
+def _user_claim(observed: Observed, spec: VLLMServiceSpec) -> ObservedClaim | None:
+    """The claim spec.modelCache.claimName names as observed, when it is that claim (None: not read)."""
+    claim = observed.cache_claim
+    named = spec.model_cache.claim_name if spec.model_cache is not None else None
+    return claim if claim is not None and claim.name == named else None
 
 
 def _running_kind(observed: Observed) -> str | None:
@@ -1029,8 +1041,8 @@ def _render_children(observed: Observed, planned: _Planned) -> _Rendered:
     if failing:
         message += (f"; the model-download init container of pod "
                     f"{(observed.status.get('modelCache') or {}).get('downloadErrorPod')} fails: {failing}")
-    updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent else cond.FALSE, cache.reason,
-                                    message), *extras.updates]
+    updates = [cond.ConditionUpdate(cond.MODEL_CACHE, cond.TRUE if cache.persistent and cache.fits else cond.FALSE,
+                                    cache.reason, message), *extras.updates]
     return _Rendered(render=render, children=children + extras.children, kind=kind, updates=updates,
                      stale=extras.stale,
                      model_cache=download.status(observed),

@@ -57,9 +57,6 @@ def test_a_one_pod_service_on_its_own_claim_rolls_onto_the_other_node(tmp_path: 
         assert cluster.errors == []
 
 
-@pytest.mark.xfail(strict=True, reason="operator: spec.modelCache.size gives one ReadWriteOnce claim that every pod "
-                   "of a several-pod service mounts (render/cache.py plan_cache returns before the per-pod and shared "
-                   "paths): the pod on the second node never attaches it (Multi-Attach), and nothing says so")
 def test_a_sized_cache_of_a_two_replica_service_serves_both_replicas(tmp_path: Path) -> None:
     with SimulatedCluster([NodePool("L4", 1, 2)], speed=100, workdir=tmp_path) as cluster:
         cluster.start_operator()
@@ -70,11 +67,14 @@ def test_a_sized_cache_of_a_two_replica_service_serves_both_replicas(tmp_path: P
         cluster.wait_for(lambda: _multi_attach(cluster) or all(_ready(p) for p in _pods(cluster)), timeout=60)
         assert _multi_attach(cluster) == [], _multi_attach(cluster)
         assert all(_ready(p) for p in _pods(cluster))
+        # a claim per pod of the size asked, none shared
+        claims = {c["metadata"]["name"]: c for c in cluster.api.list_objects("persistentvolumeclaims", "default")}
+        mounted = {v["persistentVolumeClaim"]["claimName"] for p in _pods(cluster) for v in p["spec"]["volumes"]
+                   if "persistentVolumeClaim" in v}
+        assert len(mounted) == 2 and all(claims[name]["spec"]["resources"]["requests"]["storage"] == "40Gi"
+                                         for name in mounted)
 
 
-@pytest.mark.xfail(strict=True, reason="operator: a user's claim (spec.modelCache.claimName) is never read, so the "
-                   "Deployment surges (render/cache.py plan_cache: exclusive=False) even when the claim is "
-                   "ReadWriteOnce: the surge pod on the other node never attaches it and the edit never lands")
 def test_an_edit_of_a_service_on_a_read_write_once_claim_of_its_own_lands(tmp_path: Path) -> None:
     with SimulatedCluster([NodePool("L4", 1, 2)], speed=100, workdir=tmp_path) as cluster:
         cluster.start_operator()
@@ -86,6 +86,9 @@ def test_an_edit_of_a_service_on_a_read_write_once_claim_of_its_own_lands(tmp_pa
         cluster.apply(_service(spec))
         cluster.wait_for(lambda: [_ready(p) for p in _pods(cluster)] == [True], timeout=90,
                          message="never served:\n" + cluster.operator_log()[-3000:])
+        # the operator read the claim: ReadWriteOnce, so the Deployment rolls without a surge pod
+        deployment = api.get_object("deployments", "chat", "default") or {}
+        assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
         old = [p["metadata"]["name"] for p in _pods(cluster)]
         cluster.apply(_service({**spec, "env": [{"name": "EDITED", "value": "1"}]}))
         cluster.wait_for(lambda: _multi_attach(cluster) or [

@@ -21,12 +21,14 @@ from vllm_operator.render.cache import (
     MODEL_CACHE,
     PERSISTENT,
     CacheSettings,
+    ObservedClaim,
     default_size,
     download_failure,
     download_from_vllm_log,
     fold_download,
     fold_download_failure,
     measured_download,
+    observed_claim,
     plan_cache,
     read_write_many_class,
     shared_claim_name,
@@ -40,13 +42,14 @@ H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count
 
 def run(spec: dict[str, Any], *, name: str = "svc", storage_class: str | None = "standard",
         settings: CacheSettings | None = None, namespace: str = "ns", shared_class: str | None = None,
-        status: dict[str, Any] | None = None) -> reconcile.Desired:
+        status: dict[str, Any] | None = None, claim: ObservedClaim | None = None,
+        lws: bool | None = None) -> reconcile.Desired:
     return reconcile.desired_state(reconcile.Observed(
         name=name, namespace=namespace, uid=f"uid-{name}", generation=1, spec=spec, status=status or {},
         now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,), model_files=load_model_files(spec["model"]["name"],
                                                                                            offline=True),
         cache_settings=settings or CacheSettings(), default_storage_class=storage_class,
-        shared_storage_class=shared_class))
+        shared_storage_class=shared_class, cache_claim=claim, lws_installed=lws))
 
 
 def kinds(desired: reconcile.Desired) -> dict[str, dict[str, Any]]:
@@ -556,3 +559,184 @@ def test_the_init_container_follows_the_restricted_profile() -> None:
     env = {e["name"]: e.get("value") for e in init["env"]}
     assert env["HOME"] == "/home/vllm" and env["HF_HOME"] == "/home/vllm/.cache/huggingface"
     assert {"name": "model-cache", "mountPath": "/home/vllm/.cache/huggingface"} in init["volumeMounts"]
+
+
+# --- spec.modelCache.size for a service of several pods; spec.modelCache.claimName as read ---------------------------
+
+
+def _strategy(desired: reconcile.Desired) -> dict[str, Any]:
+    return dict(kinds(desired)["Deployment"]["spec"]["strategy"]["rollingUpdate"])
+
+
+@pytest.mark.parametrize("spec", [{"replicas": 2}, {"maxReplicas": 3},
+                                  {"autoscaling": {"minReplicas": 1, "maxReplicas": 3}}])
+def test_a_sized_cache_of_several_pods_is_a_claim_per_pod_of_that_size_and_class(spec: dict[str, Any]) -> None:
+    """No ReadWriteMany class: one ReadWriteOnce claim that every pod mounts could be attached on one node only, so
+    each pod gets its own claim of the size (and class) asked, from the StatefulSet's volumeClaimTemplates."""
+    desired = run({"model": {"name": QWEN}, **spec, "modelCache": {"size": "40Gi", "storageClassName": "fast"}})
+    assert "PersistentVolumeClaim" not in kinds(desired) and "Deployment" not in kinds(desired)
+    template = kinds(desired)["StatefulSet"]["spec"]["volumeClaimTemplates"][0]
+    assert template["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                                "resources": {"requests": {"storage": "40Gi"}}}
+    status, reason, message = cache_condition(desired)
+    assert (status, reason) == (cond.TRUE, PERSISTENT)
+    assert "claim per pod" in message and "spec.modelCache.size 40Gi each" in message
+    # no class asked: the claims are the cluster default's, not the operator setting's
+    plain = run({"model": {"name": QWEN}, **spec, "modelCache": {"size": "40Gi"}},
+                settings=CacheSettings(storage_class="operator-class", size="999Gi"))
+    claim_spec = kinds(plain)["StatefulSet"]["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert "storageClassName" not in claim_spec and claim_spec["resources"]["requests"]["storage"] == "40Gi"
+
+
+def test_a_sized_cache_of_several_pods_is_one_pod_groups_where_leader_worker_sets_are_served() -> None:
+    desired = run({"model": {"name": QWEN}, "replicas": 2, "modelCache": {"size": "40Gi"}}, lws=True)
+    lws = kinds(desired)["LeaderWorkerSet"]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 1
+    claim = lws["spec"]["leaderWorkerTemplate"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "40Gi"
+    assert "PersistentVolumeClaim" not in kinds(desired)
+
+
+def test_a_sized_multi_node_group_gets_a_claim_per_pod_of_that_size() -> None:
+    from vllm_operator.api.v1alpha1 import ModelCacheSpec
+    plan = plan_cache(service="big", namespace="ns", model=QWEN, revision=None,
+                      spec=ModelCacheSpec.model_validate({"size": "900Gi", "storageClassName": "fast"}),
+                      settings=CacheSettings(), default_storage_class="standard", checkpoint_gib=756.0, max_pods=2,
+                      labels={}, owner={}, group_pods=True)
+    assert plan.claim is None and plan.claim_template is not None and plan.per_pod_workload == "LeaderWorkerSet"
+    assert plan.claim_template["spec"]["resources"]["requests"]["storage"] == "900Gi"
+    assert plan.claim_template["spec"]["storageClassName"] == "fast"
+
+
+@pytest.mark.parametrize(("cache", "default"), [({"size": "40Gi", "storageClassName": "nfs-client"}, "standard"),
+                                                ({"size": "40Gi"}, "nfs-client")])
+def test_a_sized_cache_of_several_pods_on_a_read_write_many_class_is_one_shared_claim(
+        cache: dict[str, Any], default: str) -> None:
+    """The class asked (or the cluster default, none asked) gives ReadWriteMany: one claim of that size, the
+    service's own, every pod mounts it and the Deployment surges."""
+    desired = run({"model": {"name": QWEN}, "replicas": 2, "modelCache": cache}, storage_class=default,
+                  shared_class="nfs-client")
+    claim = kinds(desired)["PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == "svc-model-cache-shared"
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-svc"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "40Gi"
+    assert claim["spec"].get("storageClassName") == cache.get("storageClassName")
+    assert cache_volume(desired)["persistentVolumeClaim"] == {"claimName": "svc-model-cache-shared"}
+    assert _strategy(desired)["maxSurge"] == 1
+    assert cache_condition(desired)[:2] == (cond.TRUE, PERSISTENT)
+    # a class that is not the ReadWriteMany one: a claim per pod
+    block = run({"model": {"name": QWEN}, "replicas": 2, "modelCache": {"size": "40Gi", "storageClassName": "fast"}},
+                storage_class=default, shared_class="nfs-client")
+    assert "StatefulSet" in kinds(block) and "PersistentVolumeClaim" not in kinds(block)
+
+
+def test_a_sized_cache_of_one_pod_is_its_own_claim_rolled_without_a_surge() -> None:
+    desired = run({"model": {"name": QWEN}, "modelCache": {"size": "40Gi"}}, shared_class="nfs-client")
+    claim = kinds(desired)["PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == "svc-model-cache" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert _strategy(desired) == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def _seen(*modes: str, found: bool = True, name: str = "mine") -> ObservedClaim:
+    return ObservedClaim(name=name, found=found, access_modes=modes)
+
+
+@pytest.mark.parametrize(("claim", "surge"), [
+    (_seen("ReadWriteOnce"), 0), (_seen("ReadWriteOncePod"), 0), (_seen("ReadWriteMany"), 1),
+    (_seen("ReadWriteOnce", "ReadWriteMany"), 1), (_seen("ReadOnlyMany"), 1),
+    (None, 1),  # not read (no RBAC for claims): as asked, the Deployment's default
+    (_seen("ReadWriteOnce", name="another"), 1),  # what was read is not the claim the spec names now
+])
+def test_a_users_claim_that_one_node_mounts_rolls_without_a_surge(claim: ObservedClaim | None, surge: int) -> None:
+    desired = run({"model": {"name": QWEN}, "modelCache": {"claimName": "mine"}}, claim=claim)
+    assert cache_volume(desired)["persistentVolumeClaim"] == {"claimName": "mine"}
+    assert _strategy(desired)["maxSurge"] == surge
+    assert cache_condition(desired)[:2] == (cond.TRUE, PERSISTENT)
+    assert "PersistentVolumeClaim" not in kinds(desired)
+
+
+@pytest.mark.parametrize(("mode", "who"), [("ReadWriteOnce", "a pod on another node"),
+                                           ("ReadWriteOncePod", "a second pod")])
+@pytest.mark.parametrize("spec", [{"replicas": 2}, {"autoscaling": {"minReplicas": 1, "maxReplicas": 3}}])
+def test_a_users_one_node_claim_for_several_pods_says_they_cannot_all_mount_it(
+        mode: str, who: str, spec: dict[str, Any]) -> None:
+    desired = run({"model": {"name": QWEN}, **spec, "modelCache": {"claimName": "mine"}}, claim=_seen(mode))
+    status, reason, message = cache_condition(desired)
+    assert (status, reason) == (cond.FALSE, cond.CACHE_CLAIM_NOT_SHARED)
+    assert f"is {mode}" in message and who in message and "ReadWriteMany claim" in message
+    assert "drop claimName" in message
+    assert _strategy(desired)["maxSurge"] == 0  # still mounted as asked; an edit never waits on a surge pod
+    # a ReadWriteMany claim serves them all
+    shared = run({"model": {"name": QWEN}, **spec, "modelCache": {"claimName": "mine"}}, claim=_seen("ReadWriteMany"))
+    assert cache_condition(shared)[:2] == (cond.TRUE, PERSISTENT)
+
+
+def test_a_users_claim_that_does_not_exist_is_said() -> None:
+    desired = run({"model": {"name": QWEN}, "modelCache": {"claimName": "mine"}}, claim=_seen(found=False),
+                  namespace="team")
+    status, reason, message = cache_condition(desired)
+    assert (status, reason) == (cond.FALSE, cond.CACHE_CLAIM_NOT_FOUND)
+    assert "mine" in message and "does not exist in namespace team" in message and "Pending" in message
+    assert cache_volume(desired)["persistentVolumeClaim"] == {"claimName": "mine"}  # the pods wait for it
+
+
+@pytest.mark.parametrize(("claim", "modes"), [
+    (None, None),
+    ({"spec": {"accessModes": ["ReadWriteOnce"]}}, ("ReadWriteOnce",)),
+    # bound: the volume's modes, not the ones asked
+    ({"spec": {"accessModes": ["ReadWriteOnce"]}, "status": {"phase": "Bound", "accessModes": ["ReadWriteMany"]}},
+     ("ReadWriteMany",)),
+    ({"spec": {"accessModes": ["ReadWriteOnce", "ReadWriteOnce", "Bogus", 7]}}, ("ReadWriteOnce",)),
+    ({"spec": {"accessModes": "ReadWriteMany"}, "status": None}, ()),
+    ({"spec": {"accessModes": ["x"] * 100_000 + ["ReadWriteMany"]}}, ()),
+])
+def test_what_is_read_of_a_claim(claim: dict[str, Any] | None, modes: tuple[str, ...] | None) -> None:
+    seen = observed_claim("mine", claim)
+    assert seen.name == "mine" and seen.found == (claim is not None)
+    assert seen.access_modes == (modes or ())
+
+
+def test_the_shell_reads_the_named_claim_once_and_only_when_named() -> None:
+    from vllm_operator.handlers import observe
+    asked: list[str] = []
+
+    def reader(name: str) -> ObservedClaim:
+        asked.append(name)
+        return _seen("ReadWriteOnce", name=name)
+
+    def observed(spec: dict[str, Any]) -> reconcile.Observed:
+        base = reconcile.Observed(name="svc", namespace="ns", uid="u", generation=1, spec=spec, status={},
+                                  now=datetime(2025, 1, 1, tzinfo=UTC), nodes=(H100,))
+        return observe.complete(base, model=None, nodes=None, lws=None, claim=reader)
+
+    assert observed({"model": {"name": QWEN}, "modelCache": {"claimName": "mine"}}).cache_claim == \
+        _seen("ReadWriteOnce")
+    assert asked == ["mine"]
+    assert observed({"model": {"name": QWEN}, "modelCache": {"size": "40Gi"}}).cache_claim is None
+    assert observed({"model": {"name": QWEN}}).cache_claim is None
+    assert observed({"model": {"name": QWEN}, "modelCache": {"claimName": "mine"}, "replicas": -1}).cache_claim \
+        is None  # an invalid spec: nothing is read
+    assert asked == ["mine"]
+
+
+def test_a_claim_the_operator_may_not_read_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forbidden (a chart without `get` on claims): unknown, so mounted as asked; any other API error propagates
+    (kopf retries the reconcile)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from vllm_operator.handlers import kube, observe
+    answers: dict[str, Any] = {"mine": {"spec": {"accessModes": ["ReadWriteOnce"]}}, "gone": None}
+
+    def get(resource: Any, namespace: str, name: str) -> Any:
+        assert (resource, namespace) == (kube.PVCS, "ns")
+        if name in answers:
+            return answers[name]
+        raise ApiException(status=403 if name == "forbidden" else 500)
+
+    monkeypatch.setattr(kube, "get", get)
+    assert observe.read_claim("ns", "mine") == _seen("ReadWriteOnce")
+    assert observe.read_claim("ns", "gone") == _seen(found=False, name="gone")
+    assert observe.read_claim("ns", "forbidden") is None
+    with pytest.raises(ApiException):
+        observe.read_claim("ns", "broken")

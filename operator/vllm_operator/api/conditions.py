@@ -152,6 +152,8 @@ METRICS_REASONS: Final = (METRICS_OBSERVED, PROMETHEUS_UNREACHABLE, NO_METRICS_F
 # The model cache (ModelCache): a claim, or an emptyDir that each start fills again
 PERSISTENT_CACHE: Final = "PersistentVolumeClaim"
 EPHEMERAL_CACHE: Final = "Ephemeral"
+CACHE_CLAIM_NOT_FOUND: Final = "ClaimNotFound"  # spec.modelCache.claimName names no claim
+CACHE_CLAIM_NOT_SHARED: Final = "ClaimNotShared"  # a ReadWriteOnce(Pod) claimName, several pods
 
 # Autoscaling and InferencePool: the autoscaler's kind, the pool rendered, the CRD missing, the feature off
 HPA_RENDERED: Final = "HorizontalPodAutoscaler"
@@ -219,6 +221,8 @@ ALL_REASONS: Final[tuple[str, ...]] = (
     *METRICS_REASONS,
     PERSISTENT_CACHE,
     EPHEMERAL_CACHE,
+    CACHE_CLAIM_NOT_FOUND,
+    CACHE_CLAIM_NOT_SHARED,
     HPA_RENDERED,
     KEDA_RENDERED,
     INFERENCE_POOL_RENDERED,

@@ -26,7 +26,7 @@ from .. import reconcile
 from ..api.v1alpha1 import DEFAULT_HF_TOKEN_KEY, DEFAULT_IMAGE
 from ..hub import is_repo_id, resolve_model_id
 from ..modelfiles import ModelFiles, ModelSourceError, find_in_catalog, model_files_from_inline
-from ..render.cache import read_write_many_class
+from ..render.cache import ObservedClaim, observed_claim, read_write_many_class
 from ..sharegroup import ShareObserved
 from . import config, kube
 
@@ -185,6 +185,22 @@ LWS_RECHECK_SECONDS = 30.0
 #: The shell's readers `complete` calls: the model's files, the nodes matching a selector, the LWS API check.
 ModelReader = Callable[[], "tuple[ModelFiles | None, str | None]"]
 NodeReader = Callable[[Mapping[str, str]], "Sequence[Mapping[str, str]]"]
+#: Reads the claim spec.modelCache.claimName names: what the core needs of it, None when it cannot be read.
+ClaimReader = Callable[[str], "ObservedClaim | None"]
+
+
+def read_claim(namespace: str, name: str) -> ObservedClaim | None:
+    """The user's cache claim (spec.modelCache.claimName): found or not, its access modes. None when the operator
+    may not read claims (403): the core then mounts it as asked, knowing nothing more."""
+    try:
+        claim = kube.get(kube.PVCS, namespace, name)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        log.info("cannot read PersistentVolumeClaim %s/%s (forbidden): its access modes are not known", namespace,
+                 name)
+        return None
+    return observed_claim(name, claim)
 
 
 def lws_served(max_age: float = LWS_RECHECK_SECONDS) -> bool:
@@ -193,9 +209,9 @@ def lws_served(max_age: float = LWS_RECHECK_SECONDS) -> bool:
 
 
 def complete(base: reconcile.Observed, *, model: ModelReader | None, nodes: NodeReader | None,
-             lws: Callable[[], bool] | None) -> reconcile.Observed:
+             lws: Callable[[], bool] | None, claim: ClaimReader | None = None) -> reconcile.Observed:
     """`base` (spec, status, operator settings) with what `reconcile.wants` asks for, read once, here: the model's
-    files, the nodes, the LWS answer. Nothing is read for an invalid spec; a reader left None is not asked (`base`
+    files, the nodes, the LWS answer, the user's cache claim. Nothing is read for an invalid spec; a reader left None is not asked (`base`
     keeps what it holds). An API error propagates for kopf to retry, except a failed node listing when the spec
     names its GPU (then only the pools' options are missing)."""
     wanted = reconcile.wants(base)
@@ -211,7 +227,8 @@ def complete(base: reconcile.Observed, *, model: ModelReader | None, nodes: Node
                 raise
             listed = ()
     served = lws() if wanted.lws and lws is not None else base.lws_installed
-    return replace(base, model_files=files, model_error=error, nodes=listed, lws_installed=served)
+    seen = claim(wanted.cache_claim) if wanted.cache_claim and claim is not None else base.cache_claim
+    return replace(base, model_files=files, model_error=error, nodes=listed, lws_installed=served, cache_claim=seen)
 
 
 def observe_service(service: Mapping[str, Any], now: datetime, *, nodes: NodeReader | None = None,
@@ -228,4 +245,5 @@ def observe_service(service: Mapping[str, Any], now: datetime, *, nodes: NodeRea
         catalog=config.CONFIG.catalog, default_image=config.CONFIG.default_image or DEFAULT_IMAGE,
         cache_settings=config.CONFIG.model_cache, default_storage_class=default_storage_class(),
         shared_storage_class=shared_storage_class(), served_kinds=served_kinds(), share=share)
-    return complete(base, model=lambda: load_model(spec, namespace), nodes=nodes or list_gpu_nodes, lws=lws_served)
+    return complete(base, model=lambda: load_model(spec, namespace), nodes=nodes or list_gpu_nodes, lws=lws_served,
+                    claim=lambda name: read_claim(namespace, name))

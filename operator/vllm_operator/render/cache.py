@@ -1,7 +1,13 @@
 """Where a VLLMService's weights are cached, decided once and purely: so that a restart or a remediation step does
 not download them again.
 
-- `spec.modelCache` (an existing claim, or one the operator creates for the service) always wins.
+- `spec.modelCache` (an existing claim, or one the operator creates for the service) always wins, under the same
+  rule as the default: one node mounts a ReadWriteOnce claim. A size for a service that may run several pods (or a
+  group over several nodes) is a claim per pod of that size and class (as below), or one ReadWriteMany claim
+  `<service>-model-cache-shared` where the class asked (or the default, none asked) is the cluster's ReadWriteMany
+  one; for one pod, its own ReadWriteOnce claim. A user's claim (`claimName`) is read by the shell
+  (`ObservedClaim`): ReadWriteOnce(Pod) rolls without a surge pod, and the condition is False when it is missing
+  (`ClaimNotFound`) or when one node (pod) can mount it and the service may run several pods (`ClaimNotShared`).
 - Otherwise the operator-wide `CacheSettings.mode` decides: `auto` (the default) gives a PersistentVolumeClaim when
   the cluster has a default StorageClass (or the settings name one), `persistent` always does, `ephemeral` never.
 - With `ReadWriteMany` the claim is per model and namespace: every service of that model (and revision) in the
@@ -27,7 +33,7 @@ not download them again.
   (mode `ephemeral`) or the cluster has no StorageClass.
   A plan that spans nodes is a LeaderWorkerSet anyway: its pods get per-pod claims the same way.
 - The condition `ModelCache` says which it is: True (reason PersistentVolumeClaim) or False (reason Ephemeral,
-  with why and the fix).
+  ClaimNotFound or ClaimNotShared, with why and the fix).
 - The startup probe's budget follows the checkpoint: a download at `download_mib_per_s` when the cache is empty
   (or the measured rate, when known), plus loading, plus a fixed allowance for engine start-up.
 - A persistent cache is filled by an init container (`model-download`, the vLLM image itself, `DOWNLOAD_SCRIPT`)
@@ -61,6 +67,7 @@ from .names import dns1123_subdomain
 
 #: The condition type and its reasons (api/conditions.py).
 MODEL_CACHE, PERSISTENT, EPHEMERAL = cond.MODEL_CACHE, cond.PERSISTENT_CACHE, cond.EPHEMERAL_CACHE
+CLAIM_NOT_FOUND, CLAIM_NOT_SHARED = cond.CACHE_CLAIM_NOT_FOUND, cond.CACHE_CLAIM_NOT_SHARED
 #: Labels of a shared cache claim (what to select to clean caches up).
 LABEL_CACHE_MODEL = "vllm-operator.dev/model-cache"
 #: Engine start-up besides the weights (CUDA graphs, compilation, profiling), seconds.
@@ -177,6 +184,8 @@ class CachePlan(BaseModel):
                           "nodes is a LeaderWorkerSet anyway)")
     persistent: bool
     exclusive: bool = Field(False, description="a ReadWriteOnce claim: roll without a surge pod")
+    fits: bool = Field(True, description="False: the cache as asked cannot serve every pod, or is missing (the "
+                                         "ModelCache condition is False)")
     reason: str
     message: str
 
@@ -219,30 +228,37 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
                settings: CacheSettings, default_storage_class: str | None, checkpoint_gib: float,
                max_pods: int, labels: dict[str, str], owner: dict[str, Any],
                shared_storage_class: str | None = None, group_pods: bool = False,
-               lws_served: bool = False, previous_workload: str | None = None) -> CachePlan:
+               lws_served: bool = False, previous_workload: str | None = None,
+               user_claim: ObservedClaim | None = None) -> CachePlan:
     """Where this service's weights live; see the module docstring. `max_pods`: the most pods the service may run
     (its bounds, not the replica count of the moment); `shared_storage_class`: a class of the cluster that gives
     ReadWriteMany claims (see `read_write_many_class`); `group_pods`: the pods are a LeaderWorkerSet's (each pod
     can have a claim of its own); `lws_served`: the LeaderWorkerSet API is served, so several one-node pods each
     get a claim of their own as one-pod groups (else as a StatefulSet); `previous_workload`: the kind the service
-    runs on now (`status.workload`), which a claim per pod keeps. A plan with `claim_template` runs as its
-    `per_pod_workload` (a LeaderWorkerSet when `group_pods`)."""
+    runs on now (`status.workload`), which a claim per pod keeps; `user_claim`: the claim spec.modelCache.claimName
+    names, as read (None: not read). A plan with `claim_template` runs as its `per_pod_workload` (a LeaderWorkerSet
+    when `group_pods`)."""
     if spec is not None and spec.claim_name:
-        return CachePlan(volume={"persistentVolumeClaim": {"claimName": spec.claim_name}}, persistent=True,
-                         reason=PERSISTENT, message=f"weights are cached on the claim {spec.claim_name} "
-                         "(spec.modelCache.claimName)")
+        return _user_claim(spec.claim_name, namespace, user_claim, max_pods)
     if spec is not None and spec.size:
+        size, size_class = str(spec.size), spec.storage_class_name
+        if max_pods > 1:  # one claim that every pod mounts only where the class gives ReadWriteMany
+            chosen = size_class or default_storage_class
+            if chosen is not None and chosen == shared_storage_class:
+                return _sized_shared(service, namespace, labels, owner, size, size_class, chosen, max_pods)
+            return _per_pod(service, labels, size_class or default_storage_class, size, size_class, max_pods,
+                            group_pods=group_pods, workload=_per_pod_workload(lws_served, previous_workload),
+                            asked=f"spec.modelCache.size {size}")
         name = own_claim_name(service)
-        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                      "resources": {"requests": {"storage": str(spec.size)}}}
-        if spec.storage_class_name:
-            claim_spec["storageClassName"] = spec.storage_class_name
+        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+        if size_class:
+            claim_spec["storageClassName"] = size_class
         claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                  "metadata": {"name": name, "namespace": namespace, "labels": dict(labels),
                               "ownerReferences": [owner]}, "spec": claim_spec}
         return CachePlan(volume={"persistentVolumeClaim": {"claimName": name}}, claim=claim, persistent=True,
-                         exclusive=max_pods <= 1, reason=PERSISTENT,
-                         message=f"weights are cached on the claim {name} (spec.modelCache.size {spec.size})")
+                         exclusive=True, reason=PERSISTENT,
+                         message=f"weights are cached on the claim {name} (spec.modelCache.size {size})")
     storage_class = settings.storage_class or default_storage_class
     if settings.mode == "ephemeral":
         return _ephemeral("the operator's model cache mode is ephemeral; set spec.modelCache, or run the operator "
@@ -259,7 +275,8 @@ def plan_cache(*, service: str, namespace: str, model: str, revision: str | None
     shared = settings.access_mode == "ReadWriteMany" or detected
     access_mode = "ReadWriteMany" if shared else settings.access_mode
     if not shared and max_pods > 1:
-        return _per_pod(service, labels, storage_class, settings, checkpoint_gib, max_pods, group_pods=group_pods,
+        return _per_pod(service, labels, storage_class, settings.size or default_size(checkpoint_gib),
+                        settings.storage_class, max_pods, group_pods=group_pods,
                         workload=_per_pod_workload(lws_served, previous_workload))
     name = shared_claim_name(model, revision) if shared else own_claim_name(service)
     claim_labels = {"app.kubernetes.io/managed-by": MANAGED_BY, "app.kubernetes.io/component": "model-cache",
@@ -292,16 +309,17 @@ def _per_pod_workload(lws_served: bool, previous: str | None) -> Literal["Leader
     return "LeaderWorkerSet" if lws_served else "StatefulSet"
 
 
-def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, settings: CacheSettings,
-             checkpoint_gib: float, max_pods: int, *, group_pods: bool = True,
-             workload: Literal["LeaderWorkerSet", "StatefulSet"] = "LeaderWorkerSet") -> CachePlan:
-    """A ReadWriteOnce claim per pod from the workload's volumeClaimTemplates (`model-cache-<pod>`), kept when a pod
-    is recreated or scaled down, deleted with the workload (so with the service). With `group_pods` the pods are a
-    LeaderWorkerSet's groups; one-node pods run as one-pod groups (`workload` LeaderWorkerSet) or a StatefulSet."""
-    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
-                                  "resources": {"requests": {"storage": settings.size or default_size(checkpoint_gib)}}}
-    if settings.storage_class:
-        claim_spec["storageClassName"] = settings.storage_class
+def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, size: str, claim_class: str | None,
+             max_pods: int, *, group_pods: bool = True,
+             workload: Literal["LeaderWorkerSet", "StatefulSet"] = "LeaderWorkerSet", asked: str = "") -> CachePlan:
+    """A ReadWriteOnce claim per pod of `size` (and `claim_class`; None: the cluster's default class) from the
+    workload's volumeClaimTemplates (`model-cache-<pod>`), kept when a pod is recreated or scaled down, deleted with
+    the workload (so with the service). With `group_pods` the pods are a LeaderWorkerSet's groups; one-node pods run
+    as one-pod groups (`workload` LeaderWorkerSet) or a StatefulSet. `storage_class`: the class the claims get, for
+    the message; `asked`: what the spec asked, for the message."""
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if claim_class:
+        claim_spec["storageClassName"] = claim_class
     template = {"metadata": {"name": "model-cache", "labels": {
         **labels, "app.kubernetes.io/component": "model-cache"}}, "spec": claim_spec}
     if group_pods:
@@ -321,8 +339,97 @@ def _per_pod(service: str, labels: dict[str, str], storage_class: str | None, se
                    f"volumeClaimTemplates give each pod its own claim): a restarted, recreated or re-added pod finds "
                    f"its weights and compiled graphs again; scaling changes no pod template; the claims go with "
                    f"the service")
+    if asked:
+        message = f"{message} ({asked} each)"
     return CachePlan(volume={}, claim_template=template, per_pod_workload=workload, persistent=True,
                      reason=PERSISTENT, message=message)
+
+
+def _sized_shared(service: str, namespace: str, labels: dict[str, str], owner: dict[str, Any], size: str,
+                  claim_class: str | None, storage_class: str, max_pods: int) -> CachePlan:
+    """spec.modelCache.size for a service that may run several pods, on a class that gives ReadWriteMany claims: one
+    claim of that size that every pod mounts (`<service>-model-cache-shared`: never the name of the ReadWriteOnce
+    claim the same service gets while it runs one pod, whose access mode cannot change), owned by the service."""
+    name = dns1123_subdomain(f"{service}-model-cache-shared")
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
+    if claim_class:
+        claim_spec["storageClassName"] = claim_class
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": name, "namespace": namespace,
+                          "labels": {**labels, "app.kubernetes.io/component": "model-cache"},
+                          "ownerReferences": [owner]}, "spec": claim_spec}
+    return CachePlan(volume={"persistentVolumeClaim": {"claimName": name}}, claim=claim, persistent=True,
+                     reason=PERSISTENT,
+                     message=f"weights are cached on the claim {name} (spec.modelCache.size {size}, ReadWriteMany, "
+                     f"storage class {storage_class}): every pod of this service (up to {max_pods}) mounts it, so "
+                     "a rollout surges and scaling changes no pod template")
+
+
+#: Access modes of a claim that only one node (ReadWriteOnce) or one pod (ReadWriteOncePod) can mount.
+_ONE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
+_KNOWN_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+
+
+class ObservedClaim(BaseModel):
+    """The user's claim (spec.modelCache.claimName) as the shell read it: whether it exists and its access modes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    found: bool
+    access_modes: tuple[str, ...] = ()
+
+
+def observed_claim(name: str, claim: Mapping[str, Any] | None) -> ObservedClaim:
+    """What the core needs of a PersistentVolumeClaim as read from the API (None: not found): the access modes of
+    its bound volume (`status.accessModes`), else the ones it asks (`spec.accessModes`); only the modes Kubernetes
+    knows, each once (a hostile object cannot grow the plan)."""
+    if claim is None:
+        return ObservedClaim(name=name, found=False)
+    modes: list[str] = []
+    for part in ("status", "spec"):
+        section = claim.get(part)
+        said = section.get("accessModes") if isinstance(section, Mapping) else None
+        if isinstance(said, list):
+            modes = [m for m in _KNOWN_MODES if m in said[:16]]
+            if modes:
+                break
+    return ObservedClaim(name=name, found=True, access_modes=tuple(modes))
+
+
+def _user_claim(name: str, namespace: str, seen: ObservedClaim | None, max_pods: int) -> CachePlan:
+    """spec.modelCache.claimName: the user's claim, mounted as it is. Where it was read (`seen`), a claim only one
+    node (or one pod) can mount rolls without a surge pod (one on another node would never attach it), and the
+    condition says when the service may run more pods than can mount it; a missing claim is said too."""
+    volume = {"persistentVolumeClaim": {"claimName": name}}
+    base = f"weights are cached on the claim {name} (spec.modelCache.claimName)"
+    if seen is None:  # not read (the operator may not get claims): as asked, nothing more known
+        return CachePlan(volume=volume, persistent=True, reason=PERSISTENT, message=base)
+    if not seen.found:
+        return CachePlan(volume=volume, persistent=True, fits=False, reason=CLAIM_NOT_FOUND,
+                         message=f"the claim {name} (spec.modelCache.claimName) does not exist in namespace "
+                         f"{namespace}: the pods stay Pending until it is created; create it, or drop claimName for "
+                         "a claim the operator creates")
+    one_pod = "ReadWriteOncePod" in seen.access_modes
+    one_node = not one_pod and "ReadWriteMany" not in seen.access_modes and "ReadOnlyMany" not in seen.access_modes \
+        and "ReadWriteOnce" in seen.access_modes
+    if not (one_pod or one_node):
+        return CachePlan(volume=volume, persistent=True, reason=PERSISTENT,
+                         message=f"{base}; {', '.join(seen.access_modes) or 'access mode unknown'}: every pod can "
+                         "mount it, so a rollout surges")
+    mode = "ReadWriteOncePod" if one_pod else "ReadWriteOnce"
+    if max_pods <= 1:
+        return CachePlan(volume=volume, persistent=True, exclusive=True, reason=PERSISTENT,
+                         message=f"{base}; {mode}: the service rolls without a surge pod (one pod mounts it at a "
+                         "time)")
+    who = ("a second pod cannot mount it and stays Pending" if one_pod else
+           "a pod on another node than the one that mounts it cannot attach it and stays ContainerCreating "
+           "(Multi-Attach)")
+    return CachePlan(volume=volume, persistent=True, exclusive=True, fits=False, reason=CLAIM_NOT_SHARED,
+                     message=f"the claim {name} (spec.modelCache.claimName) is {mode}, but this service may run "
+                     f"{max_pods} pods: {who}; use a "
+                     "ReadWriteMany claim, or drop claimName (spec.modelCache.size, or the operator's default) "
+                     "for a claim per pod")
 
 
 def _ephemeral(why: str, checkpoint_gib: float) -> CachePlan:
