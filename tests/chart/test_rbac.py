@@ -50,10 +50,13 @@ ALLOWED_UNUSED: dict[tuple[str, str, str], str] = {
     for group, resource in (("autoscaling", "horizontalpodautoscalers"), ("keda.sh", "scaledobjects"),
                             ("inference.networking.k8s.io", "inferencepools"))
     for verb in ("get", "create", "patch", "delete")}
-# multi-node services only (spec.gpu.maxNodes > 1); the scenario has none. tests/handlers/test_lws_handlers.py
-# runs them against the emulator with the LWS CRD installed.
+# multi-node services only (spec.gpu.maxNodes > 1); the scenario has none, nor the LWS CRD (so kopf does not watch
+# them either). tests/handlers/test_lws_handlers.py runs them against the emulator with the LWS CRD installed.
 ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): "multi-node services only (issue 13)"
                        for verb in ("get", "create", "patch", "delete")})
+ALLOWED_UNUSED.update({("leaderworkerset.x-k8s.io", "leaderworkersets", verb): (
+    "kopf lists and watches them only where the LWS CRD is installed (tests/handlers/test_lws_handlers.py)")
+    for verb in ("list", "watch")})
 # share groups only (spec.gpu.share, issue 26); the scenario has none. tests/e2e/test_share_group_process.py runs
 # them against the simulated cluster with the DRA API.
 _SHARE = "share groups only (spec.gpu.share, issue 26; tests/e2e/test_share_group_process.py)"

@@ -80,6 +80,10 @@ def test_lws_absent_then_installed_then_ready(harness: Cluster, monkeypatch: pyt
     pod("big-0-1", 1, "workerTemplate")
     ready = h.wait_condition("big", "Ready", "True", "Available")
     assert "1/1 groups of 2 pods ready" in condition(ready, "Ready")["message"]  # type: ignore[index]
+    # kopf's watch on LeaderWorkerSets (handlers/registry.py): said once while the CRD was missing, no crash, no spam
+    unresolved = [line for line in h.operator_log(100_000).splitlines() if "Unresolved resources" in line]
+    assert len(unresolved) == 1 and "leaderworkersets" in unresolved[0], unresolved
+    assert h.running and h.accessed("watch", "leaderworkersets")  # watched since the CRD appeared
 
 
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
@@ -231,3 +235,67 @@ def test_during_a_switch_the_rollout_and_the_groups_agree_on_ready(harness: Clus
     assert condition(h.service("big"), "Ready")["reason"] != "ServingPreviousProfile"  # type: ignore[index]
     assert "workloadSwitch" not in h.service("big")["status"]
     assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=True).label_selector()
+
+
+@pytest.fixture
+def no_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's first round an hour after the operator starts (it is 60 s): what finishes the switch below can
+    only be an event, so the test needs no wall-clock bound to tell it from the sweep."""
+    from vllm_operator.handlers import watchdog
+
+    monkeypatch.setattr(watchdog, "WATCHDOG_INITIAL_DELAY", 3600.0)
+
+
+def test_a_switch_finishes_on_the_leaderworkersets_own_status(no_watchdog: None, harness: Cluster,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LWS controller counts a group ready after its pods are Ready (as the real one does): the pods' events come
+    first and find `status.readyReplicas` still 0. The switch from the Deployment then finishes on the
+    LeaderWorkerSet's own status change — not at the watchdog's next round (off here)."""
+    h = harness
+    _install_lws(h)
+    for i in (1, 2):
+        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
+    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
+    _ready_deployment(h, "big")
+    h.wait_condition("big", "Ready", "True", "Available")
+    h.patch_spec("big", {"model": {"name": LLAMA_405B}})
+    created = h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    h.wait_settled("big")
+    assert h.service("big")["status"]["workloadSwitch"]["step"] == "WaitReady"
+
+    # every pod event handled, and whether its pod was Ready then: a pod's last event is its Ready one
+    from vllm_operator.handlers import service as service_handlers
+
+    real_pod_event, handled = service_handlers.pod_event, []
+
+    def counted(body: Any, **kwargs: Any) -> None:
+        real_pod_event(body=body, **kwargs)
+        handled.append((body["metadata"]["name"], any(c.get("type") == "Ready" and c.get("status") == "True"
+                                                      for c in (body.get("status") or {}).get("conditions") or [])))
+
+    monkeypatch.setattr(service_handlers, "pod_event", counted)
+    lwt = created["spec"]["leaderWorkerTemplate"]
+    pods = ("big-0", 0, "leaderTemplate"), ("big-0-1", 1, "workerTemplate")
+    for name, index, role in pods:
+        labels = {**lwt[role]["metadata"]["labels"], "leaderworkerset.sigs.k8s.io/name": "big",
+                  "leaderworkerset.sigs.k8s.io/worker-index": str(index), "leaderworkerset.sigs.k8s.io/group-index": "0"}
+        h.server.create_object("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": "default", "labels": labels}, "spec": lwt[role]["spec"]}, "default")
+        h.server.patch_status("pods", name, {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}, "default")
+    # barrier: every pod's last (Ready) event handled — each refreshed the groups — while the LWS counts none ready
+    h.wait_for(lambda: all((name, True) in handled for name, _, _ in pods) or None,
+               message="the Ready pods' events handled")
+    assert h.deployment("big") is not None  # the pods alone do not finish it: the LWS's count does
+    assert h.service("big")["status"]["workloadSwitch"]["step"] == "WaitReady"
+
+    # the LWS controller catches up: its status event alone finishes the switch
+    h.server.patch_status("leaderworkersets", "big", {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1},
+                          "default")
+    h.wait_for(lambda: h.deployment("big") is None or None, message="the Deployment deleted on the LWS's status")
+    assert h.k8s_service("big")["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": "big",
+                                                        "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    h.wait_for(lambda: "workloadSwitch" not in h.service("big")["status"] or None, message="the switch record gone")
+    h.wait_condition("big", "Ready", "True")
+    h.wait_quiet(1.0)  # no loop: the refresh writes the service's status, never the LeaderWorkerSet

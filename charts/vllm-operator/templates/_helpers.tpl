@@ -99,10 +99,11 @@ never called.
   resources: [persistentvolumeclaims]
   verbs: [get, create, delete]
 # spec.gpu.maxNodes > 1: one LeaderWorkerSet (kubernetes-sigs/lws, installed separately) per multi-node service;
-# deleted by the operator when the service is back on one node (a Deployment), and only its own.
+# deleted by the operator when the service is back on one node (a Deployment), and only its own. Watched (kopf,
+# once the LWS CRD is installed) for its groups' readiness, which finishes a switch to it.
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # spec.autoscaling and spec.routing.inferencePool: an HPA or a KEDA ScaledObject, an InferencePool (deleted when
 # the spec stops asking for them).
 - apiGroups: [autoscaling]

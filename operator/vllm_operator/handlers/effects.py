@@ -551,10 +551,10 @@ SWITCH_FINISHER: Callable[[str, str], Any] | None = None
 
 
 def finish_switch(namespace: str, workload: Mapping[str, Any], *, other_served: bool = True) -> bool:
-    """Called on an event of a Ready workload (a Deployment, or a LeaderWorkerSet's pod): when its service still owns
-    a workload of the other kind (looked up only where `other_served`: the API serves that kind), or holds a
-    Service/InferencePool selector until this rollout is done, reconcile the service now rather than at the
-    watchdog's next round."""
+    """Called on an event of a Ready workload (a Deployment or StatefulSet; a LeaderWorkerSet, or one of its pods):
+    when its service still owns a workload of the other kind (looked up only where `other_served`: the API serves
+    that kind), or holds a Service/InferencePool selector until this rollout is done, reconcile the service now
+    rather than at the watchdog's next round."""
     finisher = SWITCH_FINISHER
     ref = next((r for r in (workload.get("metadata") or {}).get("ownerReferences") or []
                 if r.get("kind") == "VLLMService"), None)

@@ -61,6 +61,16 @@ def statefulset_event(**kwargs: Any) -> None:
     service.deployment_event(**kwargs)
 
 
+# The LeaderWorkerSet's own status: its controller counts a group ready after the group's pods are, so a switch to
+# it (and the groups' Ready) must not wait for a pod event that came first. Without the LWS CRD kopf logs once that
+# the resource is unresolved and starts watching when the CRD appears (it watches CRDs).
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=service.MANAGED, field="status",
+               value=kopf.PRESENT, registry=registry)
+def lws_event(**kwargs: Any) -> None:
+    """A LeaderWorkerSet of ours changed: fold its groups into the owner's status; finish a switch to it."""
+    service.lws_event(**kwargs)
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, when=metrics_watch.prometheus_enabled,
              cancellation_backoff=5.0, cancellation_timeout=10.0)
 async def vllmservice_metrics_watch(**kwargs: Any) -> None:

@@ -583,6 +583,24 @@ def deployment_event(body: Mapping[str, Any], type: str | None, **_: Any) -> Non
         poke_share_group(namespace, group, besides=owner)
 
 
+def lws_event(body: Mapping[str, Any], type: str | None, logger: kopf.Logger, **_: Any) -> None:
+    """A LeaderWorkerSet of ours changed: fold its groups into the owner's status, and finish a switch to it (the
+    LWS controller counts a group ready after its pods are: a pod event alone may come before the count does)."""
+    if type == "DELETED":
+        return
+    meta = body.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(LABEL_SERVICE)
+    namespace = meta.get("namespace")
+    if not owner or not namespace or not body.get("status"):
+        return  # the LWS controller has not looked at it yet: the reconcile's status stands
+    if meta.get("name") != lws_name(owner):
+        return  # not the one LeaderWorkerSet of this service (render/lws.py names it)
+    try:  # idempotent: writes the service's status only when it changed, never the LeaderWorkerSet
+        lws.refresh(namespace, owner)
+    except kopf.TemporaryError as exc:  # event handlers are not retried: the next event, or the watchdog, looks again
+        logger.warning("group status deferred: %s", exc)
+
+
 def poke_share_group(namespace: str, group: str, besides: str) -> None:
     """Reconcile the other members of a share group soon (off this thread): their shares, or their wait, may have
     changed with this member."""
