@@ -1,7 +1,9 @@
 """What a remediation step costs in downloads, three ways (the real operator process on the simulated cluster).
 
-One service (Qwen2.5-7B-Instruct on one L4) whose first start dies after loading the weights (its activation peak is
-4 GiB above the planner's estimate), so the operator takes one remediation step and the step's new pod starts. The
+One service (Qwen2.5-7B-Instruct on one L4) whose first start dies after loading the weights (its CUDA graphs need
+3 GiB more than the planner's estimate: `--max-model-len auto` would absorb a larger activation peak by fitting a
+shorter context, so the failure is one vLLM cannot fit around), so the operator takes one remediation step and the
+step's new pod starts. The
 simulated network gives the operator's assumed rate, 100 MiB/s (`--rate`). Three configurations:
 
 * ephemeral: no default StorageClass, the cache is an emptyDir, vLLM downloads in every new pod;
@@ -52,7 +54,7 @@ def _ready(cluster: SimulatedCluster) -> dict[str, Any] | None:
 
 
 def run(config: Config, rate: float, timeout: float) -> dict[str, Any]:
-    scenarios = ScenarioSet({NAME: Scenario(name=NAME, hidden=HiddenFacts(extra_activation_gib=4.0))})
+    scenarios = ScenarioSet({NAME: Scenario(name=NAME, hidden=HiddenFacts(extra_cudagraph_gib=3.0))})
     with SimulatedCluster(pools=[("L4", 1, 1)], scenarios=scenarios,
                           default_storage_class=config.storage_class) as cluster:
         cluster.kubelet.download_mib_per_s = rate

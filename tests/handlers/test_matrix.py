@@ -1,5 +1,5 @@
 """The features together: {one pod, replicas, LWS group} × {no autoscaling, HPA, KEDA} × {InferencePool off/on} ×
-{cache claim, none} × {LoRA off/on} — 72 VLLMServices in one emulated cluster, one operator (kopf handlers
+{cache (one ReadWriteMany claim; a claim per pod for LWS groups), none} × {LoRA off/on} — 72 VLLMServices in one emulated cluster, one operator (kopf handlers
 in-process), each checked for what a user relies on, not only for schema validity:
 
 * every selector and query addresses exactly the serving pods (Deployment pods, or LWS leaders — never workers,
@@ -49,6 +49,7 @@ SHAPES = ("pod", "rep", "lws")
 SCALERS = ("none", "hpa", "keda")
 POOLS = ("nopool", "pool")
 CACHES = ("nocache", "cache")
+SHARED_CLAIM = "models"
 LORAS = ("nolora", "lora")
 COMBOS = [f"{s}-{a}-{p}-{c}-{lo}" for s, a, p, c, lo in itertools.product(SHAPES, SCALERS, POOLS, CACHES, LORAS)]
 
@@ -67,8 +68,12 @@ def spec_of(name: str) -> dict[str, Any]:
                                "prometheusAddress": "http://prometheus.monitoring:9090"}
     if pool == "pool":
         spec["routing"] = {"inferencePool": {"enabled": True}}
-    if cache == "cache":
-        spec["modelCache"] = {"size": "1Ti", "storageClassName": "fast"}
+    if cache == "cache" and shape == "lws":
+        spec["modelCache"] = {"size": "1Ti", "storageClassName": "fast"}  # a claim per pod of each group
+    elif cache == "cache":
+        # one ReadWriteMany claim every pod mounts (a size would give pods that may be several a claim each: a
+        # StatefulSet or one-pod groups, tests/e2e/test_statefulset_process.py): the Deployment surges onto it
+        spec["modelCache"] = {"claimName": SHARED_CLAIM}
     if lora == "lora":
         spec["lora"] = {"adapters": [{"name": "sql", "source": "my-org/sql-lora"}]}
     return spec
@@ -218,6 +223,9 @@ def _install(h: Cluster) -> None:
         h.server.create_object("customresourcedefinitions", crd)
     h.server.create_object("storageclasses", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                                               "provisioner": "x", "metadata": {"name": "fast"}})
+    h.server.create_object("persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": SHARED_CLAIM, "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}}})
     for i in range(4):
         h.add_node(f"l4-{i}", L4, count=4)
     for i in range(2):

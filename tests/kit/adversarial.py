@@ -690,6 +690,7 @@ def _reference_paths() -> dict[str, set[str]]:
     from vllm_operator.render.lws import GroupOptions, build_multinode_children
     from vllm_operator.render.manifests import OwnerRef, RenderInput, build_children
     from vllm_operator.render.pods import serving_pods
+    from vllm_operator.render.statefulset import build_statefulset_children
 
     full = RenderInput(
         name="ref", namespace="ns", owner=OwnerRef(name="ref", uid="u"), model="org/m", revision="main",
@@ -715,8 +716,15 @@ def _reference_paths() -> dict[str, set[str]]:
                                        port=8000, spec=pool) for multinode in (False, True))]
     for extra in extras:
         extra["metadata"]["annotations"]["a"] = "b"
+    # a claim per pod (render/cache.py): a LeaderWorkerSet's or a StatefulSet's volumeClaimTemplates
+    claims = {"metadata": {"name": "model-cache", "labels": {"a": "b"}},
+              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                       "storageClassName": "s"}}
+    per_pod = full.model_copy(update={"cache_claim": None, "cache_create": False, "cache_claim_template": claims})
+    sts = per_pod.model_copy(update={"per_pod_workload": "StatefulSet"})
     paths: dict[str, set[str]] = {}
-    for child in [*build_children(full), *build_multinode_children(full, 2, group), *extras]:
+    for child in [*build_children(full), *build_multinode_children(full, 2, group),
+                  *build_multinode_children(per_pod, 2, group), *build_statefulset_children(sts), *extras]:
         paths.setdefault(child["kind"], set()).update(key_paths(child))
     return paths
 
@@ -730,6 +738,8 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 #: The name rule of each kind (apimachinery's ValidateObjectMeta name functions; LWS requires a DNS-1035 label).
 NAME_RULES = {"Service": (_DNS1035_LABEL, 63), "LeaderWorkerSet": (_DNS1035_LABEL, 63),
               "Deployment": (_DNS1123_SUBDOMAIN, 253), "PersistentVolumeClaim": (_DNS1123_SUBDOMAIN, 253),
+              # its pods `<name>-<ordinal>` carry the name in controller-revision-hash (a label value, 63)
+              "StatefulSet": (_DNS1123_LABEL, 52),
               "HorizontalPodAutoscaler": (_DNS1123_SUBDOMAIN, 253), "ScaledObject": (_DNS1123_SUBDOMAIN, 253),
               "InferencePool": (_DNS1123_SUBDOMAIN, 253)}
 #: The only commands the vLLM container runs: never a shell, so no spec string is ever shell text.
@@ -820,13 +830,18 @@ def _quantity(text: str) -> float:
 
 
 def pod_templates(child: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pod templates a child carries (a Deployment's, an LWS's leader and worker)."""
-    if child["kind"] == "Deployment":
-        return [child["spec"]["template"]]
-    if child["kind"] == "LeaderWorkerSet":
+    """The pod templates a child carries (a Deployment's or StatefulSet's, an LWS's leader and worker), each with the
+    volumes its controller adds from `volumeClaimTemplates` (a claim `<template>-<pod>` per pod)."""
+    if child["kind"] in ("Deployment", "StatefulSet"):
+        templates, claims = [child["spec"]["template"]], child["spec"].get("volumeClaimTemplates") or []
+    elif child["kind"] == "LeaderWorkerSet":
         group = child["spec"]["leaderWorkerTemplate"]
-        return [group["leaderTemplate"], group["workerTemplate"]]
-    return []
+        templates, claims = [group["leaderTemplate"], group["workerTemplate"]], group.get("volumeClaimTemplates") or []
+    else:
+        return []
+    added = [{"name": c["metadata"]["name"], "persistentVolumeClaim": {"claimName": f"{c['metadata']['name']}-pod"}}
+             for c in claims]
+    return [{**t, "spec": {**t["spec"], "volumes": [*(t["spec"].get("volumes") or []), *added]}} for t in templates]
 
 
 def check_pod(pod: dict[str, Any], spec: Any) -> None:

@@ -70,7 +70,6 @@ SPECS = {
         "resources": {"memory": "64Gi", "cpu": "8", "shmSize": "8Gi"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
         "service": {"type": "LoadBalancer", "port": 80},
-        "replicas": 2,
     },
     "existing-claim-old-image": {
         "model": {"name": "Qwen/Qwen2.5-7B-Instruct"}, "image": "vllm/vllm-openai:v0.4.2",
@@ -79,6 +78,11 @@ SPECS = {
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
     },
     "every-affinity-block": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "affinity": FULL_AFFINITY},
+    # two pods on a sized ReadWriteOnce cache: a claim per pod, a StatefulSet (no LeaderWorkerSet API observed)
+    "sized-cache-two-replicas": {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"}, "replicas": 2,
+        "modelCache": {"size": "200Gi", "storageClassName": "fast"},
+    },
 }
 
 
@@ -88,7 +92,7 @@ SPECS = {
 def test_rendered_children_validate_against_kubernetes_schemas(case: str) -> None:
     children = _children(SPECS[case])
     kinds = [c["kind"] for c in children]
-    assert "Deployment" in kinds and "Service" in kinds
+    assert ("StatefulSet" if case == "sized-cache-two-replicas" else "Deployment") in kinds and "Service" in kinds
     for child in children:
         kubernetes_validate.validate(child, K8S_VERSION, strict=True)
 
@@ -356,3 +360,12 @@ def test_labels_selectors_and_owner() -> None:
                                            "vllm-operator.dev/workload": "deployment"}
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert build_children(_input())[0]["kind"] == "Deployment"
+
+
+def test_a_sized_cache_of_two_pods_is_a_claim_per_pod_of_that_size() -> None:
+    children = _children(SPECS["sized-cache-two-replicas"])
+    assert [c["kind"] for c in children] == ["StatefulSet", "Service"]  # no shared ReadWriteOnce claim
+    (template,) = children[0]["spec"]["volumeClaimTemplates"]
+    assert template["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert template["spec"]["resources"]["requests"]["storage"] == "200Gi"
+    assert template["spec"]["storageClassName"] == "fast"
