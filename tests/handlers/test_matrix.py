@@ -290,6 +290,11 @@ SWITCHED = [n for n in COMBOS if not n.startswith("rep")]
 
 
 def _switch_spec(name: str) -> dict[str, Any]:
+    if name.startswith("lws") and "-cache-" in name:
+        # onto one pod on the shared claim, as the pods' cache variant (a size would keep a claim per pod: the
+        # one-pod groups of a LeaderWorkerSet, no switch)
+        return {"model": {"name": QWEN}, "gpu": {"product": L4, "maxNodes": None},
+                "modelCache": {"claimName": SHARED_CLAIM, "size": None, "storageClassName": None}}
     if name.startswith("lws"):
         return {"model": {"name": QWEN}, "gpu": {"product": L4, "maxNodes": None}}
     return {"model": {"name": LLAMA_405B}, "gpu": {"product": H100, "maxNodes": 2}}
