@@ -66,3 +66,20 @@ def test_the_deployments_own_claim_goes_when_the_switch_to_a_claim_per_pod_compl
     h.wait_for(lambda: h.deployment("solo") is None or None, message="the Deployment deleted")
     h.wait_for(lambda: "solo-model-cache" not in _claims(h) or None, message="the Deployment's claim deleted")
     assert "not-owned" in _claims(h)
+
+
+def test_a_ladder_step_never_starts_a_workload_switch() -> None:
+    """A step's render may name another workload kind than the one serving (an upgrade to a claim per pod whose
+    switch the placement check holds): the step applies the rest, never the new workload — the reconcile starts a
+    switch, through the hold. A step on the kind the status records applies it all."""
+    from vllm_operator.handlers.remediation import no_switch
+
+    claim = {"kind": "PersistentVolumeClaim", "metadata": {"name": "c"}}
+    sts = {"kind": "StatefulSet", "metadata": {"name": "chat-set"}}
+    service = {"kind": "Service", "metadata": {"name": "chat"}}
+    held = {"status": {"workload": "Deployment"}}
+    assert no_switch(held, [claim, sts, service]) == [claim, service]
+    assert no_switch({"status": {"workload": "StatefulSet"}}, [claim, sts, service]) == [claim, sts, service]
+    deployment = {"kind": "Deployment", "metadata": {"name": "chat"}}
+    assert no_switch(held, [deployment, service]) == [deployment, service]
+    assert no_switch({"status": {}}, [deployment, service]) == [deployment, service]  # before status.workload

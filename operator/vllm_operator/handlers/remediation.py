@@ -23,6 +23,7 @@ from typing import Any
 import kopf
 
 from .. import metrics, reconcile
+from ..api import switch
 from ..api.v1alpha1 import RemediationEvent
 from ..quantity import quantity_gib
 from ..remediation import groups, ladder
@@ -265,7 +266,7 @@ def _act(service: Mapping[str, Any], outcome: Outcome, logger: logging.Logger | 
         for event in outcome.events:
             effects.post_event(namespace, effects.involved(service), event.type, event.reason, event.message)
     if outcome.children is not None:
-        effects.apply_children(outcome.children, namespace)
+        effects.apply_children(no_switch(service, outcome.children), namespace)
     if outcome.plan is not None:
         metrics.record_plan(namespace, name, outcome.plan.fits, outcome.plan.flags,
                             outcome.plan.prediction.kv_cache_tokens)
@@ -279,6 +280,18 @@ def _act(service: Mapping[str, Any], outcome: Outcome, logger: logging.Logger | 
     return outcome
 
 
+def no_switch(service: Mapping[str, Any], children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The children a ladder step applies: never a workload of another kind than the one the status records. A switch
+    between workload kinds (a Deployment whose service now needs a claim per pod, say) is the reconcile's to start,
+    through the placement check (handlers/placement.py), which holds it when the new pods could not be placed beside
+    the serving ones; a step applied here would create the new workload past that hold. The step's profile is
+    recorded; the reconcile renders it on whichever workload it lets run."""
+    kind = switch.target_kind(service.get("status") or {})
+    if any(c.get("kind") == kind for c in children):
+        return children
+    return [c for c in children if c.get("kind") not in switch.WORKLOADS]
+
+
 def _complete(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -> None:
     """Finish what the status records: roll out the recorded profile, post the Events of recent steps."""
     with kube.service_lock(namespace, name):
@@ -289,7 +302,7 @@ def _complete(namespace: str, name: str, logger: logging.Logger | kopf.Logger) -
         _announce(service, now)
         desired = reconcile.desired_state(observe_service(service, now))
         if desired.children is not None:
-            for line in effects.apply_children(desired.children, namespace):
+            for line in effects.apply_children(no_switch(service, desired.children), namespace):
                 logger.info("%s/%s: completing the recorded step: %s", namespace, name, line)
 
 
