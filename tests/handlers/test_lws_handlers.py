@@ -199,17 +199,7 @@ def test_during_a_switch_the_rollout_and_the_groups_agree_on_ready(harness: Clus
     from vllm_operator.handlers import rollouts
 
     h = harness
-    _install_lws(h)
-    for i in (1, 2):
-        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
-    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
-    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
-    _ready_deployment(h, "big")
-    h.wait_condition("big", "Ready", "True", "Available")
-
-    h.patch_spec("big", {"model": {"name": LLAMA_405B}})
-    h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
-    h.wait_settled("big")
+    _switch_to_groups(h)
     record = h.service("big")["status"]["workloadSwitch"]
     assert record == {"previous": "Deployment", "target": "LeaderWorkerSet", "step": "WaitReady"}
     said = [(str(c["status"]), str(c["reason"]), str(c["message"]))  # the reconcile's, before either refresh
@@ -237,6 +227,22 @@ def test_during_a_switch_the_rollout_and_the_groups_agree_on_ready(harness: Clus
     assert h.service("big")["status"]["selector"] == serving_pods("big", "default", multinode=True).label_selector()
 
 
+def _switch_to_groups(h: Cluster) -> dict[str, Any]:
+    """A Ready one-node service `big` (70B, a Deployment) edited to 405B over two H100 nodes: the LeaderWorkerSet
+    it switches to, once the reconcile has settled (the switch waits for the group)."""
+    _install_lws(h)
+    for i in (1, 2):
+        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
+    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
+    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
+    _ready_deployment(h, "big")
+    h.wait_condition("big", "Ready", "True", "Available")
+    h.patch_spec("big", {"model": {"name": LLAMA_405B}})
+    created: dict[str, Any] = h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
+    h.wait_settled("big")
+    return created
+
+
 @pytest.fixture
 def no_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog's first round an hour after the operator starts (it is 60 s): what finishes the switch below can
@@ -252,16 +258,7 @@ def test_a_switch_finishes_on_the_leaderworkersets_own_status(no_watchdog: None,
     first and find `status.readyReplicas` still 0. The switch from the Deployment then finishes on the
     LeaderWorkerSet's own status change — not at the watchdog's next round (off here)."""
     h = harness
-    _install_lws(h)
-    for i in (1, 2):
-        h.add_node(f"h100-{i}", "NVIDIA-H100-80GB-HBM3", count=8)
-    h.create("big", {"model": {"name": LLAMA_70B}, "gpu": {"maxNodes": 2}})
-    h.wait_for(lambda: h.deployment("big"), message="the Deployment")
-    _ready_deployment(h, "big")
-    h.wait_condition("big", "Ready", "True", "Available")
-    h.patch_spec("big", {"model": {"name": LLAMA_405B}})
-    created = h.wait_for(lambda: _lws(h, "big"), message="the LeaderWorkerSet")
-    h.wait_settled("big")
+    created = _switch_to_groups(h)
     assert h.service("big")["status"]["workloadSwitch"]["step"] == "WaitReady"
 
     # every pod event handled, and whether its pod was Ready then: a pod's last event is its Ready one
